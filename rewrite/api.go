@@ -1,0 +1,154 @@
+package rewrite
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Rule names the rewrite rule that replaced or restructured content.
+// The set is closed: metrics use these values as label values.
+type Rule string
+
+const (
+	// RuleUnchanged replaced a copy of a document's active version by a reference.
+	RuleUnchanged Rule = "unchanged"
+	// RuleSuperseded replaced an older version of a document by a reference.
+	RuleSuperseded Rule = "superseded"
+	// RuleSecondary replaced repeated secondary context (trees, tab lists, preambles).
+	RuleSecondary Rule = "secondary"
+	// RuleImage replaced a repeated inlineData part by a text reference.
+	RuleImage Rule = "image"
+	// RuleUnflatten split a flattened transcript into real user/model turns.
+	RuleUnflatten Rule = "unflatten"
+)
+
+// Rules lists every Rule, in a stable order.
+var Rules = []Rule{RuleUnchanged, RuleSuperseded, RuleSecondary, RuleImage, RuleUnflatten}
+
+// UnflattenMode selects how flattened transcripts are handled.
+type UnflattenMode string
+
+const (
+	// UnflattenVerified promotes a transcript segment to a model turn only when
+	// the Verifier confirms it was served to the same tenant.
+	UnflattenVerified UnflattenMode = "verified"
+	// UnflattenOff never un-flattens.
+	UnflattenOff UnflattenMode = "off"
+)
+
+// Options configures a rewrite. The zero value is not useful; start from
+// DefaultOptions.
+type Options struct {
+	// MinBlockBytes is the smallest block, in bytes, that may be replaced by a
+	// reference. Smaller blocks are always kept.
+	MinBlockBytes int
+	// Similarity is the line-set similarity (0..1) at which an unnamed block is
+	// taken as a version of an earlier document.
+	Similarity float64
+	// CompactSuperseded replaces copies of older versions of a document by
+	// references. When false, only exact repeats are replaced.
+	CompactSuperseded bool
+	// Unflatten selects how flattened transcripts are handled.
+	Unflatten UnflattenMode
+	// DocumentTags are the XML-like tag names treated as document wrappers
+	// (for example "file", "document", "source", "context").
+	DocumentTags []string
+}
+
+// DefaultOptions returns the documented defaults (DESIGN §3).
+func DefaultOptions() Options {
+	return Options{
+		MinBlockBytes:     512,
+		Similarity:        0.5,
+		CompactSuperseded: true,
+		Unflatten:         UnflattenVerified,
+		DocumentTags:      []string{"file", "document", "source", "context", "currentFileContent", "selected", "file_contents"},
+	}
+}
+
+// Verifier reports whether a flattened transcript segment is a response this
+// proxy served to the same tenant. Implementations must be safe for
+// concurrent use. A nil Verifier verifies nothing.
+type Verifier interface {
+	// Served reports whether text matches, in full or as a long prefix after
+	// whitespace normalisation, a response served to the tenant.
+	Served(text string) bool
+}
+
+// Replacement describes one span that the rewrite replaced.
+type Replacement struct {
+	Rule Rule
+	// Turn and Part locate the replaced span in the original request.
+	Turn, Part int
+	// Document is the document's name, or its first line when it has none.
+	Document string
+	// SHA256 is the hex SHA-256 of the exact replaced content.
+	SHA256 string
+	// Bytes is the size of the replaced content; RefBytes the size of the
+	// reference that replaced it.
+	Bytes, RefBytes int
+}
+
+// Report says what a rewrite did.
+type Report struct {
+	// BytesBefore and BytesAfter are the body sizes before and after.
+	BytesBefore, BytesAfter int
+	// Replacements lists every replaced span, in request order.
+	Replacements []Replacement
+	// UnflattenedTurns is the number of turns created by un-flattening.
+	UnflattenedTurns int
+}
+
+// Changed reports whether the rewrite changed the request.
+func (r *Report) Changed() bool {
+	return len(r.Replacements) > 0 || r.UnflattenedTurns > 0
+}
+
+// RuleStats is the per-rule summary of a Report.
+type RuleStats struct {
+	Count        int // replaced spans (or created turns for RuleUnflatten)
+	BytesRemoved int // bytes of replaced content minus bytes of references
+}
+
+// ByRule summarises the report per rule.
+func (r *Report) ByRule() map[Rule]RuleStats {
+	m := make(map[Rule]RuleStats)
+	for _, x := range r.Replacements {
+		s := m[x.Rule]
+		s.Count++
+		s.BytesRemoved += x.Bytes - x.RefBytes
+		m[x.Rule] = s
+	}
+	if r.UnflattenedTurns > 0 {
+		s := m[RuleUnflatten]
+		s.Count += r.UnflattenedTurns
+		m[RuleUnflatten] = s
+	}
+	return m
+}
+
+// Header formats the report for the X-Gemini-Proxy-Report response header:
+// "bytes=BEFORE->AFTER" followed by "; RULE=COUNT" for each rule applied, in
+// a stable order. It never contains prompt text.
+func (r *Report) Header() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "bytes=%d->%d", r.BytesBefore, r.BytesAfter)
+	by := r.ByRule()
+	keys := make([]string, 0, len(by))
+	for k := range by {
+		keys = append(keys, string(k))
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "; %s=%d", k, by[Rule(k)].Count)
+	}
+	return b.String()
+}
+
+// ErrNoContents is returned for a request without a contents array.
+var ErrNoContents = errors.New("rewrite: request has no contents")
+
+// ErrInvalidJSON is returned when the body is not a JSON object.
+var ErrInvalidJSON = errors.New("rewrite: body is not a valid JSON object")
