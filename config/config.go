@@ -1,0 +1,178 @@
+package config
+
+import (
+	"time"
+
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
+)
+
+// Config is the whole configuration of gemini-proxy. Every field has a
+// documented default in [Default]; examples/config.yaml lists them all.
+type Config struct {
+	Server   Server   `mapstructure:"server"`
+	Admin    Admin    `mapstructure:"admin"`
+	Upstream Upstream `mapstructure:"upstream"`
+	Rewrite  Rewrite  `mapstructure:"rewrite"`
+	Cache    Cache    `mapstructure:"cache"`
+	Metrics  Metrics  `mapstructure:"metrics"`
+	Log      Log      `mapstructure:"log"`
+}
+
+// Server configures the proxy listener.
+type Server struct {
+	// Listen is the proxy's address (host:port).
+	Listen string `mapstructure:"listen"`
+	// BasePath is a path prefix the proxy is mounted under (for example
+	// "/gemini" when clients use http://host/gemini/ as base URL). It is
+	// stripped before forwarding. Empty means the root.
+	BasePath string `mapstructure:"base_path"`
+	// MaxBodyBytes is the hard limit on a request body; larger bodies get 413.
+	MaxBodyBytes ByteSize `mapstructure:"max_body_bytes"`
+	// ReadHeaderTimeout bounds reading a request's headers. It never limits
+	// a body or a response, so it cannot cut a stream.
+	ReadHeaderTimeout time.Duration `mapstructure:"read_header_timeout"`
+	// IdleTimeout closes idle keep-alive client connections.
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	// ShutdownGrace is how long in-flight requests and streams may run after
+	// a shutdown signal before they are cut.
+	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
+	// TenantHeader, when set, names a request header trusted to identify the
+	// tenant (for a gateway behind an authenticating front end). Empty means
+	// the tenant is derived from the caller's credential.
+	TenantHeader string `mapstructure:"tenant_header"`
+}
+
+// Admin configures the admin listener (metrics, health, pprof).
+type Admin struct {
+	// Listen is the admin address (host:port). It must differ from
+	// server.listen. Empty disables the admin listener.
+	Listen string `mapstructure:"listen"`
+	// Pprof serves /debug/pprof/ on the admin listener when true.
+	Pprof bool `mapstructure:"pprof"`
+}
+
+// Upstream configures where requests go.
+type Upstream struct {
+	// URL is the Gemini API base URL. A path prefix in it is kept.
+	URL string `mapstructure:"url"`
+	// VertexURL is the base URL for Vertex AI paths
+	// (/v1/projects/{p}/locations/{l}/publishers/…).
+	VertexURL string `mapstructure:"vertex_url"`
+	// APIKey, when set, replaces whatever key the client sent (for a sidecar
+	// whose app has none). Secret: never logged or printed.
+	APIKey string `mapstructure:"api_key"`
+	// ResponseHeaderTimeout bounds the wait for the upstream's response
+	// headers (a unary generateContent answers only when generation ends).
+	// It never cuts a stream once headers arrived. Zero means no limit.
+	ResponseHeaderTimeout time.Duration `mapstructure:"response_header_timeout"`
+	// DialTimeout bounds establishing a connection to the upstream.
+	DialTimeout time.Duration `mapstructure:"dial_timeout"`
+	// IdleConnTimeout closes idle pooled upstream connections.
+	IdleConnTimeout time.Duration `mapstructure:"idle_conn_timeout"`
+	// MaxIdleConnsPerHost sizes the upstream connection pool.
+	MaxIdleConnsPerHost int `mapstructure:"max_idle_conns_per_host"`
+}
+
+// Rewrite configures the rewriting of generateContent requests.
+type Rewrite struct {
+	// Enabled turns rewriting on. When false every request passes through.
+	Enabled bool `mapstructure:"enabled"`
+	// MinBlockBytes is the smallest block that may be replaced by a reference.
+	MinBlockBytes int `mapstructure:"min_block_bytes"`
+	// Similarity is the line-set similarity (0..1] at which an unnamed block
+	// is taken as a new version of an earlier document.
+	Similarity float64 `mapstructure:"similarity"`
+	// CompactSuperseded replaces copies of older versions by references.
+	CompactSuperseded bool `mapstructure:"compact_superseded"`
+	// Unflatten is "verified" (split flattened transcripts whose model turns
+	// were served by this proxy) or "off".
+	Unflatten string `mapstructure:"unflatten"`
+	// MaxBodyBytes: larger bodies are streamed through without rewriting.
+	MaxBodyBytes ByteSize `mapstructure:"max_body_bytes"`
+	// DocumentTags are the XML-like tag names treated as document wrappers.
+	DocumentTags []string `mapstructure:"document_tags"`
+	// Labels extends the built-in transcript label lexicon.
+	Labels Labels `mapstructure:"labels"`
+}
+
+// Labels are extra transcript labels, in addition to the built-in lexicon.
+type Labels struct {
+	// User labels mark user turns (for example "Customer").
+	User []string `mapstructure:"user"`
+	// Model labels mark model turns (for example a persona name).
+	Model []string `mapstructure:"model"`
+}
+
+// Cache configures per-tenant memory.
+type Cache struct {
+	// TenantSecret keys the tenant hash (HMAC of the caller's credential).
+	// Replicas that share state must share it. Empty means a random key per
+	// process. Secret: never logged or printed. At least 16 bytes.
+	TenantSecret string `mapstructure:"tenant_secret"`
+}
+
+// Metrics configures the Prometheus metrics.
+type Metrics struct {
+	// Models is the allowlist of model names used as the "model" label; any
+	// other model is counted as "_other", so label values stay bounded.
+	Models []string `mapstructure:"models"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is debug, info, warn or error.
+	Level string `mapstructure:"level"`
+	// Format is text or json.
+	Format string `mapstructure:"format"`
+}
+
+// DefaultModels are the model names counted under their own label.
+var DefaultModels = []string{
+	"gemini-2.0-flash", "gemini-2.0-flash-lite",
+	"gemini-2.5-flash", "gemini-2.5-flash-lite", "gemini-2.5-pro",
+	"gemini-3-flash-preview", "gemini-3-pro-preview",
+	"gemini-3.1-pro-preview", "gemini-3.1-flash-lite",
+	"gemini-3.5-flash", "gemini-3.5-flash-lite", "gemini-3.6-flash", "gemini-3.7-flash",
+	"gemini-embedding-001", "text-embedding-004",
+}
+
+// Default returns the documented defaults.
+func Default() Config {
+	rw := rewrite.DefaultOptions()
+	return Config{
+		Server: Server{
+			Listen:            ":8080",
+			MaxBodyBytes:      128 << 20,
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			ShutdownGrace:     30 * time.Second,
+		},
+		Admin: Admin{Listen: ":9090"},
+		Upstream: Upstream{
+			URL:                   "https://generativelanguage.googleapis.com",
+			VertexURL:             "https://aiplatform.googleapis.com",
+			ResponseHeaderTimeout: 10 * time.Minute,
+			DialTimeout:           10 * time.Second,
+			IdleConnTimeout:       90 * time.Second,
+			MaxIdleConnsPerHost:   256,
+		},
+		Rewrite: Rewrite{
+			Enabled:           true,
+			MinBlockBytes:     rw.MinBlockBytes,
+			Similarity:        rw.Similarity,
+			CompactSuperseded: rw.CompactSuperseded,
+			Unflatten:         string(rw.Unflatten),
+			MaxBodyBytes:      32 << 20,
+			DocumentTags:      rw.DocumentTags,
+			Labels:            Labels{User: []string{}, Model: []string{}},
+		},
+		Metrics: Metrics{Models: append([]string(nil), DefaultModels...)},
+		Log:     Log{Level: "info", Format: "text"},
+	}
+}
+
+// Secret keys are redacted when the configuration is printed.
+var secretKeys = map[string]bool{
+	"upstream.api_key":    true,
+	"cache.tenant_secret": true,
+}

@@ -1,0 +1,220 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
+)
+
+// clearEnv hides GEMINI_PROXY_* variables of the calling environment, so
+// that the tests see only what they set.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		name, val, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, EnvPrefix+"_") {
+			t.Setenv(name, val) // restores it after the test
+			os.Unsetenv(name)
+		}
+	}
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func flags(t *testing.T, args ...string) *pflag.FlagSet {
+	t.Helper()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+func TestLoadDefaults(t *testing.T) {
+	clearEnv(t)
+	got, err := Load(flags(t))
+	if err != nil {
+		t.Fatalf("Load() error: %v", err)
+	}
+	if diff := cmp.Diff(Default(), got); diff != "" {
+		t.Errorf("Load() with nothing set differs from Default() (-want +got):\n%s", diff)
+	}
+}
+
+func TestLoadPrecedence(t *testing.T) {
+	clearEnv(t)
+	file := writeFile(t, `
+server:
+  listen: "127.0.0.1:7000"
+  max_body_bytes: 64MiB
+upstream:
+  url: "http://file.example:1"
+  response_header_timeout: 90s
+rewrite:
+  min_block_bytes: 1024
+  document_tags: ["file", "doc"]
+log:
+  level: debug
+`)
+	t.Setenv("GEMINI_PROXY_UPSTREAM_URL", "http://127.0.0.1:9000")
+	t.Setenv("GEMINI_PROXY_REWRITE_MIN_BLOCK_BYTES", "2048")
+	t.Setenv("GEMINI_PROXY_REWRITE_LABELS_USER", "Customer, Cliente")
+	t.Setenv("GEMINI_PROXY_SERVER_LISTEN", "127.0.0.1:7001")
+	got, err := Load(flags(t, "--config", file, "--listen", "127.0.0.1:7002"))
+	if err != nil {
+		t.Fatalf("Load() error: %v", err)
+	}
+	want := Default()
+	want.Server.Listen = "127.0.0.1:7002"       // flag beats env and file
+	want.Server.MaxBodyBytes = 64 << 20         // file
+	want.Upstream.URL = "http://127.0.0.1:9000" // env beats file
+	want.Upstream.ResponseHeaderTimeout = 90 * time.Second
+	want.Rewrite.MinBlockBytes = 2048                   // env beats file
+	want.Rewrite.DocumentTags = []string{"file", "doc"} // file
+	want.Rewrite.Labels.User = []string{"Customer", "Cliente"}
+	want.Log.Level = "debug"
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Load() (-want +got):\n%s", diff)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		env  map[string]string
+		want []string // every one must appear in the error
+	}{
+		{
+			name: "unknown file key",
+			file: "rewrite:\n  min_blok_bytes: 10\n",
+			want: []string{"min_blok_bytes"},
+		},
+		{
+			name: "unknown env variable",
+			env:  map[string]string{"GEMINI_PROXY_UPSTREM_URL": "http://x"},
+			want: []string{"unknown environment variable GEMINI_PROXY_UPSTREM_URL"},
+		},
+		{
+			name: "all invalid values listed at once",
+			file: `
+server:
+  listen: "nope"
+  base_path: "gemini/"
+upstream:
+  url: "ftp://x"
+rewrite:
+  similarity: 1.5
+  unflatten: "always"
+  min_block_bytes: 10
+log:
+  level: loud
+  format: xml
+cache:
+  tenant_secret: short
+`,
+			want: []string{
+				"server.listen", "server.base_path", "upstream.url", "rewrite.similarity",
+				"rewrite.unflatten", "rewrite.min_block_bytes", "log.level", "log.format",
+				"cache.tenant_secret",
+			},
+		},
+		{
+			name: "bad size",
+			env:  map[string]string{"GEMINI_PROXY_SERVER_MAX_BODY_BYTES": "12 parsecs"},
+			want: []string{"max_body_bytes"},
+		},
+		{
+			name: "rewrite limit above hard limit",
+			file: "server:\n  max_body_bytes: 1MiB\nrewrite:\n  max_body_bytes: 2MiB\n",
+			want: []string{"rewrite.max_body_bytes: must not exceed server.max_body_bytes"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clearEnv(t)
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			var args []string
+			if tt.file != "" {
+				args = []string{"--config", writeFile(t, tt.file)}
+			}
+			_, err := Load(flags(t, args...))
+			if err == nil {
+				t.Fatalf("Load() = nil error, want one mentioning %q", tt.want)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Load() error = %q, want it to mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestWriteRedactsAndRoundTrips(t *testing.T) {
+	clearEnv(t)
+	c := Default()
+	c.Upstream.APIKey = "AIzaSy-very-secret-key"
+	c.Cache.TenantSecret = "0123456789abcdef-secret"
+	c.Rewrite.Labels.Model = []string{"FRIDAY"}
+	var b strings.Builder
+	if err := c.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, secret := range []string{c.Upstream.APIKey, c.Cache.TenantSecret} {
+		if strings.Contains(out, secret) {
+			t.Errorf("Write() output contains secret %q:\n%s", secret, out)
+		}
+	}
+	if !strings.Contains(out, `api_key: "REDACTED"`) {
+		t.Errorf("Write() output does not say the key is redacted:\n%s", out)
+	}
+	// Every key is printed, and the output (without secrets) loads back as the same config.
+	for _, k := range Keys() {
+		leaf := k[strings.LastIndex(k, ".")+1:]
+		if !strings.Contains(out, leaf+":") {
+			t.Errorf("Write() output lacks key %s", k)
+		}
+	}
+	noSecrets := strings.NewReplacer(`api_key: "REDACTED"`, `api_key: ""`, `tenant_secret: "REDACTED"`, `tenant_secret: ""`).Replace(out)
+	got, err := Load(flags(t, "--config", writeFile(t, noSecrets)))
+	if err != nil {
+		t.Fatalf("Load(Write(c)) error: %v\n%s", err, noSecrets)
+	}
+	want := c
+	want.Upstream.APIKey, want.Cache.TenantSecret = "", ""
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Load(Write(c)) (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseByteSize(t *testing.T) {
+	good := map[string]ByteSize{"0": 0, "512": 512, "512B": 512, "4KiB": 4096, "1MiB": 1 << 20, "2 GiB": 2 << 30, "3KB": 3000, "5MB": 5e6}
+	for in, want := range good {
+		got, err := ParseByteSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "1.5MiB", "MiB", "10 parsecs", "99999999999GiB"} {
+		if got, err := ParseByteSize(in); err == nil {
+			t.Errorf("ParseByteSize(%q) = %d, want an error", in, got)
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Write prints c as YAML with every key, secrets redacted, so that the
+// output can be used as a configuration file (secrets aside).
+func (c Config) Write(w io.Writer) error {
+	var b strings.Builder
+	var section []string
+	walk(reflect.ValueOf(c), "", func(key string, v reflect.Value) {
+		parts := strings.Split(key, ".")
+		// Open the sections this key needs that are not open yet.
+		common := 0
+		for common < len(section) && common < len(parts)-1 && section[common] == parts[common] {
+			common++
+		}
+		for i := common; i < len(parts)-1; i++ {
+			fmt.Fprintf(&b, "%s%s:\n", strings.Repeat("  ", i), parts[i])
+		}
+		section = parts[:len(parts)-1]
+		indent := strings.Repeat("  ", len(parts)-1)
+		fmt.Fprintf(&b, "%s%s: %s\n", indent, parts[len(parts)-1], yamlValue(key, v))
+	})
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func yamlValue(key string, v reflect.Value) string {
+	if secretKeys[key] {
+		if v.String() == "" {
+			return `""`
+		}
+		return `"REDACTED"`
+	}
+	switch x := v.Interface().(type) {
+	case ByteSize:
+		return x.String()
+	case time.Duration:
+		return x.String()
+	case string:
+		return strconv.Quote(x)
+	case []string:
+		q := make([]string, len(x))
+		for i, s := range x {
+			q[i] = strconv.Quote(s)
+		}
+		return "[" + strings.Join(q, ", ") + "]"
+	}
+	return fmt.Sprint(v.Interface())
+}
