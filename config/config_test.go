@@ -218,3 +218,27 @@ func TestParseByteSize(t *testing.T) {
 		}
 	}
 }
+
+// TestExampleConfig keeps examples/config.yaml complete and equal to the
+// defaults, so the documented file never drifts from the code.
+func TestExampleConfig(t *testing.T) {
+	clearEnv(t)
+	path := filepath.Join("..", "examples", "config.yaml")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range Keys() {
+		leaf := k[strings.LastIndex(k, ".")+1:]
+		if !strings.Contains(string(raw), "\n  "+leaf+":") && !strings.Contains(string(raw), "\n    "+leaf+":") {
+			t.Errorf("%s does not list key %s", path, k)
+		}
+	}
+	got, err := Load(flags(t, "--config", path))
+	if err != nil {
+		t.Fatalf("Load(%s): %v", path, err)
+	}
+	if diff := cmp.Diff(Default(), got); diff != "" {
+		t.Errorf("%s differs from the defaults (-want +got):\n%s", path, diff)
+	}
+}
