@@ -1,0 +1,241 @@
+// Harness for the end-to-end tests: starts the gemini-proxy emulator and the
+// proxy in front of it as child processes on free loopback ports, waits until
+// both answer, and stops them again. It builds nothing: the binary comes from
+// the environment variable GEMINI_PROXY_BIN.
+
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import net from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+/** How long a child may take to start answering. */
+const START_TIMEOUT_MS = 15_000;
+/** How long a child may take to exit after SIGTERM before it gets SIGKILL. */
+const STOP_TIMEOUT_MS = 5_000;
+/** How many bytes of each child's stderr are kept for error messages. */
+const LOG_TAIL_BYTES = 16 * 1024;
+
+/** Every child still running, killed synchronously if this process exits. */
+const running = new Set();
+process.on('exit', () => {
+  for (const child of running) child.kill('SIGKILL');
+});
+
+/**
+ * binary returns the gemini-proxy binary named by GEMINI_PROXY_BIN, or throws
+ * an error that says how to set it.
+ */
+export function binary() {
+  const bin = process.env.GEMINI_PROXY_BIN;
+  if (!bin) {
+    throw new Error(
+      'GEMINI_PROXY_BIN is not set: build the binary first, e.g. ' +
+        '`go build -o /tmp/gemini-proxy ./cmd/gemini-proxy && ' +
+        'GEMINI_PROXY_BIN=/tmp/gemini-proxy npm test`',
+    );
+  }
+  return bin;
+}
+
+/**
+ * freePort returns a loopback TCP port that was free a moment ago: it listens
+ * on port 0 and closes the listener again.
+ */
+export async function freePort() {
+  const srv = net.createServer();
+  srv.listen(0, '127.0.0.1');
+  await once(srv, 'listening');
+  const { port } = srv.address();
+  srv.close();
+  await once(srv, 'close');
+  return port;
+}
+
+/**
+ * childEnv returns this process's environment without any GEMINI_PROXY_*
+ * variable: the proxy rejects unknown ones (GEMINI_PROXY_BIN among them), and
+ * the flags below must be the whole configuration.
+ */
+function childEnv() {
+  const env = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (!k.startsWith('GEMINI_PROXY_')) env[k] = v;
+  }
+  return env;
+}
+
+/** Child is one running gemini-proxy process. */
+class Child {
+  constructor(name, args) {
+    this.name = name;
+    this.args = args;
+    this.log = '';
+    this.exited = false;
+    this.proc = spawn(binary(), args, {
+      env: childEnv(),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    running.add(this.proc);
+    const keep = (chunk) => {
+      this.log = (this.log + chunk.toString()).slice(-LOG_TAIL_BYTES);
+    };
+    this.proc.stdout.on('data', keep);
+    this.proc.stderr.on('data', keep);
+    this.exit = new Promise((resolve) => {
+      this.proc.on('error', (err) => {
+        this.log += `\nspawn error: ${err.message}`;
+        this.exited = true;
+        running.delete(this.proc);
+        resolve({ code: null, signal: null, error: err });
+      });
+      this.proc.on('exit', (code, signal) => {
+        this.exited = true;
+        running.delete(this.proc);
+        resolve({ code, signal });
+      });
+    });
+  }
+
+  /** describe returns the command line and the tail of its output. */
+  describe() {
+    return `${this.name} (${binary()} ${this.args.join(' ')})\n--- output ---\n${this.log}`;
+  }
+
+  /**
+   * waitUntil polls check every 50 ms until it returns true, the child exits,
+   * or START_TIMEOUT_MS passes.
+   */
+  async waitUntil(what, check) {
+    const deadline = Date.now() + START_TIMEOUT_MS;
+    let last = 'no attempt';
+    while (Date.now() < deadline) {
+      if (this.exited) {
+        const { code, signal } = await this.exit;
+        throw new Error(`${this.name} exited (code ${code}, signal ${signal}) before ${what}\n${this.describe()}`);
+      }
+      try {
+        if (await check()) return;
+        last = 'not yet';
+      } catch (err) {
+        last = err.message;
+      }
+      await sleep(50);
+    }
+    throw new Error(`${this.name}: ${what} not reached within ${START_TIMEOUT_MS} ms (last: ${last})\n${this.describe()}`);
+  }
+
+  /** stop sends SIGTERM, waits a bounded time, then sends SIGKILL. */
+  async stop() {
+    if (this.exited) return;
+    this.proc.kill('SIGTERM');
+    const timer = sleep(STOP_TIMEOUT_MS, 'timeout');
+    if ((await Promise.race([this.exit, timer])) === 'timeout') {
+      this.proc.kill('SIGKILL');
+      await this.exit;
+    }
+  }
+}
+
+/** accepts reports whether something accepts TCP connections on port. */
+function accepts(port) {
+  return new Promise((resolve) => {
+    const sock = net.connect({ host: '127.0.0.1', port });
+    const done = (ok) => {
+      sock.destroy();
+      resolve(ok);
+    };
+    sock.setTimeout(1000, () => done(false));
+    sock.once('connect', () => done(true));
+    sock.once('error', () => done(false));
+  });
+}
+
+/** answers200 reports whether GET url answers 200 within a second. */
+async function answers200(url) {
+  const res = await fetch(url, { signal: AbortSignal.timeout(1000) });
+  await res.arrayBuffer();
+  return res.status === 200;
+}
+
+/**
+ * start runs the emulator and the proxy in front of it and returns their
+ * URLs and a stop function. stop is safe to call more than once and after a
+ * failed start; callers run it in after().
+ */
+export async function start() {
+  const children = [];
+  const stop = async () => {
+    await Promise.all(children.map((c) => c.stop()));
+  };
+  try {
+    const emuPort = await freePort();
+    const emulator = new Child('emulator', ['emulator', '--listen', `127.0.0.1:${emuPort}`]);
+    children.push(emulator);
+    await emulator.waitUntil(`the emulator listens on ${emuPort}`, () => accepts(emuPort));
+    const emulatorURL = `http://127.0.0.1:${emuPort}`;
+
+    const proxyPort = await freePort();
+    const adminPort = await freePort();
+    const proxy = new Child('proxy', [
+      'serve',
+      '--listen', `127.0.0.1:${proxyPort}`,
+      '--admin-listen', `127.0.0.1:${adminPort}`,
+      '--upstream', emulatorURL,
+    ]);
+    children.push(proxy);
+    const adminURL = `http://127.0.0.1:${adminPort}`;
+    await proxy.waitUntil('/readyz answers 200', () => answers200(`${adminURL}/readyz`));
+    await proxy.waitUntil(`the proxy listens on ${proxyPort}`, () => accepts(proxyPort));
+
+    return {
+      emulatorURL,
+      proxyURL: `http://127.0.0.1:${proxyPort}`,
+      adminURL,
+      emulator,
+      proxy,
+      stop,
+    };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+/**
+ * metricSamples fetches the Prometheus text exposition at url and returns the
+ * samples of the metric named name as [{labels, value}].
+ */
+export async function metricSamples(url, name) {
+  const res = await fetch(url, { signal: AbortSignal.timeout(5000) });
+  const body = await res.text();
+  if (res.status !== 200) throw new Error(`GET ${url}: ${res.status}\n${body}`);
+  return parseSamples(body, name);
+}
+
+/** parseSamples returns the samples of metric name in Prometheus text. */
+export function parseSamples(text, name) {
+  const samples = [];
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#') || !line.startsWith(name)) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const labels = {};
+    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) {
+      labels[l[1]] = l[2].replace(/\\(.)/g, (_, c) => (c === 'n' ? '\n' : c));
+    }
+    samples.push({ labels, value: Number(m[3]) });
+  }
+  return samples;
+}
+
+/**
+ * sum adds the values of the samples whose labels include every pair in
+ * match.
+ */
+export function sum(samples, match) {
+  let total = 0;
+  for (const s of samples) {
+    if (Object.entries(match).every(([k, v]) => s.labels[k] === v)) total += s.value;
+  }
+  return total;
+}
