@@ -17,9 +17,14 @@ const API_KEY = 'e2e-test-key';
 const SDK = 'generative-ai-js';
 const CLIENT_REQUESTS = 'gemini_proxy_client_requests_total';
 
-/** model returns a deprecated-SDK model whose requests go to baseUrl. */
+/**
+ * model returns a deprecated-SDK model whose requests go to baseUrl. It sets
+ * no requestOptions.timeout: the SDK never clears that timer, which would keep
+ * the test process alive for the whole time-out after the last test; the
+ * suite's own time-out bounds every call instead.
+ */
 function model(baseUrl) {
-  return new GoogleGenerativeAI(API_KEY).getGenerativeModel({ model: MODEL }, { baseUrl, timeout: 10_000 });
+  return new GoogleGenerativeAI(API_KEY).getGenerativeModel({ model: MODEL }, { baseUrl });
 }
 
 describe('@google/generative-ai (deprecated) through gemini-proxy', { timeout: 60_000 }, () => {

@@ -17,9 +17,18 @@ const LOG_TAIL_BYTES = 16 * 1024;
 
 /** Every child still running, killed synchronously if this process exits. */
 const running = new Set();
-process.on('exit', () => {
+function killAll() {
   for (const child of running) child.kill('SIGKILL');
-});
+}
+process.on('exit', killAll);
+// A signal would end this process without the 'exit' event; kill the
+// children first, then exit the way the signal would have.
+for (const [signal, number] of [['SIGINT', 2], ['SIGTERM', 15], ['SIGHUP', 1]]) {
+  process.once(signal, () => {
+    killAll();
+    process.exit(128 + number);
+  });
+}
 
 /**
  * binary returns the gemini-proxy binary named by GEMINI_PROXY_BIN, or throws
@@ -128,8 +137,11 @@ class Child {
   async stop() {
     if (this.exited) return;
     this.proc.kill('SIGTERM');
-    const timer = sleep(STOP_TIMEOUT_MS, 'timeout');
-    if ((await Promise.race([this.exit, timer])) === 'timeout') {
+    const cancel = new AbortController();
+    const timer = sleep(STOP_TIMEOUT_MS, 'timeout', { signal: cancel.signal }).catch(() => 'exited');
+    const first = await Promise.race([this.exit, timer]);
+    cancel.abort(); // so that a pending timer does not keep the test process alive
+    if (first === 'timeout') {
       this.proc.kill('SIGKILL');
       await this.exit;
     }
