@@ -1,10 +1,340 @@
 package rewrite
 
+import (
+	"encoding/base64"
+	"strings"
+)
+
 // Request rewrites a generateContent request body. It returns the new body
-// and a report; on any error the caller forwards the original body.
-//
-// TEMPORARY: the engine is being built; until then the body is returned
-// unchanged. Replaced by the real engine in the rewrite-engine issue.
+// and a report; on any error the caller forwards the original body. Request
+// is pure and safe for concurrent use; body is not modified.
 func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
-	return body, &Report{BytesBefore: len(body), BytesAfter: len(body)}, nil
+	req, err := scan(body)
+	if err != nil {
+		return nil, nil, err
+	}
+	rep := &Report{BytesBefore: len(body)}
+	if opts.Unflatten == UnflattenVerified && v != nil {
+		if nb, turns := unflattenRequest(body, req, &opts, v); turns > 0 {
+			rep.UnflattenedTurns = turns
+			body = nb
+			if req, err = scan(body); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	e := newEngine(body, req, &opts)
+	e.analyse()
+	reps := e.final()
+	out := e.emit(reps)
+	rep.Replacements = e.report(reps)
+	rep.BytesAfter = len(out)
+	return out, rep, nil
+}
+
+// textPart is one analysable text part.
+type textPart struct {
+	turn, part int
+	p          *part
+	text       string
+	lines      lines
+	blocks     []block
+	gone       []bool // lines replaced by a run reference
+}
+
+// occ is one occurrence of a block in the request.
+type occ struct {
+	tp      int // index into engine.parts; -1 for an image
+	turn    int
+	part    int
+	b       block
+	content string // identity content: the block's content with CRLF → LF
+	doc     int
+	// decision
+	replace  bool
+	rule     Rule
+	target   int  // turn holding the full copy
+	later    bool // the full copy comes after o
+	super    bool // o is an older version (superseded reference)
+	img      *part
+	sha      string
+	ref      string
+	refBytes int
+}
+
+// doc is one document: every block that is a version of the same file.
+type doc struct {
+	name     string
+	kind     blockKind
+	occs     []int // indices into engine.occs, in request order
+	latest   string
+	set      []uint64 // lineSet(latest), computed lazily
+	hasSet   bool
+	versions map[string]int // content → first occurrence
+}
+
+type engine struct {
+	body    []byte
+	req     *request
+	opts    *Options
+	parts   []textPart
+	occs    []occ
+	docs    []*doc
+	runs    []occ
+	byName  map[string]int
+	byText  map[string]int
+	shaMemo map[string]string
+}
+
+func newEngine(body []byte, req *request, opts *Options) *engine {
+	if opts.MinBlockBytes < 0 {
+		opts.MinBlockBytes = 0
+	}
+	return &engine{body: body, req: req, opts: opts, byName: map[string]int{}, byText: map[string]int{}, shaMemo: map[string]string{}}
+}
+
+// role returns the effective role of turn i.
+func (e *engine) role(i int) string {
+	if r := e.req.contents[i].role; r != "" {
+		return r
+	}
+	return "user"
+}
+
+func (e *engine) analyse() {
+	tags := e.opts.DocumentTags
+	for ti := range e.req.contents {
+		c := &e.req.contents[ti]
+		for pi := range c.parts {
+			p := &c.parts[pi]
+			switch p.kind {
+			case partText:
+				raw := e.body[p.str.start:p.str.end]
+				var text string
+				if p.esc {
+					text = unescape(raw)
+				} else {
+					text = string(raw)
+				}
+				blocks, ls := segment(text, tags)
+				e.parts = append(e.parts, textPart{turn: ti, part: pi, p: p, text: text, lines: ls, blocks: blocks})
+			}
+		}
+	}
+	e.findRuns()
+	// Occurrences in request order: parts in order, blocks in order, images
+	// interleaved by their position.
+	k := 0
+	for ti := range e.req.contents {
+		c := &e.req.contents[ti]
+		for pi := range c.parts {
+			p := &c.parts[pi]
+			switch p.kind {
+			case partText:
+				tp := &e.parts[k]
+				for _, b := range tp.blocks {
+					if b.kind == kindRun {
+						continue // decided by findRuns
+					}
+					e.add(occ{tp: k, turn: ti, part: pi, b: b, content: normalize(tp.text[b.cstart:b.cend])})
+				}
+				k++
+			case partInline:
+				if data, ok := decodeBase64(e.body[p.str.start:p.str.end], p.esc); ok {
+					e.add(occ{tp: -1, turn: ti, part: pi, b: block{kind: kindImage, name: p.mime}, content: data, img: p})
+				}
+			}
+		}
+	}
+	e.decide()
+}
+
+// normalize returns s with CRLF line endings turned into LF, for comparison
+// only.
+func normalize(s string) string {
+	if strings.IndexByte(s, '\r') < 0 {
+		return s
+	}
+	return strings.ReplaceAll(s, "\r\n", "\n")
+}
+
+// decodeBase64 decodes standard or URL-safe base64, padded or not.
+func decodeBase64(raw []byte, esc bool) (string, bool) {
+	s := string(raw)
+	if esc {
+		s = unescape(raw)
+	}
+	s = strings.TrimRight(s, "=")
+	enc := base64.RawStdEncoding
+	if strings.ContainsAny(s, "-_") {
+		enc = base64.RawURLEncoding
+	}
+	b, err := enc.DecodeString(s)
+	if err != nil {
+		return "", false
+	}
+	return string(b), true
+}
+
+// add assigns an occurrence to a document (DESIGN §3 "Identity").
+func (e *engine) add(o occ) {
+	o.doc = e.identify(&o)
+	d := e.docs[o.doc]
+	e.occs = append(e.occs, o)
+	idx := len(e.occs) - 1
+	d.occs = append(d.occs, idx)
+	if _, ok := d.versions[o.content]; !ok {
+		d.versions[o.content] = idx
+		if o.b.kind != kindImage && !o.b.kind.secondary() {
+			if _, ok := e.byText[o.content]; !ok {
+				e.byText[o.content] = o.doc
+			}
+		}
+	}
+	if d.latest != o.content {
+		d.latest, d.hasSet, d.set = o.content, false, nil
+	}
+}
+
+func (e *engine) newDoc(name string, kind blockKind) int {
+	e.docs = append(e.docs, &doc{name: name, kind: kind, versions: map[string]int{}})
+	return len(e.docs) - 1
+}
+
+func (e *engine) identify(o *occ) int {
+	switch k := o.b.kind; {
+	case k == kindImage:
+		key := "\x00image\x00" + o.content
+		if d, ok := e.byName[key]; ok {
+			return d
+		}
+		d := e.newDoc(o.b.name, k)
+		e.byName[key] = d
+		return d
+	case k.secondary():
+		key := "\x00" + o.b.name
+		if d, ok := e.byName[key]; ok {
+			return d
+		}
+		d := e.newDoc(o.b.name, k)
+		e.byName[key] = d
+		return d
+	}
+	if o.b.name != "" {
+		key := cleanName(o.b.name)
+		d, ok := e.byName[key]
+		if !ok {
+			d = e.newDoc(o.b.name, o.b.kind)
+			e.byName[key] = d
+			return d
+		}
+		if _, same := e.docs[d].versions[o.content]; same {
+			return d
+		}
+		switch chunk(e.docs[d].latest, o.content) {
+		case -1: // a retrieval chunk of the file: a document of its own
+			return e.newDoc(o.b.name, o.b.kind)
+		case 1: // the earlier copy was a chunk of this one
+			d = e.newDoc(o.b.name, o.b.kind)
+			e.byName[key] = d
+		}
+		return d
+	}
+	if d, ok := e.byText[o.content]; ok {
+		return d
+	}
+	set := lineSet(o.content)
+	best, bestSim := -1, e.opts.Similarity
+	for i, d := range e.docs {
+		if d.kind == kindImage || d.kind.secondary() {
+			continue
+		}
+		if !d.hasSet {
+			d.set, d.hasSet = lineSet(d.latest), true
+		}
+		if sim := similarity(set, d.set); sim >= bestSim && (best < 0 || sim > bestSim) {
+			if chunk(d.latest, o.content) != 0 {
+				continue
+			}
+			best, bestSim = i, sim
+		}
+	}
+	if best >= 0 {
+		return best
+	}
+	return e.newDoc(firstLine(o.content), o.b.kind)
+}
+
+// chunk reports whether b is a retrieval chunk of a (-1), a is a chunk of b
+// (1), or neither (0): one is a strict substring of the other and less than
+// half its size. A file edited by one line is never a chunk.
+func chunk(a, b string) int {
+	switch {
+	case len(b)*2 < len(a) && strings.Contains(a, b):
+		return -1
+	case len(a)*2 < len(b) && strings.Contains(b, a):
+		return 1
+	}
+	return 0
+}
+
+func cleanName(n string) string {
+	n = strings.ReplaceAll(strings.TrimSpace(n), `\`, "/")
+	for strings.HasPrefix(n, "./") {
+		n = n[2:]
+	}
+	return n
+}
+
+// firstLine returns the first non-blank line of s, trimmed.
+func firstLine(s string) string {
+	for s != "" {
+		line := s
+		if k := strings.IndexByte(s, '\n'); k >= 0 {
+			line, s = s[:k], s[k+1:]
+		} else {
+			s = ""
+		}
+		if t := strings.TrimSpace(line); t != "" {
+			return t
+		}
+	}
+	return ""
+}
+
+// decide applies "keep once" to every document (DESIGN §3).
+func (e *engine) decide() {
+	for _, d := range e.docs {
+		active := d.latest
+		keep := d.versions[active]
+		for _, idx := range d.occs {
+			o := &e.occs[idx]
+			if idx == keep {
+				continue
+			}
+			target := keep
+			switch {
+			case o.content == active:
+			case e.opts.CompactSuperseded:
+				o.super = true
+			default:
+				target = d.versions[o.content]
+				if target == idx {
+					continue
+				}
+			}
+			o.target = e.occs[target].turn
+			o.later = target > idx
+			o.rule = RuleUnchanged
+			switch {
+			case o.b.kind == kindImage:
+				o.rule = RuleImage
+			case o.b.kind.secondary():
+				o.rule = RuleSecondary
+			case o.super:
+				o.rule = RuleSuperseded
+			}
+			o.replace = e.reference(o)
+		}
+	}
 }

@@ -1,0 +1,72 @@
+// Package rewrite losslessly rewrites naive Gemini generateContent requests
+// into deduplicated contents (DESIGN §3). It is pure: bytes in, bytes and a
+// Report out; no I/O, no clock, no state between calls.
+//
+// # How it works
+//
+// A small validating JSON scanner records the byte ranges of
+// contents[i].parts[j] and of their text and inlineData.data strings;
+// everything else is copied as raw byte ranges, so fields the rewriter does
+// not change (unknown fields, snake_case keys, key order, white space,
+// thoughtSignature encodings) stay byte for byte. Only text parts whose
+// members are exactly "text", and parts whose only member is
+// inlineData/inline_data with data and mimeType, are analysed; any other
+// part (thoughtSignature, functionCall, functionResponse, executableCode,
+// codeExecutionResult, fileData, thought, unknown members) is never touched,
+// nor is anything outside contents.
+//
+// Each analysed text is segmented into blocks: fenced code (``` and ~~~,
+// CommonMark fence rules, a fence left open by truncation, a closing fence
+// glued to the last code line), with a file name from the info string or a
+// caption, banner or path line directly above; XML-like document tags
+// (Options.DocumentTags) named by a path attribute or a <file_path> child;
+// text banners ("--- a.go ---" … "--- End of content ---", "FILE: a.go"
+// between "=====" rules, "[CONTEXT FILE] a.go", "// File: a.ts" banners,
+// also inside one fenced blob); project trees and open-tab lists (secondary
+// context); and runs of lines outside any block that repeat an earlier turn
+// verbatim. A whole inlineData part is a block compared by its decoded
+// bytes, so standard and URL-safe base64 are the same block.
+//
+// A block belongs to a document: its file name when it has one, else the
+// earlier document whose latest version it resembles most (line-set
+// similarity ≥ Options.Similarity), else a document of its own. A block that
+// is a strict substring of less than half of a document's latest version (a
+// retrieval chunk), or the reverse, is a document of its own: it is only
+// ever replaced by a reference to an identical block. The active version of
+// a document is the content of its latest occurrence; its first full copy is
+// kept, later copies become unchanged references and copies of older
+// versions superseded references (Options.CompactSuperseded). Line endings
+// are normalised only for comparison. A block is replaced only when it is at
+// least Options.MinBlockBytes long and its reference at most half its size.
+//
+// # Reference format
+//
+// A replaced block becomes one line of plain text, at most 200 bytes,
+// deterministic (the same input gives the same bytes):
+//
+//	[unchanged: NAME sha256:HASH12, identical to the copy WHERE]
+//	[superseded: NAME sha256:HASH12, replaced by the version WHERE]
+//	[same MIME sha256:HASH12 as WHERE]
+//
+// NAME is the document's file name, or the first line of the block when it
+// has none ("project tree" and "open tabs" for secondary context), with
+// control characters and brackets turned into spaces and cut to 80 bytes.
+// MIME is the inlineData mime type. HASH12 is the first 12 hex digits of the
+// SHA-256 of the exact replaced text (wrapper lines included, line endings
+// as sent), or of the decoded bytes for inlineData. WHERE is "in turn N"
+// (1-based index into contents), "in your previous reply" (the model turn
+// right before the current user turn), or "earlier in this turn" / "later in
+// this turn". Replacement.SHA256 carries the full hash. A replaced inlineData
+// part becomes {"text":"REFERENCE"}.
+//
+// References are never parsed back: a user who types a reference-looking
+// string only adds text, which is kept like any other text.
+//
+// # Guarantees
+//
+// Request is idempotent (rewriting its output changes nothing) and
+// deterministic; it never creates, merges or reorders turns except when
+// un-flattening, and the full text of each active version stays in the
+// output. On anything it cannot handle it returns an error (ErrInvalidJSON,
+// ErrNoContents, ErrUnsupported) and the caller forwards the original.
+package rewrite

@@ -1,0 +1,229 @@
+package rewrite
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// maxNameBytes bounds the document name inside a reference, so that a
+// reference never exceeds maxRefBytes.
+const (
+	maxNameBytes = 80
+	maxRefBytes  = 200
+)
+
+// sha returns the hex SHA-256 of s, computing it once per distinct span.
+func (e *engine) sha(s string) string {
+	if h, ok := e.shaMemo[s]; ok {
+		return h
+	}
+	sum := sha256.Sum256([]byte(s))
+	h := hex.EncodeToString(sum[:])
+	e.shaMemo[s] = h
+	return h
+}
+
+// reference fills o.sha and o.ref and reports whether replacing o pays: the
+// span is at least MinBlockBytes and the reference at most half its size.
+func (e *engine) reference(o *occ) bool {
+	var content string
+	var size int
+	if o.b.kind == kindImage {
+		content, size = o.content, o.img.obj.end-o.img.obj.start
+	} else {
+		content = e.parts[o.tp].text[o.b.start:o.b.end]
+		size = len(content)
+	}
+	if size < e.opts.MinBlockBytes || size < 2*len("[unchanged:  sha256:123456789abc]") {
+		return false
+	}
+	o.sha = e.sha(content)
+	o.ref = e.refText(o)
+	o.refBytes = len(o.ref)
+	if o.b.kind == kindImage {
+		o.refBytes = len(`{"text":""}`) + len(appendEscaped(nil, o.ref))
+	}
+	return o.refBytes*2 <= size
+}
+
+// refText renders the reference that replaces o (see doc.go for the format).
+func (e *engine) refText(o *occ) string {
+	var b strings.Builder
+	b.Grow(maxRefBytes)
+	name := displayName(e.name(o))
+	h := o.sha[:12]
+	switch {
+	case o.b.kind == kindImage:
+		b.WriteString("[same ")
+		b.WriteString(name)
+		b.WriteString(" sha256:")
+		b.WriteString(h)
+		b.WriteString(" as ")
+		b.WriteString(e.where(o))
+	case o.super:
+		b.WriteString("[superseded: ")
+		b.WriteString(name)
+		b.WriteString(" sha256:")
+		b.WriteString(h)
+		b.WriteString(", replaced by the version ")
+		b.WriteString(e.where(o))
+	default:
+		b.WriteString("[unchanged: ")
+		b.WriteString(name)
+		b.WriteString(" sha256:")
+		b.WriteString(h)
+		b.WriteString(", identical to the copy ")
+		b.WriteString(e.where(o))
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// where says where the full copy is: "in turn N", "in your previous reply"
+// (the model turn right before a user turn), or "earlier/later in this turn".
+func (e *engine) where(o *occ) string {
+	switch {
+	case o.target == o.turn && o.later:
+		return "later in this turn"
+	case o.target == o.turn:
+		return "earlier in this turn"
+	case o.target == o.turn-1 && e.role(o.target) == "model" && e.role(o.turn) == "user":
+		return "in your previous reply"
+	}
+	return "in turn " + strconv.Itoa(o.target+1)
+}
+
+// name is the document name shown for o: its own name, else its document's.
+func (e *engine) name(o *occ) string {
+	switch {
+	case o.b.kind == kindImage:
+		if o.b.name == "" {
+			return "inline data"
+		}
+		return o.b.name
+	case o.b.name != "":
+		return o.b.name
+	case o.b.kind == kindRun:
+		return firstLine(e.parts[o.tp].text[o.b.start:o.b.end])
+	}
+	return e.docs[o.doc].name
+}
+
+// displayName makes a name safe and short for a reference: control
+// characters and brackets become spaces, and it is cut to maxNameBytes.
+func displayName(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == '[' || r == ']' || r == utf8.RuneError {
+			return ' '
+		}
+		return r
+	}, s)
+	s = strings.TrimSpace(s)
+	if len(s) > maxNameBytes {
+		cut := maxNameBytes - 3
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
+	}
+	if s == "" {
+		s = "block"
+	}
+	return s
+}
+
+// final returns every replacement in request order.
+func (e *engine) final() []*occ {
+	var out []*occ
+	for i := range e.occs {
+		if e.occs[i].replace {
+			out = append(out, &e.occs[i])
+		}
+	}
+	for i := range e.runs {
+		out = append(out, &e.runs[i])
+	}
+	slices.SortFunc(out, func(a, b *occ) int {
+		return cmp.Or(cmp.Compare(a.turn, b.turn), cmp.Compare(a.part, b.part), cmp.Compare(a.b.start, b.b.start))
+	})
+	return out
+}
+
+// emit stitches the unchanged byte ranges of the body around the replaced
+// strings. Text kept in a part keeps its original escaping byte for byte.
+func (e *engine) emit(reps []*occ) []byte {
+	if len(reps) == 0 {
+		return e.body
+	}
+	type edit struct {
+		start, end int
+		text       []byte
+	}
+	var edits []edit
+	for i := 0; i < len(reps); {
+		o := reps[i]
+		if o.b.kind == kindImage {
+			t := append([]byte(`{"text":"`), appendEscaped(nil, o.ref)...)
+			edits = append(edits, edit{o.img.obj.start, o.img.obj.end, append(t, `"}`...)})
+			i++
+			continue
+		}
+		j := i
+		for j < len(reps) && reps[j].tp == o.tp && reps[j].b.kind != kindImage {
+			j++
+		}
+		tp := &e.parts[o.tp]
+		raw := e.body[tp.p.str.start:tp.p.str.end]
+		offs := make([]int, 0, 2*(j-i))
+		for _, r := range reps[i:j] {
+			offs = append(offs, r.b.start, r.b.end)
+		}
+		if tp.p.esc {
+			offs = rawOffsets(raw, offs)
+		}
+		t := make([]byte, 0, offs[0]+64*(j-i))
+		prev := 0
+		for k, r := range reps[i:j] {
+			t = append(t, raw[prev:offs[2*k]]...)
+			t = appendEscaped(t, r.ref)
+			prev = offs[2*k+1]
+		}
+		t = append(t, raw[prev:]...)
+		edits = append(edits, edit{tp.p.str.start, tp.p.str.end, t})
+		i = j
+	}
+	n := len(e.body)
+	for _, ed := range edits {
+		n += len(ed.text) - (ed.end - ed.start)
+	}
+	out := make([]byte, 0, n)
+	prev := 0
+	for _, ed := range edits {
+		out = append(out, e.body[prev:ed.start]...)
+		out = append(out, ed.text...)
+		prev = ed.end
+	}
+	return append(out, e.body[prev:]...)
+}
+
+// report lists the replacements for the Report.
+func (e *engine) report(reps []*occ) []Replacement {
+	if len(reps) == 0 {
+		return nil
+	}
+	out := make([]Replacement, len(reps))
+	for i, o := range reps {
+		size := o.b.end - o.b.start
+		if o.b.kind == kindImage {
+			size = o.img.obj.end - o.img.obj.start
+		}
+		out[i] = Replacement{Rule: o.rule, Turn: o.turn, Part: o.part, Document: displayName(e.name(o)),
+			SHA256: o.sha, Bytes: size, RefBytes: o.refBytes}
+	}
+	return out
+}

@@ -1,0 +1,73 @@
+package rewrite
+
+import (
+	"math/bits"
+	"slices"
+	"strings"
+)
+
+// hashLine is a fast, deterministic 64-bit hash of one line (a wyhash-style
+// mix over 8-byte words). It only finds candidates: every match it suggests
+// is confirmed by comparing bytes, but it is also deterministic across
+// processes, so that the rewrite of a request never depends on a seed.
+func hashLine(s string) uint64 {
+	const (
+		p0 = 0xa0761d6478bd642f
+		p1 = 0xe7037ed1a0b428db
+		p2 = 0x8ebc6af09c88c6e3
+	)
+	h := uint64(len(s)) ^ p0
+	for len(s) >= 8 {
+		v := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+		hi, lo := bits.Mul64(v^p1, h^p2)
+		h = hi ^ lo
+		s = s[8:]
+	}
+	var t uint64
+	for i := len(s) - 1; i >= 0; i-- {
+		t = t<<8 | uint64(s[i])
+	}
+	hi, lo := bits.Mul64(t^p1, h^p0)
+	return hi ^ lo
+}
+
+// lineSet returns the sorted, de-duplicated hashes of the non-blank lines of
+// s, whitespace-trimmed, for line-set similarity.
+func lineSet(s string) []uint64 {
+	set := make([]uint64, 0, strings.Count(s, "\n")+1)
+	for s != "" {
+		line := s
+		if k := strings.IndexByte(s, '\n'); k >= 0 {
+			line, s = s[:k], s[k+1:]
+		} else {
+			s = ""
+		}
+		if t := strings.TrimSpace(line); t != "" {
+			set = append(set, hashLine(t))
+		}
+	}
+	slices.Sort(set)
+	return slices.Compact(set)
+}
+
+// similarity is the Jaccard index of two sorted line sets.
+func similarity(a, b []uint64) float64 {
+	if len(a) == 0 && len(b) == 0 {
+		return 1
+	}
+	inter := 0
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		switch {
+		case a[i] == b[j]:
+			inter++
+			i++
+			j++
+		case a[i] < b[j]:
+			i++
+		default:
+			j++
+		}
+	}
+	return float64(inter) / float64(len(a)+len(b)-inter)
+}

@@ -1,0 +1,582 @@
+package rewrite
+
+import (
+	"errors"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// ErrUnsupported is returned for a well-formed request whose shape the
+// rewriter does not handle (for example a duplicated "contents" key); the
+// caller forwards the original body.
+var ErrUnsupported = errors.New("rewrite: unsupported request shape")
+
+// maxDepth bounds JSON nesting so that hostile input cannot exhaust the stack.
+const maxDepth = 1000
+
+// span is a half-open byte range [start, end) of the request body.
+type span struct{ start, end int }
+
+// partKind says what the rewriter may do with a part.
+type partKind uint8
+
+const (
+	partOther  partKind = iota // never analysed, copied verbatim
+	partText                   // a text part whose string may be edited
+	partInline                 // an inlineData-only part that may become a reference
+)
+
+// part is one element of contents[i].parts as located by scan.
+type part struct {
+	kind partKind
+	obj  span // the whole part object, braces included
+	str  span // text: the string's contents without quotes; inline: the data string
+	esc  bool // the string contains a backslash escape
+	mime string
+}
+
+// content is one element of contents as located by scan.
+type content struct {
+	obj   span
+	role  string // "" when the role is omitted
+	parts []part
+}
+
+// request is the result of scanning a generateContent body.
+type request struct {
+	contents []content
+	// genConfig is the raw generationConfig (or generation_config) value, if any.
+	genConfig span
+}
+
+// scanner is a validating, allocation-light JSON reader over one body.
+type scanner struct {
+	b   []byte
+	pos int
+}
+
+var errSyntax = ErrInvalidJSON
+
+// scan validates body as one JSON object and locates the parts of contents.
+func scan(body []byte) (*request, error) {
+	s := &scanner{b: body}
+	req := &request{}
+	s.ws()
+	if s.pos >= len(s.b) || s.b[s.pos] != '{' {
+		return nil, ErrInvalidJSON
+	}
+	seen := 0
+	err := s.object(1, func(key string) error {
+		switch key {
+		case "contents":
+			seen++
+			if seen > 1 {
+				return ErrUnsupported
+			}
+			return s.contents(req)
+		case "generationConfig", "generation_config":
+			start := s.pos
+			if err := s.value(1); err != nil {
+				return err
+			}
+			req.genConfig = span{start, s.pos}
+			return nil
+		}
+		return s.value(1)
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.ws()
+	if s.pos != len(s.b) {
+		return nil, ErrInvalidJSON
+	}
+	if seen == 0 {
+		return nil, ErrNoContents
+	}
+	return req, nil
+}
+
+func (s *scanner) ws() {
+	for s.pos < len(s.b) {
+		switch s.b[s.pos] {
+		case ' ', '\t', '\n', '\r':
+			s.pos++
+		default:
+			return
+		}
+	}
+}
+
+// object reads an object at s.pos, calling member for each key with s.pos at
+// the start of the member's value; member must consume the value.
+func (s *scanner) object(depth int, member func(key string) error) error {
+	if depth > maxDepth {
+		return ErrUnsupported
+	}
+	s.pos++ // '{'
+	s.ws()
+	if s.pos < len(s.b) && s.b[s.pos] == '}' {
+		s.pos++
+		return nil
+	}
+	for {
+		s.ws()
+		if s.pos >= len(s.b) || s.b[s.pos] != '"' {
+			return errSyntax
+		}
+		sp, esc, err := s.str()
+		if err != nil {
+			return err
+		}
+		key := string(s.b[sp.start:sp.end])
+		if esc {
+			key = unescape(s.b[sp.start:sp.end])
+		}
+		s.ws()
+		if s.pos >= len(s.b) || s.b[s.pos] != ':' {
+			return errSyntax
+		}
+		s.pos++
+		s.ws()
+		if err := member(key); err != nil {
+			return err
+		}
+		s.ws()
+		if s.pos >= len(s.b) {
+			return errSyntax
+		}
+		switch s.b[s.pos] {
+		case ',':
+			s.pos++
+		case '}':
+			s.pos++
+			return nil
+		default:
+			return errSyntax
+		}
+	}
+}
+
+// array reads an array at s.pos, calling elem with s.pos at each element.
+func (s *scanner) array(depth int, elem func() error) error {
+	if depth > maxDepth {
+		return ErrUnsupported
+	}
+	s.pos++ // '['
+	s.ws()
+	if s.pos < len(s.b) && s.b[s.pos] == ']' {
+		s.pos++
+		return nil
+	}
+	for {
+		s.ws()
+		if err := elem(); err != nil {
+			return err
+		}
+		s.ws()
+		if s.pos >= len(s.b) {
+			return errSyntax
+		}
+		switch s.b[s.pos] {
+		case ',':
+			s.pos++
+		case ']':
+			s.pos++
+			return nil
+		default:
+			return errSyntax
+		}
+	}
+}
+
+// str reads a string at s.pos and returns the span of its contents (without
+// quotes) and whether it contains escapes.
+func (s *scanner) str() (span, bool, error) {
+	s.pos++ // '"'
+	start := s.pos
+	esc := false
+	b := s.b
+	for i := s.pos; i < len(b); {
+		c := b[i]
+		switch {
+		case c == '"':
+			s.pos = i + 1
+			return span{start, i}, esc, nil
+		case c == '\\':
+			esc = true
+			if i+1 >= len(b) {
+				return span{}, false, errSyntax
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) {
+					return span{}, false, errSyntax
+				}
+				for _, h := range b[i+2 : i+6] {
+					if hexVal(h) < 0 {
+						return span{}, false, errSyntax
+					}
+				}
+				i += 6
+			default:
+				return span{}, false, errSyntax
+			}
+		case c < 0x20:
+			return span{}, false, errSyntax
+		default:
+			i++
+		}
+	}
+	return span{}, false, errSyntax
+}
+
+// value validates and skips any JSON value.
+func (s *scanner) value(depth int) error {
+	if s.pos >= len(s.b) {
+		return errSyntax
+	}
+	switch c := s.b[s.pos]; {
+	case c == '{':
+		return s.object(depth+1, func(string) error { return s.value(depth + 1) })
+	case c == '[':
+		return s.array(depth+1, func() error { return s.value(depth + 1) })
+	case c == '"':
+		_, _, err := s.str()
+		return err
+	case c == 't':
+		return s.lit("true")
+	case c == 'f':
+		return s.lit("false")
+	case c == 'n':
+		return s.lit("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return s.number()
+	}
+	return errSyntax
+}
+
+func (s *scanner) lit(w string) error {
+	if len(s.b)-s.pos < len(w) || string(s.b[s.pos:s.pos+len(w)]) != w {
+		return errSyntax
+	}
+	s.pos += len(w)
+	return nil
+}
+
+func (s *scanner) number() error {
+	b, i := s.b, s.pos
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	default:
+		return errSyntax
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return errSyntax
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return errSyntax
+		}
+	}
+	s.pos = i
+	return nil
+}
+
+// contents reads the contents array. A contents value that is not an array
+// of objects is left to the API to reject.
+func (s *scanner) contents(req *request) error {
+	if s.pos >= len(s.b) || s.b[s.pos] != '[' {
+		return ErrUnsupported
+	}
+	return s.array(2, func() error {
+		if s.pos >= len(s.b) || s.b[s.pos] != '{' {
+			return ErrUnsupported
+		}
+		c := content{obj: span{start: s.pos}}
+		seenParts, seenRole := false, false
+		err := s.object(3, func(key string) error {
+			switch key {
+			case "role":
+				if seenRole {
+					return ErrUnsupported
+				}
+				seenRole = true
+				if s.pos >= len(s.b) || s.b[s.pos] != '"' {
+					return ErrUnsupported
+				}
+				sp, esc, err := s.str()
+				if err != nil {
+					return err
+				}
+				c.role = string(s.b[sp.start:sp.end])
+				if esc {
+					c.role = unescape(s.b[sp.start:sp.end])
+				}
+				if c.role == "" {
+					return ErrUnsupported
+				}
+				return nil
+			case "parts":
+				if seenParts {
+					return ErrUnsupported
+				}
+				seenParts = true
+				if s.pos >= len(s.b) || s.b[s.pos] != '[' {
+					return ErrUnsupported
+				}
+				return s.array(4, func() error {
+					p, err := s.part()
+					c.parts = append(c.parts, p)
+					return err
+				})
+			}
+			return s.value(3)
+		})
+		c.obj.end = s.pos
+		req.contents = append(req.contents, c)
+		return err
+	})
+}
+
+// part reads one part object and classifies it.
+func (s *scanner) part() (part, error) {
+	p := part{obj: span{start: s.pos}}
+	if s.pos >= len(s.b) || s.b[s.pos] != '{' {
+		return p, ErrUnsupported
+	}
+	var texts, inlines, others int
+	err := s.object(5, func(key string) error {
+		switch key {
+		case "text":
+			texts++
+			if s.pos >= len(s.b) || s.b[s.pos] != '"' {
+				others++
+				return s.value(5)
+			}
+			sp, esc, err := s.str()
+			p.str, p.esc = sp, esc
+			return err
+		case "inlineData", "inline_data":
+			inlines++
+			if s.pos >= len(s.b) || s.b[s.pos] != '{' {
+				others++
+				return s.value(5)
+			}
+			return s.inline(&p)
+		case "thought":
+			// A thought summary is the model's private text: never edited.
+			others++
+		default:
+			// Any other member (thoughtSignature, functionCall, fileData,
+			// videoMetadata, fields from next year's API …) freezes the
+			// part: it is copied verbatim and never analysed.
+			others++
+		}
+		return s.value(5)
+	})
+	p.obj.end = s.pos
+	switch {
+	case others > 0 || texts+inlines != 1:
+		p.kind = partOther
+	case texts == 1:
+		p.kind = partText
+	case inlines == 1 && p.str.end > p.str.start:
+		p.kind = partInline
+	}
+	return p, err
+}
+
+// inline reads an inlineData object, recording data and mimeType.
+func (s *scanner) inline(p *part) error {
+	var datas, mimes, others int
+	err := s.object(6, func(key string) error {
+		switch key {
+		case "data":
+			datas++
+			if s.pos < len(s.b) && s.b[s.pos] == '"' {
+				sp, esc, err := s.str()
+				p.str, p.esc = sp, esc
+				return err
+			}
+		case "mimeType", "mime_type":
+			mimes++
+			if s.pos < len(s.b) && s.b[s.pos] == '"' {
+				sp, esc, err := s.str()
+				if esc {
+					p.mime = unescape(s.b[sp.start:sp.end])
+				} else {
+					p.mime = string(s.b[sp.start:sp.end])
+				}
+				return err
+			}
+		}
+		others++
+		return s.value(6)
+	})
+	if others > 0 || datas != 1 || mimes > 1 {
+		// Unknown members (displayName …) or odd shapes: leave the part alone.
+		p.str = span{}
+	}
+	return err
+}
+
+func hexVal(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+// unescape decodes the contents of a JSON string that scan has validated.
+// Lone surrogates decode to U+FFFD, as in encoding/json; other bytes,
+// including invalid UTF-8, are copied unchanged.
+func unescape(raw []byte) string {
+	out := make([]byte, 0, len(raw))
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		if c != '\\' {
+			j := i + 1
+			for j < len(raw) && raw[j] != '\\' {
+				j++
+			}
+			out = append(out, raw[i:j]...)
+			i = j
+			continue
+		}
+		r, n := decodeEscape(raw[i:])
+		out = utf8.AppendRune(out, r)
+		i += n
+	}
+	return string(out)
+}
+
+// decodeEscape decodes the escape sequence at the start of raw, returning the
+// rune and the number of raw bytes consumed.
+func decodeEscape(raw []byte) (rune, int) {
+	switch raw[1] {
+	case 'n':
+		return '\n', 2
+	case 'r':
+		return '\r', 2
+	case 't':
+		return '\t', 2
+	case 'b':
+		return '\b', 2
+	case 'f':
+		return '\f', 2
+	case 'u':
+		r := hex4(raw[2:6])
+		if utf16.IsSurrogate(r) {
+			if len(raw) >= 12 && raw[6] == '\\' && raw[7] == 'u' {
+				if d := utf16.DecodeRune(r, hex4(raw[8:12])); d != utf8.RuneError {
+					return d, 12
+				}
+			}
+			return utf8.RuneError, 6
+		}
+		return r, 6
+	}
+	return rune(raw[1]), 2 // " \ /
+}
+
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		r = r<<4 | rune(hexVal(c))
+	}
+	return r
+}
+
+// rawOffsets maps offsets in the unescaped form of raw (sorted ascending) to
+// offsets in raw. Offsets must fall on escape boundaries, which line
+// boundaries always do.
+func rawOffsets(raw []byte, offs []int) []int {
+	out := make([]int, len(offs))
+	k := 0
+	u := 0 // unescaped position
+	var buf [utf8.UTFMax]byte
+	for i := 0; i <= len(raw) && k < len(offs); {
+		for k < len(offs) && offs[k] <= u {
+			out[k] = i
+			k++
+		}
+		if i == len(raw) {
+			break
+		}
+		if raw[i] != '\\' {
+			i++
+			u++
+			continue
+		}
+		r, n := decodeEscape(raw[i:])
+		i += n
+		if r < utf8.RuneSelf {
+			u++
+		} else {
+			u += utf8.EncodeRune(buf[:], r)
+		}
+	}
+	for ; k < len(offs); k++ {
+		out[k] = len(raw)
+	}
+	return out
+}
+
+// appendEscaped appends s as the contents of a JSON string (no quotes),
+// escaping only what JSON requires.
+func appendEscaped(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	return append(dst, s[start:]...)
+}

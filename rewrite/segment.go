@@ -1,0 +1,698 @@
+package rewrite
+
+import (
+	"strings"
+)
+
+// blockKind says how a block was found.
+type blockKind uint8
+
+const (
+	kindFence  blockKind = iota // fenced code block
+	kindTag                     // XML-like document tag
+	kindBanner                  // text banner naming a file
+	kindTree                    // project tree (secondary)
+	kindTabs                    // open-tab list (secondary)
+	kindRun                     // unwrapped lines repeating an earlier turn
+	kindImage                   // a whole inlineData part
+)
+
+func (k blockKind) secondary() bool { return k == kindTree || k == kindTabs }
+
+// block is a unit of text that may repeat. Offsets are byte offsets in the
+// unescaped text of one part.
+type block struct {
+	start, end   int // the span a reference would replace
+	cstart, cend int // the content compared for identity
+	name         string
+	kind         blockKind
+}
+
+// lines holds the line boundaries of a text: line i is text[start[i]:end[i]]
+// without its "\n"; end excludes a trailing "\r" as well when cr is set.
+type lines struct {
+	text  string
+	start []int
+	end   []int // end of the line, "\n" excluded, "\r" included
+}
+
+func splitLines(text string) lines {
+	n := strings.Count(text, "\n") + 1
+	l := lines{text: text, start: make([]int, 0, n), end: make([]int, 0, n)}
+	for i := 0; ; {
+		j := strings.IndexByte(text[i:], '\n')
+		l.start = append(l.start, i)
+		if j < 0 {
+			l.end = append(l.end, len(text))
+			return l
+		}
+		l.end = append(l.end, i+j)
+		i += j + 1
+	}
+}
+
+func (l *lines) n() int { return len(l.start) }
+
+// at returns line i without "\r\n".
+func (l *lines) at(i int) string {
+	s := l.text[l.start[i]:l.end[i]]
+	if len(s) > 0 && s[len(s)-1] == '\r' {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// segmenter finds blocks in one text.
+type segmenter struct {
+	l    lines
+	tags []string
+}
+
+// segment returns the blocks of text in order, which never overlap, and the
+// text's lines.
+func segment(text string, tags []string) ([]block, lines) {
+	sg := segmenter{l: splitLines(text), tags: tags}
+	if len(text) < 8 {
+		return nil, sg.l
+	}
+	return sg.run(), sg.l
+}
+
+func (sg *segmenter) run() []block {
+	var out []block
+	l := &sg.l
+	free := 0 // first line not consumed by a block
+	for i := 0; i < l.n(); {
+		line := l.at(i)
+		var b block
+		var next int
+		ok := false
+		switch {
+		case isFenceCandidate(line):
+			b, next, ok = sg.fence(i, free)
+		case strings.HasPrefix(strings.TrimLeft(line, " \t"), "<"):
+			b, next, ok = sg.tag(i)
+		}
+		if !ok {
+			b, next, ok = sg.banner(i)
+		}
+		if !ok {
+			b, next, ok = sg.secondary(i)
+		}
+		if !ok {
+			i++
+			continue
+		}
+		if b.kind == kindFence {
+			out = sg.split(out, b)
+		} else {
+			out = append(out, b)
+		}
+		i, free = next, next
+	}
+	return out
+}
+
+func isFenceCandidate(line string) bool {
+	t := strings.TrimLeft(line, " ")
+	return len(line)-len(t) <= 3 && (strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~"))
+}
+
+// fenceOpen parses a CommonMark opening fence line.
+func fenceOpen(line string) (ch byte, n int, info string, ok bool) {
+	t := strings.TrimLeft(line, " ")
+	if len(line)-len(t) > 3 || len(t) < 3 || (t[0] != '`' && t[0] != '~') {
+		return 0, 0, "", false
+	}
+	ch = t[0]
+	for n < len(t) && t[n] == ch {
+		n++
+	}
+	if n < 3 {
+		return 0, 0, "", false
+	}
+	info = strings.TrimSpace(t[n:])
+	if ch == '`' && strings.IndexByte(info, '`') >= 0 {
+		return 0, 0, "", false
+	}
+	return ch, n, info, true
+}
+
+// fenceClose reports whether line closes a fence of n chars ch.
+func fenceClose(line string, ch byte, n int) bool {
+	t := strings.TrimLeft(line, " ")
+	if len(line)-len(t) > 3 {
+		return false
+	}
+	k := 0
+	for k < len(t) && t[k] == ch {
+		k++
+	}
+	return k >= n && strings.Trim(t[k:], " \t") == ""
+}
+
+// fence reads a fenced block opening at line i. free is the first line that
+// a name line above the fence may use.
+func (sg *segmenter) fence(i, free int) (block, int, bool) {
+	l := &sg.l
+	ch, n, info, ok := fenceOpen(l.at(i))
+	if !ok {
+		return block{}, 0, false
+	}
+	b := block{kind: kindFence, start: l.start[i], name: infoName(info)}
+	if i > free {
+		if name := nameLine(l.at(i - 1)); name != "" {
+			if b.name == "" {
+				b.name = name
+			}
+			b.start = l.start[i-1]
+		}
+	}
+	if i+1 >= l.n() {
+		return block{}, 0, false
+	}
+	b.cstart = l.start[i+1]
+	for j := i + 1; j < l.n(); j++ {
+		if fenceClose(l.at(j), ch, n) {
+			b.end = l.end[j]
+			b.cend = l.start[j]
+			if b.cend > b.cstart {
+				b.cend-- // the "\n" before the closing fence
+			}
+			return b, j + 1, true
+		}
+	}
+	// No closing fence. A naive template may have glued it to the last code
+	// line ("}```"); otherwise the fence was left open by truncation.
+	for j := i + 1; j < l.n(); j++ {
+		s := strings.TrimRight(l.at(j), " \t")
+		k := len(s)
+		for k > 0 && s[k-1] == ch {
+			k--
+		}
+		if len(s)-k >= n && k > 0 && strings.TrimSpace(s[:k]) != "" {
+			b.end = l.end[j]
+			b.cend = l.start[j] + k
+			return b, j + 1, true
+		}
+	}
+	b.end = len(l.text)
+	b.cend = len(l.text)
+	return b, l.n(), true
+}
+
+// split keeps a fence as one block unless its content is a blob of several
+// files separated by comment banners ("// File: a.ts"); those become one
+// named block each, so that each file is compared on its own.
+func (sg *segmenter) split(out []block, b block) []block {
+	text := sg.l.text
+	var subs []block
+	for off := b.cstart; off < b.cend; {
+		e := strings.IndexByte(text[off:b.cend], '\n')
+		end := b.cend
+		if e >= 0 {
+			end = off + e
+		}
+		if name := commentBanner(text[off:end]); name != "" {
+			if n := len(subs); n > 0 {
+				subs[n-1].end = trimEnd(text, subs[n-1].cstart, off)
+				subs[n-1].cend = subs[n-1].end
+			}
+			cs := min(end+1, b.cend)
+			subs = append(subs, block{kind: kindBanner, name: name, start: off, cstart: cs})
+		}
+		off = end + 1
+	}
+	if len(subs) < 2 {
+		return append(out, b)
+	}
+	last := &subs[len(subs)-1]
+	last.end = trimEnd(text, last.cstart, b.cend)
+	last.cend = last.end
+	return append(out, subs...)
+}
+
+// trimEnd returns end moved back over trailing whitespace, not before start.
+func trimEnd(text string, start, end int) int {
+	for end > start {
+		switch text[end-1] {
+		case '\n', '\r', ' ', '\t':
+			end--
+			continue
+		}
+		break
+	}
+	return end
+}
+
+// commentBanner returns the file named by a comment banner line such as
+// "// File: a.ts" or "# file: a.py".
+func commentBanner(line string) string {
+	t := strings.TrimSpace(line)
+	for _, p := range []string{"//", "#", "--", "/*", ";"} {
+		if strings.HasPrefix(t, p) {
+			t = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(t[len(p):]), "*/"))
+			k := strings.IndexByte(t, ':')
+			if k < 0 {
+				return ""
+			}
+			switch strings.ToLower(t[:k]) {
+			case "file", "filename", "path", "file path":
+				if name := strings.TrimSpace(t[k+1:]); pathish(name) {
+					return name
+				}
+			}
+			return ""
+		}
+	}
+	return ""
+}
+
+// infoName extracts a file name from a fence info string: ```ts app.ts,
+// ```ts title="app.ts", ```go:main.go, ```main.go.
+func infoName(info string) string {
+	if info == "" {
+		return ""
+	}
+	fields := strings.Fields(info)
+	for _, f := range fields {
+		if k := strings.IndexByte(f, '='); k > 0 {
+			switch strings.ToLower(f[:k]) {
+			case "title", "file", "filename", "path", "name":
+				if v := strings.Trim(f[k+1:], `"'`); v != "" {
+					return v
+				}
+			}
+		}
+	}
+	// A quoted title may contain spaces: title="my file.ts".
+	for _, key := range []string{`title="`, `file="`, `filename="`, `path="`} {
+		if k := strings.Index(info, key); k >= 0 {
+			rest := info[k+len(key):]
+			if e := strings.IndexByte(rest, '"'); e > 0 {
+				return rest[:e]
+			}
+		}
+	}
+	if k := strings.IndexByte(fields[0], ':'); k > 0 && pathish(fields[0][k+1:]) {
+		return fields[0][k+1:]
+	}
+	if len(fields) > 1 && pathish(fields[1]) {
+		return fields[1]
+	}
+	if pathish(fields[0]) && strings.ContainsAny(fields[0], "./") {
+		return fields[0]
+	}
+	return ""
+}
+
+// pathish reports whether s looks like a file path: one token with an
+// extension or a directory separator.
+func pathish(s string) bool {
+	if len(s) == 0 || len(s) > 200 || strings.ContainsAny(s, " \t\"'<>|*?`") {
+		return false
+	}
+	if strings.Contains(s, "://") || strings.HasSuffix(s, ".") || strings.HasSuffix(s, "/") {
+		return false
+	}
+	if dot := strings.LastIndexByte(s, '.'); dot >= 0 && dot < len(s)-1 {
+		ext := s[dot+1:]
+		if len(ext) <= 10 && alnum(ext) && (dot > 0 || len(s) > 2) {
+			return true
+		}
+	}
+	return strings.Contains(s, "/") && alnumAny(s)
+}
+
+func alnum(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func alnumAny(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			return true
+		}
+	}
+	return false
+}
+
+// nameLine returns the file named by a caption, banner or path line directly
+// above a block ("File: a.go", "--- a.go ---", "**a.go**", "a.go:",
+// "// File: a.go", "[CONTEXT FILE] a.go"), or "".
+func nameLine(line string) string {
+	t := strings.TrimSpace(line)
+	if t == "" || len(t) > 240 {
+		return ""
+	}
+	if name := commentBanner(t); name != "" {
+		return name
+	}
+	if name := dashBanner(t); name != "" {
+		return name
+	}
+	if strings.HasPrefix(t, "[CONTEXT FILE]") {
+		if name := strings.TrimSpace(t[len("[CONTEXT FILE]"):]); pathish(name) {
+			return name
+		}
+	}
+	if k := strings.IndexByte(t, ':'); k > 0 && k < len(t)-1 {
+		switch strings.ToLower(strings.Trim(t[:k], "*#_ ")) {
+		case "file", "filename", "path", "file path", "file name", "source":
+			if name := strings.Trim(strings.TrimSpace(t[k+1:]), "`*_"); pathish(name) {
+				return name
+			}
+			return ""
+		}
+	}
+	t = strings.TrimLeft(t, "#")
+	t = strings.TrimSpace(strings.TrimSuffix(t, ":"))
+	t = strings.Trim(t, "`*_")
+	t = strings.TrimSuffix(t, ":")
+	if pathish(t) {
+		return t
+	}
+	return ""
+}
+
+// dashBanner parses "--- a.go ---" and "--- FILENAME: a.go ---".
+func dashBanner(t string) string {
+	if !strings.HasPrefix(t, "---") || !strings.HasSuffix(t, "---") || len(t) < 8 {
+		return ""
+	}
+	mid := strings.TrimSpace(strings.Trim(t, "-"))
+	if k := strings.IndexByte(mid, ':'); k > 0 {
+		switch strings.ToLower(strings.TrimSpace(mid[:k])) {
+		case "file", "filename", "path", "file path":
+			mid = strings.TrimSpace(mid[k+1:])
+		}
+	}
+	if pathish(mid) {
+		return mid
+	}
+	return ""
+}
+
+// endBanner reports whether t is an end banner such as "--- End of content ---"
+// or "--- END a.go ---".
+func endBanner(t string) bool {
+	t = strings.TrimSpace(t)
+	if !strings.HasPrefix(t, "---") {
+		return false
+	}
+	mid := strings.ToLower(strings.TrimSpace(strings.Trim(t, "-")))
+	return strings.HasPrefix(mid, "end")
+}
+
+func isRule(t string) bool {
+	t = strings.TrimSpace(t)
+	return len(t) >= 5 && strings.Trim(t, "=") == ""
+}
+
+// banner reads a text banner block starting at line i: "--- path ---" …
+// ["--- End of content ---"], "FILE: path" between "=====" rules,
+// "[CONTEXT FILE] path", and comment banners ("// File: a.ts").
+func (sg *segmenter) banner(i int) (block, int, bool) {
+	l := &sg.l
+	t := strings.TrimSpace(l.at(i))
+	if t == "" {
+		return block{}, 0, false
+	}
+	var name string
+	first := i + 1 // first content line
+	start := i     // first line of the span
+	var stop func(t string) bool
+	switch {
+	case isRule(t) && i+2 < l.n() && isRule(l.at(i+2)):
+		u := strings.TrimSpace(l.at(i + 1))
+		if k := strings.IndexByte(u, ':'); k > 0 && strings.EqualFold(u[:k], "file") {
+			name = strings.TrimSpace(u[k+1:])
+		}
+		first = i + 3
+		stop = isRule
+	case strings.HasPrefix(t, "---"):
+		name = dashBanner(t)
+		stop = func(t string) bool { return endBanner(t) || dashBanner(t) != "" }
+	case strings.HasPrefix(t, "[CONTEXT FILE]"):
+		name = strings.TrimSpace(t[len("[CONTEXT FILE]"):])
+		stop = func(t string) bool { return strings.HasPrefix(t, "[CONTEXT FILE]") }
+	default:
+		name = commentBanner(t)
+		stop = func(t string) bool { return commentBanner(t) != "" || isFenceCandidate(t) }
+	}
+	if name == "" || !pathish(name) || first >= l.n() || isFenceCandidate(l.at(first)) {
+		// A banner right above a fence names the fence; fence() takes it.
+		return block{}, 0, false
+	}
+	b := block{kind: kindBanner, name: name, start: l.start[start], cstart: l.start[first]}
+	j := first
+	for ; j < l.n(); j++ {
+		if stop(strings.TrimSpace(l.at(j))) {
+			break
+		}
+	}
+	next := j
+	last := j - 1 // last content line
+	if j < l.n() {
+		u := strings.TrimSpace(l.at(j))
+		closing := endBanner(u) || (isRule(u) && !(j+2 < l.n() && isRule(l.at(j+2)) && strings.Contains(strings.ToUpper(l.at(j+1)), "FILE:")))
+		if closing {
+			b.end = l.end[j]
+			next = j + 1
+		}
+	} else {
+		last = trimProse(l, first, last)
+	}
+	for last >= first && strings.TrimSpace(l.at(last)) == "" {
+		last--
+	}
+	if last < first {
+		return block{}, 0, false
+	}
+	b.cend = l.end[last]
+	if b.end == 0 {
+		b.end = b.cend
+		next = last + 1
+	}
+	return b, next, true
+}
+
+// trimProse drops a trailing paragraph of prose (the question that follows a
+// file with no end marker) from the content lines [first, last].
+func trimProse(l *lines, first, last int) int {
+	k := last
+	for k > first && strings.TrimSpace(l.at(k)) != "" {
+		k--
+	}
+	if k == first || k == last {
+		return last
+	}
+	for j := k + 1; j <= last; j++ {
+		if !prose(l.at(j)) {
+			return last
+		}
+	}
+	return k - 1
+}
+
+// prose reports whether a line reads as a sentence rather than code.
+func prose(s string) bool {
+	t := strings.TrimSpace(s)
+	if strings.Count(t, " ") < 2 || strings.ContainsAny(t, "{}();=<>[]") {
+		return false
+	}
+	for _, p := range []string{"//", "#", "--", "*", "/*"} {
+		if strings.HasPrefix(t, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// tag reads an XML-like document element starting at line i.
+func (sg *segmenter) tag(i int) (block, int, bool) {
+	l := &sg.l
+	line := l.at(i)
+	off := l.start[i] + len(line) - len(strings.TrimLeft(line, " \t"))
+	rest := l.text[off+1:]
+	var name string
+	for _, tg := range sg.tags {
+		if len(rest) > len(tg) && strings.EqualFold(rest[:len(tg)], tg) {
+			if c := rest[len(tg)]; c == ' ' || c == '>' || c == '\t' {
+				name = rest[:len(tg)]
+				break
+			}
+		}
+	}
+	if name == "" {
+		return block{}, 0, false
+	}
+	gt := strings.IndexByte(rest, '>')
+	nl := strings.IndexByte(rest, '\n')
+	if gt < 0 || (nl >= 0 && gt > nl) || rest[gt-1] == '/' {
+		return block{}, 0, false
+	}
+	attrs := rest[len(name):gt]
+	b := block{kind: kindTag, start: off, cstart: off + 1 + gt + 1, name: attrName(attrs)}
+	body := l.text[b.cstart:]
+	closeTag := "</" + name + ">"
+	k := strings.Index(body, closeTag)
+	if b.name == "" {
+		b.name = childName(body, k)
+	}
+	if k < 0 {
+		if b.name == "" {
+			return block{}, 0, false
+		}
+		k = len(body)
+		b.end = len(l.text)
+	} else {
+		b.end = b.cstart + k + len(closeTag)
+	}
+	b.cend = b.cstart + k
+	// Content without the newlines that frame it inside the tags.
+	if b.cstart < b.cend && l.text[b.cstart] == '\n' {
+		b.cstart++
+	}
+	if b.cend > b.cstart && l.text[b.cend-1] == '\n' {
+		b.cend--
+	}
+	next := lineAfter(l, b.end)
+	return b, next, true
+}
+
+// lineAfter returns the index of the first line starting at or after off,
+// where off ends a block; the rest of a line after a closing tag stays text
+// of the same line, so the next block search starts on the following line.
+func lineAfter(l *lines, off int) int {
+	for j := 0; j < l.n(); j++ {
+		if l.start[j] >= off {
+			return j
+		}
+	}
+	return l.n()
+}
+
+var pathAttrs = []string{"path", "file_path", "filepath", "filename", "file", "name", "title", "src", "source"}
+
+// attrName returns the value of the first path-like attribute.
+func attrName(attrs string) string {
+	for _, a := range pathAttrs {
+		for from := 0; ; {
+			k := strings.Index(attrs[from:], a+"=")
+			if k < 0 {
+				break
+			}
+			k += from
+			from = k + len(a) + 1
+			if k > 0 && attrs[k-1] != ' ' && attrs[k-1] != '\t' {
+				continue
+			}
+			v := attrs[from:]
+			if v == "" {
+				break
+			}
+			if q := v[0]; q == '"' || q == '\'' {
+				if e := strings.IndexByte(v[1:], q); e >= 0 {
+					return v[1 : 1+e]
+				}
+				break
+			}
+			if e := strings.IndexAny(v, " \t"); e >= 0 {
+				v = v[:e]
+			}
+			return v
+		}
+	}
+	return ""
+}
+
+// childName finds <file_path>…</file_path> (or path, filename, source) near
+// the start of a tag's body; limit is the body's length or -1.
+func childName(body string, limit int) string {
+	if limit < 0 || limit > 400 {
+		limit = min(400, len(body))
+	}
+	head := body[:limit]
+	for _, c := range []string{"file_path", "path", "filename", "source"} {
+		o := "<" + c + ">"
+		k := strings.Index(head, o)
+		if k < 0 {
+			continue
+		}
+		v := head[k+len(o):]
+		if e := strings.Index(v, "</"+c+">"); e > 0 {
+			if name := strings.TrimSpace(v[:e]); name != "" && len(name) <= 200 {
+				return name
+			}
+		}
+	}
+	return ""
+}
+
+// treeLine reports whether a line is part of a drawn project tree.
+func treeLine(s string) bool {
+	t := strings.TrimLeft(s, " \t")
+	if strings.Contains(t, "├") || strings.Contains(t, "└") || strings.HasPrefix(t, "│") {
+		return true
+	}
+	return strings.HasPrefix(t, "|--") || strings.HasPrefix(t, "+--") || strings.HasPrefix(t, "`--") || strings.HasPrefix(t, "|   ")
+}
+
+// tabsHeader reports whether a line introduces a list of open tabs or files.
+func tabsHeader(s string) bool {
+	t := strings.ToLower(strings.TrimSpace(strings.Trim(strings.TrimSpace(s), "#*:")))
+	switch t {
+	case "open tabs", "open files", "open editors", "other open files", "currently open files",
+		"opened files", "visible files", "other open tabs", "open documents":
+		return true
+	}
+	return false
+}
+
+func listItem(s string) bool {
+	t := strings.TrimSpace(s)
+	for _, p := range []string{"- ", "* ", "• "} {
+		if strings.HasPrefix(t, p) {
+			return true
+		}
+	}
+	return pathish(t)
+}
+
+// secondary reads a project tree or an open-tab list starting at line i.
+func (sg *segmenter) secondary(i int) (block, int, bool) {
+	l := &sg.l
+	line := l.at(i)
+	if tabsHeader(line) {
+		j := i + 1
+		for j < l.n() && listItem(l.at(j)) {
+			j++
+		}
+		if j == i+1 {
+			return block{}, 0, false
+		}
+		return block{kind: kindTabs, name: "open tabs", start: l.start[i], end: l.end[j-1], cstart: l.start[i], cend: l.end[j-1]}, j, true
+	}
+	// A tree: an optional root line, then at least three tree lines.
+	j := i
+	root := strings.TrimSpace(line)
+	if !treeLine(line) && (strings.HasSuffix(root, "/") || root == ".") && !strings.Contains(root, " ") {
+		j++
+	}
+	k := j
+	for k < l.n() && treeLine(l.at(k)) {
+		k++
+	}
+	if k-j < 3 {
+		return block{}, 0, false
+	}
+	return block{kind: kindTree, name: "project tree", start: l.start[i], end: l.end[k-1], cstart: l.start[i], cend: l.end[k-1]}, k, true
+}

@@ -1,0 +1,85 @@
+package rewrite
+
+import (
+	"encoding/json"
+)
+
+// splitTurn is one turn of an un-flattened transcript.
+type splitTurn struct {
+	Role string // "user" or "model"
+	Text string
+}
+
+// unflattenRequest applies N2 (DESIGN §3 "Un-flattening"): when the last
+// content is a user turn with a single text part that holds a flattened
+// transcript, that content is replaced by real alternating turns. It returns
+// the new body and the number of turns created, or 0 to leave the request
+// as is.
+func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]byte, int) {
+	n := len(req.contents)
+	if n == 0 {
+		return nil, 0
+	}
+	c := &req.contents[n-1]
+	if (c.role != "" && c.role != "user") || len(c.parts) != 1 || c.parts[0].kind != partText {
+		return nil, 0
+	}
+	p := &c.parts[0]
+	raw := body[p.str.start:p.str.end]
+	text := string(raw)
+	if p.esc {
+		text = unescape(raw)
+	}
+	turns, ok := splitTranscript(text, opts, sideTaskHint(body, req), v)
+	if !ok || len(turns) < 3 {
+		return nil, 0
+	}
+	out := make([]byte, 0, len(body)+64*len(turns))
+	out = append(out, body[:c.obj.start]...)
+	for i, t := range turns {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, `{"role":"`...)
+		out = append(out, t.Role...)
+		out = append(out, `","parts":[{"text":"`...)
+		out = appendEscaped(out, t.Text)
+		out = append(out, `"}]}`...)
+	}
+	out = append(out, body[c.obj.end:]...)
+	return out, len(turns) - 1
+}
+
+// sideTaskHint reports whether generationConfig asks for structured or very
+// short output, which marks a side task run on a transcript (a title, a
+// classification) rather than a conversation.
+func sideTaskHint(body []byte, req *request) bool {
+	if req.genConfig.end == 0 {
+		return false
+	}
+	var gc map[string]json.RawMessage
+	if json.Unmarshal(body[req.genConfig.start:req.genConfig.end], &gc) != nil {
+		return true // unreadable: be careful
+	}
+	for _, k := range []string{"responseMimeType", "response_mime_type", "responseSchema", "response_schema", "responseJsonSchema", "response_json_schema"} {
+		if raw, ok := gc[k]; ok && string(raw) != "null" && string(raw) != `""` && string(raw) != `"text/plain"` {
+			return true
+		}
+	}
+	for _, k := range []string{"maxOutputTokens", "max_output_tokens"} {
+		if raw, ok := gc[k]; ok {
+			var n float64
+			if json.Unmarshal(raw, &n) == nil && n > 0 && n <= 64 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// splitTranscript is the hook to the flattened-transcript parser
+// (transcript.go, written separately). Until that parser is in the package
+// it splits nothing, so un-flattening is off.
+func splitTranscript(text string, opts *Options, side bool, v Verifier) ([]splitTurn, bool) {
+	return nil, false
+}
