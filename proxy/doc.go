@@ -1,0 +1,42 @@
+// Package proxy is the HTTP side of gemini-proxy: a transparent reverse
+// proxy for the Gemini API (and Vertex AI paths) built on
+// httputil.ReverseProxy.
+//
+// Every method and path passes through: request and response bodies are
+// streamed byte-for-byte without buffering, query strings are kept, only
+// hop-by-hop headers and the proxy's own X-Gemini-Proxy-* headers are
+// dropped, and gzip responses stay compressed. SSE and JSON-array streams
+// reach the client event by event. The only changes are:
+//
+//   - generateContent and streamGenerateContent bodies up to
+//     RewriteOptions.MaxBodyBytes are rewritten by rewrite.Request when
+//     rewriting is enabled; any error or panic forwards the original bytes,
+//     and a rewritten request the upstream rejects with 400 or 5xx is
+//     retried once with the original body (DESIGN §3 fail-open). The
+//     request header X-Gemini-Proxy-Rewrite: off|dry-run controls one
+//     request; the response header X-Gemini-Proxy-Report says what happened:
+//     the rewrite report ("bytes=B->A; rule=N…"), optionally followed by
+//     "; mode=dry-run", "; fallback", or one of "mode=off", "mode=disabled",
+//     "skipped" (body too large, unknown length over the limit, or a
+//     Content-Encoding such as gzip: compressed request bodies are never
+//     rewritten) and "bytes=N->N; error".
+//   - With Options.APIKey set, the client's key is replaced by ours.
+//   - X-Goog-Upload-Url response headers are pointed at the proxy.
+//
+// Errors the proxy itself causes are answered in the API's own shape,
+// {"error":{"code":…,"message":…,"status":…}}: 413 for a body over
+// Options.MaxBodyBytes, 504 DEADLINE_EXCEEDED when the upstream's headers
+// do not arrive in time, 502 UNAVAILABLE when it cannot be reached. A
+// client that goes away is recorded as 499. Once response headers were
+// sent, a failure cuts the connection (http.ErrAbortHandler); the proxy
+// never writes a second response.
+//
+// A tap reads each generate response as it streams past and extracts the
+// last usageMetadata, the modelVersion and the model's text, for metrics
+// and for Options.OnExchange. Each request produces one access log line with
+// no prompt, response or credential in it. Tenants are HMACs of the
+// caller's credential (see Options.TenantSecret).
+//
+// AdminHandler serves /metrics, /healthz, /readyz and optionally pprof on
+// a separate listener; the proxy listener serves only the Gemini API.
+package proxy

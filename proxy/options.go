@@ -1,0 +1,151 @@
+package proxy
+
+import (
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
+)
+
+// Defaults applied by New to zero-valued Options fields.
+const (
+	// DefaultMaxBodyBytes is the hard request body limit when
+	// Options.MaxBodyBytes is zero: the API's 100 MB inline limit plus room
+	// for JSON framing.
+	DefaultMaxBodyBytes = 128 << 20
+	// DefaultRewriteMaxBodyBytes is the largest body rewritten when
+	// RewriteOptions.MaxBodyBytes is zero.
+	DefaultRewriteMaxBodyBytes = 32 << 20
+	// DefaultMaxIdleConnsPerHost is the upstream pool size when
+	// Options.MaxIdleConnsPerHost is zero (net/http's default is 2).
+	DefaultMaxIdleConnsPerHost = 256
+)
+
+// Options configures a Handler. Only Upstream is required.
+type Options struct {
+	// Upstream is the Gemini API base URL, for example
+	// https://generativelanguage.googleapis.com. A path prefix in it is kept
+	// in front of every forwarded path. Required.
+	Upstream *url.URL
+	// VertexUpstream receives Vertex AI paths
+	// (/{v1|v1beta1}/projects/{p}/locations/{l}/… and
+	// /{v}/publishers/google/models/…) with the caller's Authorization
+	// header. Nil sends them to Upstream.
+	VertexUpstream *url.URL
+	// APIKey, when set, replaces the client's credential on Gemini API
+	// (non-Vertex) routes: the x-goog-api-key header and the key query
+	// parameter are removed and x-goog-api-key is set to APIKey. An
+	// Authorization header is forwarded untouched. Empty forwards the
+	// client's credential.
+	APIKey APIKey
+	// BasePath is a path prefix the proxy is mounted under, such as
+	// "/gemini". It is removed from incoming paths before forwarding and
+	// added back to rewritten X-Goog-Upload-Url headers. Paths outside it
+	// are forwarded unchanged. Empty means the proxy serves the root.
+	BasePath string
+	// MaxBodyBytes is the hard limit on a request body, in bytes; larger
+	// bodies get a 413. Zero means DefaultMaxBodyBytes; negative, no limit.
+	MaxBodyBytes int64
+	// Rewrite configures the rewriting of generateContent and
+	// streamGenerateContent requests.
+	Rewrite RewriteOptions
+	// ResponseHeaderTimeout bounds the wait for the upstream's response
+	// headers after the request is sent. It never cuts a stream once headers
+	// arrived. Zero means no limit.
+	ResponseHeaderTimeout time.Duration
+	// DialTimeout bounds establishing a TCP connection to the upstream.
+	// Zero means no limit beyond the operating system's.
+	DialTimeout time.Duration
+	// IdleConnTimeout closes pooled upstream connections idle this long.
+	// Zero means no limit.
+	IdleConnTimeout time.Duration
+	// MaxIdleConnsPerHost is the number of idle upstream connections kept
+	// per host. Zero means DefaultMaxIdleConnsPerHost.
+	MaxIdleConnsPerHost int
+	// Transport, when set, replaces the transport New builds from
+	// http.DefaultTransport (tests, custom TLS). The timeout and pool
+	// fields above are then ignored.
+	Transport http.RoundTripper
+	// ModelAllowlist lists the normalised model names used as the metrics
+	// model label; other models are labelled "_other". Nil means
+	// DefaultModelAllowlist; an empty non-nil slice labels every model
+	// "_other".
+	ModelAllowlist []string
+	// TenantSecret keys the HMAC that turns a credential into a tenant id.
+	// Replicas that share state need the same secret. Nil means a random
+	// 32-byte secret for this process.
+	TenantSecret []byte
+	// TenantHeader, when set, names a trusted request header (set by a
+	// gateway in front of the proxy) whose value identifies the tenant
+	// instead of the credential. Requests without it fall back to the
+	// credential. Empty means the credential always decides.
+	TenantHeader string
+	// Verifier returns the rewrite.Verifier for a tenant (responses served
+	// to it, for un-flattening). Nil verifies nothing.
+	Verifier func(tenant string) rewrite.Verifier
+	// OnExchange, when set, is called synchronously after each generate
+	// response has been copied to the client (or has failed), on the
+	// request's goroutine. It must not block for long.
+	OnExchange func(Exchange)
+}
+
+// RewriteOptions configures request rewriting.
+type RewriteOptions struct {
+	// Enabled turns rewriting on. When false, generate requests pass through
+	// byte-for-byte like every other route.
+	Enabled bool
+	// MaxBodyBytes is the largest body, in bytes, that is read and rewritten;
+	// larger bodies are streamed through unchanged without buffering. Zero
+	// means DefaultRewriteMaxBodyBytes.
+	MaxBodyBytes int64
+	// Options are passed to rewrite.Request. The zero value means
+	// rewrite.DefaultOptions().
+	Options rewrite.Options
+}
+
+// APIKey is a credential. It formats and logs as "REDACTED"; convert it
+// with string(k) to use it.
+type APIKey string
+
+// String returns "REDACTED" so that the key never reaches a log by accident.
+func (APIKey) String() string { return "REDACTED" }
+
+// LogValue implements slog.LogValuer.
+func (APIKey) LogValue() slog.Value { return slog.StringValue("REDACTED") }
+
+// Exchange describes one completed generate call, for the conversation
+// cache. It never goes to a log.
+type Exchange struct {
+	// Tenant is the tenant id (hex HMAC of the credential).
+	Tenant string
+	// Route is RouteGenerate or RouteStreamGenerate.
+	Route Route
+	// Model is the normalised model name from the path.
+	Model string
+	// Stream reports whether the response was streamed (SSE or JSON array).
+	Stream bool
+	// Status is the HTTP status the client received (499: client gone).
+	Status int
+	// Complete reports whether the whole response body reached the client.
+	Complete bool
+	// Usage is the last usageMetadata seen; nil when there was none.
+	Usage *Usage
+	// ModelVersion is the response's modelVersion.
+	ModelVersion string
+	// Text is the model's visible text of candidate 0 (thought parts left
+	// out), at most MaxTextBytes bytes; TextTruncated reports a cut.
+	Text          string
+	TextTruncated bool
+	// Request is the client's original request body when the proxy read it
+	// for rewriting; nil when the body was streamed through.
+	Request []byte
+	// Report is the rewrite report; nil when no rewrite ran.
+	Report *rewrite.Report
+	// RewriteMode is the metrics mode: on, dry-run, off or disabled.
+	RewriteMode string
+	// Fallback reports whether the rewritten request was retried with the
+	// original body.
+	Fallback bool
+}

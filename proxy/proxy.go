@@ -1,0 +1,771 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gemini-proxy/gemini-proxy/metrics"
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
+)
+
+// Request and response headers of the proxy itself.
+const (
+	// HeaderRewrite is the request header that selects the rewrite mode for
+	// one request: "off" or "dry-run".
+	HeaderRewrite = "X-Gemini-Proxy-Rewrite"
+	// HeaderReport is the response header that says what the rewrite did.
+	HeaderReport = "X-Gemini-Proxy-Report"
+	// headerPrefix marks every header of the proxy; none is forwarded upstream.
+	headerPrefix = "X-Gemini-Proxy-"
+)
+
+// rewriteFunc is the signature of rewrite.Request.
+type rewriteFunc func([]byte, rewrite.Options, rewrite.Verifier) ([]byte, *rewrite.Report, error)
+
+// Handler is the Gemini reverse proxy. Build it with New. Safe for
+// concurrent use.
+type Handler struct {
+	opts     Options
+	log      *slog.Logger
+	m        *metrics.Metrics
+	upstream *url.URL
+	vertex   *url.URL
+	basePath string
+	maxBody  int64 // < 0: no limit
+	rwMax    int64
+	rwOpts   rewrite.Options
+	secret   []byte
+	models   map[string]struct{}
+	rp       *httputil.ReverseProxy // unary routes
+	rpStream *httputil.ReverseProxy // streaming routes: flush every write
+
+	// rewriteFn is rewrite.Request; tests replace it to inject failures.
+	rewriteFn rewriteFunc
+}
+
+// New builds a Handler. logger receives the access log (one line per
+// request at Info) and transport errors; m receives every metric.
+func New(opts Options, logger *slog.Logger, m *metrics.Metrics) (*Handler, error) {
+	if opts.Upstream == nil || opts.Upstream.Scheme == "" || opts.Upstream.Host == "" {
+		return nil, errors.New("proxy: upstream URL must be absolute")
+	}
+	if u := opts.VertexUpstream; u != nil && (u.Scheme == "" || u.Host == "") {
+		return nil, errors.New("proxy: vertex upstream URL must be absolute")
+	}
+	if logger == nil || m == nil {
+		return nil, errors.New("proxy: logger and metrics are required")
+	}
+	h := &Handler{
+		opts:      opts,
+		log:       logger,
+		m:         m,
+		upstream:  opts.Upstream,
+		vertex:    opts.VertexUpstream,
+		basePath:  strings.TrimSuffix(opts.BasePath, "/"),
+		maxBody:   opts.MaxBodyBytes,
+		rwMax:     opts.Rewrite.MaxBodyBytes,
+		rwOpts:    opts.Rewrite.Options,
+		secret:    opts.TenantSecret,
+		rewriteFn: rewrite.Request,
+	}
+	if h.basePath != "" && !strings.HasPrefix(h.basePath, "/") {
+		h.basePath = "/" + h.basePath
+	}
+	if h.maxBody == 0 {
+		h.maxBody = DefaultMaxBodyBytes
+	}
+	if h.rwMax <= 0 {
+		h.rwMax = DefaultRewriteMaxBodyBytes
+	}
+	if o := h.rwOpts; o.MinBlockBytes == 0 && o.Similarity == 0 && o.Unflatten == "" && o.DocumentTags == nil && !o.CompactSuperseded {
+		h.rwOpts = rewrite.DefaultOptions()
+	}
+	if len(h.secret) == 0 {
+		h.secret = make([]byte, 32)
+		rand.Read(h.secret) //nolint:errcheck // crypto/rand.Read never fails
+	}
+	allow := opts.ModelAllowlist
+	if allow == nil {
+		allow = DefaultModelAllowlist
+	}
+	h.models = make(map[string]struct{}, len(allow))
+	for _, name := range allow {
+		h.models[normalizeModel(name)] = struct{}{}
+	}
+
+	base := opts.Transport
+	if base == nil {
+		base = newTransport(opts)
+	}
+	h.rp = &httputil.ReverseProxy{
+		Rewrite:        h.rewriteRequest,
+		Transport:      &transport{h: h, base: base},
+		ModifyResponse: h.modifyResponse,
+		ErrorHandler:   h.errorHandler,
+		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelError),
+		BufferPool:     bufferPool{},
+	}
+	rs := *h.rp
+	rs.FlushInterval = -1
+	h.rpStream = &rs
+
+	for _, r := range rewrite.Rules {
+		m.RewriteSavedBytes.WithLabelValues(string(r))
+		m.RewriteReplacements.WithLabelValues(string(r))
+	}
+	return h, nil
+}
+
+// newTransport clones http.DefaultTransport (HTTP/2 stays on) with the
+// configured timeouts and a pool sized for one upstream host.
+func newTransport(opts Options) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	t.ResponseHeaderTimeout = opts.ResponseHeaderTimeout
+	t.IdleConnTimeout = opts.IdleConnTimeout
+	t.MaxIdleConnsPerHost = opts.MaxIdleConnsPerHost
+	if t.MaxIdleConnsPerHost == 0 {
+		t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+	}
+	t.MaxIdleConns = max(t.MaxIdleConns, 2*t.MaxIdleConnsPerHost)
+	// The client's Accept-Encoding is forwarded as is. Without this, a
+	// client that sent none would get a gzip request upstream and a body
+	// that net/http silently decompressed.
+	t.DisableCompression = true
+	return t
+}
+
+// bufferPool reuses the 32 KiB copy buffers of the ReverseProxy.
+type bufferPool struct{}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
+
+// stateKey is the context key of *reqState.
+type stateKey struct{}
+
+// reqState is what the proxy learns about one request as it moves through
+// ServeHTTP, the ReverseProxy hooks and the transport.
+type reqState struct {
+	start    time.Time
+	info     routeInfo
+	stream   bool
+	tenant   string
+	sdk      SDK
+	inScheme string
+	inHost   string
+
+	body *countingBody // nil when the request has no body
+
+	// Rewrite.
+	mode      string // metrics.Mode*
+	outcome   string // metrics.Outcome*, "" when no rewrite was attempted
+	orig      []byte // client body, when it was read
+	rewritten bool   // the body sent differs from orig
+	report    *rewrite.Report
+	repHeader string
+	rwErr     string // constant description of a rewrite failure
+
+	// Upstream; written by the transport on the handler's goroutine.
+	upstreamStart time.Time
+	upstreamDur   time.Duration
+	sent          int64 // request body bytes of buffered attempts
+	fallback      bool
+	upStatus      int
+	tb            *tapBody
+
+	pe  *proxyError
+	err error // safe to log
+}
+
+func stateFrom(ctx context.Context) *reqState {
+	st, _ := ctx.Value(stateKey{}).(*reqState)
+	return st
+}
+
+// ServeHTTP forwards r upstream and streams the answer back.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	st := &reqState{start: time.Now()}
+	h.m.InFlight.Inc()
+	defer h.m.InFlight.Dec()
+
+	out := r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
+	u := *r.URL
+	out.URL = &u
+	h.stripBasePath(&u)
+	st.info = classify(u.Path)
+	st.stream = st.info.route == RouteStreamGenerate
+	st.tenant = tenantOf(h.secret, h.opts.TenantHeader, r)
+	st.sdk = clientSDK(r.Header.Get("X-Goog-Api-Client"))
+	st.inHost, st.inScheme = r.Host, "http"
+	if r.TLS != nil {
+		st.inScheme = "https"
+	}
+
+	rw := &responseWriter{ResponseWriter: w}
+	defer h.finish(st, rw, out)
+
+	if h.maxBody > 0 && r.ContentLength > h.maxBody {
+		h.fail(rw, out, errBodyTooLarge)
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		rc := r.Body
+		if h.maxBody > 0 {
+			rc = http.MaxBytesReader(w, rc, h.maxBody)
+		}
+		st.body = &countingBody{rc: rc}
+		out.Body = st.body
+	}
+	if st.info.route.isGenerate() {
+		if err := h.prepareRewrite(st, out); err != nil {
+			h.fail(rw, out, err)
+			return
+		}
+	}
+	if st.stream {
+		h.rpStream.ServeHTTP(rw, out)
+	} else {
+		h.rp.ServeHTTP(rw, out)
+	}
+}
+
+// stripBasePath removes Options.BasePath from u's path, keeping any
+// escaped form consistent.
+func (h *Handler) stripBasePath(u *url.URL) {
+	if h.basePath == "" {
+		return
+	}
+	rest, ok := strings.CutPrefix(u.Path, h.basePath)
+	if !ok || (rest != "" && rest[0] != '/') {
+		return
+	}
+	if rest == "" {
+		rest = "/"
+	}
+	u.Path = rest
+	if u.RawPath != "" {
+		if raw, ok := strings.CutPrefix(u.RawPath, h.basePath); ok {
+			u.RawPath = raw
+		} else {
+			u.RawPath = ""
+		}
+	}
+}
+
+// prepareRewrite reads and rewrites a generate request body when rewriting
+// applies, replacing out.Body. A returned error is the client's fault (body
+// too large, unreadable) and ends the request.
+func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
+	st.mode = metrics.ModeOn
+	switch strings.ToLower(strings.TrimSpace(out.Header.Get(HeaderRewrite))) {
+	case "off":
+		st.mode = metrics.ModeOff
+	case "dry-run":
+		st.mode = metrics.ModeDryRun
+	}
+	if !h.opts.Rewrite.Enabled {
+		st.mode = metrics.ModeDisabled
+	}
+	switch {
+	case st.mode == metrics.ModeOff || st.mode == metrics.ModeDisabled:
+		st.repHeader = "mode=" + st.mode
+		return nil
+	case out.Method != http.MethodPost || st.body == nil:
+		return nil
+	case out.ContentLength > h.rwMax:
+		st.outcome, st.repHeader = metrics.OutcomeSkipped, "skipped"
+		return nil
+	}
+	// A compressed request body is forwarded unchanged: decoding and
+	// re-encoding it is not worth the risk for the rare client that sends one.
+	if ce := out.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		st.outcome, st.repHeader = metrics.OutcomeSkipped, "skipped"
+		return nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(st.body, h.rwMax+1))
+	if err != nil {
+		return fmt.Errorf("%w: %w", errReadBody, err)
+	}
+	if int64(len(buf)) > h.rwMax {
+		// Unknown length and too large: stream what was read plus the rest.
+		out.Body = readCloser{io.MultiReader(bytes.NewReader(buf), st.body), st.body}
+		st.outcome, st.repHeader = metrics.OutcomeSkipped, "skipped"
+		return nil
+	}
+	st.orig = buf
+	send := buf
+	res, rep, rerr := h.runRewrite(buf, st.tenant)
+	switch {
+	case rerr != nil:
+		h.m.RewriteErrors.Inc()
+		st.outcome = metrics.OutcomeError
+		st.repHeader = fmt.Sprintf("bytes=%d->%d; error", len(buf), len(buf))
+		st.rwErr = rewriteErrorText(rerr)
+	default:
+		st.report = rep
+		st.repHeader = rep.Header()
+		st.outcome = metrics.OutcomeUnchanged
+		if rep.Changed() || !bytes.Equal(res, buf) {
+			st.outcome = metrics.OutcomeChanged
+		}
+		if st.mode == metrics.ModeDryRun {
+			st.repHeader += "; mode=dry-run"
+			break
+		}
+		send = res
+		st.rewritten = !bytes.Equal(res, buf)
+		h.m.RewriteBytes.WithLabelValues(metrics.StageBefore).Add(float64(len(buf)))
+		h.m.RewriteBytes.WithLabelValues(metrics.StageAfter).Add(float64(len(res)))
+		for rule, s := range rep.ByRule() {
+			if s.BytesRemoved > 0 {
+				h.m.RewriteSavedBytes.WithLabelValues(string(rule)).Add(float64(s.BytesRemoved))
+			}
+			h.m.RewriteReplacements.WithLabelValues(string(rule)).Add(float64(s.Count))
+		}
+	}
+	out.Body = io.NopCloser(bytes.NewReader(send))
+	out.ContentLength = int64(len(send))
+	out.TransferEncoding = nil
+	if out.Header.Get("Content-Length") != "" {
+		out.Header.Set("Content-Length", strconv.Itoa(len(send)))
+	}
+	return nil
+}
+
+// runRewrite calls the rewriter, turning a panic into an error.
+func (h *Handler) runRewrite(body []byte, tenant string) (out []byte, rep *rewrite.Report, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, rep, err = nil, nil, errRewritePanic
+		}
+	}()
+	var v rewrite.Verifier
+	if h.opts.Verifier != nil {
+		v = h.opts.Verifier(tenant)
+	}
+	out, rep, err = h.rewriteFn(body, h.rwOpts, v)
+	if err == nil && (out == nil || rep == nil) {
+		err = errRewriteEmpty
+	}
+	return out, rep, err
+}
+
+var (
+	errRewritePanic = errors.New("rewrite panicked")
+	errRewriteEmpty = errors.New("rewrite returned no body or report")
+)
+
+// rewriteErrorText describes a rewrite failure for the log with constant
+// text: a rewriter's own message might quote the prompt.
+func rewriteErrorText(err error) string {
+	for _, known := range []error{errRewritePanic, errRewriteEmpty, rewrite.ErrNoContents, rewrite.ErrInvalidJSON} {
+		if errors.Is(err, known) {
+			return known.Error()
+		}
+	}
+	return "rewrite error"
+}
+
+// rewriteRequest is the ReverseProxy Rewrite hook. It runs after the
+// hop-by-hop headers were removed, so a client cannot drop what it sets.
+func (h *Handler) rewriteRequest(pr *httputil.ProxyRequest) {
+	st := stateFrom(pr.In.Context())
+	target := h.upstream
+	vertex := st != nil && st.info.vertex
+	if vertex && h.vertex != nil {
+		target = h.vertex
+	}
+	pr.SetURL(target)
+	hdr := pr.Out.Header
+	for k := range hdr {
+		if len(k) >= len(headerPrefix) && strings.EqualFold(k[:len(headerPrefix)], headerPrefix) {
+			delete(hdr, k)
+		}
+	}
+	if h.opts.APIKey != "" && !vertex {
+		hdr.Del("X-Goog-Api-Key")
+		pr.Out.URL.RawQuery = removeQueryParam(pr.Out.URL.RawQuery, "key")
+		hdr.Set("X-Goog-Api-Key", string(h.opts.APIKey))
+	}
+}
+
+// removeQueryParam deletes every name= parameter from a raw query, keeping
+// the other parameters byte-for-byte (url.Values would re-encode them).
+func removeQueryParam(raw, name string) string {
+	if raw == "" || !strings.Contains(raw, name) {
+		return raw
+	}
+	var b strings.Builder
+	for part := range strings.SplitSeq(raw, "&") {
+		k, _, _ := strings.Cut(part, "=")
+		if uk, err := url.QueryUnescape(k); err == nil && uk == name {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(part)
+	}
+	return b.String()
+}
+
+// modifyResponse runs after the upstream's headers arrived and before any
+// byte is written to the client.
+func (h *Handler) modifyResponse(res *http.Response) error {
+	st := stateFrom(res.Request.Context())
+	if st == nil {
+		return nil
+	}
+	st.upStatus = res.StatusCode
+	if ct, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type")); ct == "text/event-stream" {
+		st.stream = true
+	}
+	if v := res.Header.Get("X-Goog-Upload-Url"); v != "" {
+		res.Header.Set("X-Goog-Upload-Url", h.uploadURL(v, st))
+	}
+	if st.info.route.isGenerate() {
+		if st.repHeader != "" {
+			v := st.repHeader
+			if st.fallback {
+				v += "; fallback"
+			}
+			res.Header.Set(HeaderReport, v)
+		}
+		if t := newTap(res.Header.Get("Content-Encoding")); t != nil {
+			st.tb = &tapBody{rc: res.Body, t: t}
+			res.Body = st.tb
+		}
+	}
+	return nil
+}
+
+// uploadURL points an X-Goog-Upload-Url at the proxy as the client reached
+// it, so that clients following it stay on the proxy. URLs on other hosts
+// are left alone. New SDKs rewrite the host themselves (gemini-api.md §1.4).
+func (h *Handler) uploadURL(v string, st *reqState) string {
+	u, err := url.Parse(v)
+	if err != nil || u.Host == "" || st.inHost == "" {
+		return v
+	}
+	base := h.upstream
+	if h.vertex != nil && strings.EqualFold(u.Host, h.vertex.Host) {
+		base = h.vertex
+	} else if !strings.EqualFold(u.Host, h.upstream.Host) {
+		return v
+	}
+	p := u.Path
+	if prefix := strings.TrimSuffix(base.Path, "/"); prefix != "" {
+		if rest, ok := strings.CutPrefix(p, prefix); ok && (rest == "" || rest[0] == '/') {
+			p = rest
+		}
+	}
+	u.Scheme, u.Host, u.Path, u.RawPath = st.inScheme, st.inHost, h.basePath+p, ""
+	return u.String()
+}
+
+// errorHandler is the ReverseProxy ErrorHandler: the upstream could not be
+// reached or the request body could not be read.
+func (h *Handler) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	st := stateFrom(r.Context())
+	if st != nil && st.body != nil {
+		if berr := st.body.error(); berr != nil {
+			err = berr
+		}
+	}
+	h.fail(w, r, err)
+}
+
+// fail answers a request the proxy could not forward.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	pe := statusError(r.Context(), err)
+	if st := stateFrom(r.Context()); st != nil {
+		st.pe, st.err = &pe, safeError(err)
+	}
+	writeError(w, pe)
+}
+
+// finish records metrics, the access log and the exchange. It runs
+// deferred, also when the ReverseProxy aborts with http.ErrAbortHandler
+// after the headers were sent; the panic is re-raised so that the server
+// drops the connection and the client sees a cut, never a second response.
+func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
+	p := recover()
+	aborted := p != nil
+	dur := time.Since(st.start)
+	route := string(st.info.route)
+
+	code := rw.code
+	if code == 0 {
+		code = http.StatusOK
+	}
+	clientGone := r.Context().Err() != nil || rw.writeErr != nil
+	upKind := ""
+	switch {
+	case st.pe != nil:
+		code, upKind = st.pe.code, st.pe.kind
+	case aborted && clientGone:
+		code = StatusClientClosedRequest
+	case aborted:
+		upKind = metrics.UpstreamAborted
+	}
+	if code == StatusClientClosedRequest {
+		h.m.ClientCancels.Inc()
+	}
+	if upKind != "" {
+		h.m.UpstreamErrors.WithLabelValues(upKind).Inc()
+	}
+	stream := strconv.FormatBool(st.stream)
+	model := h.modelLabel(st.info.model)
+	h.m.Requests.WithLabelValues(route, model, strconv.Itoa(code), stream).Inc()
+	h.m.RequestDuration.WithLabelValues(route, stream).Observe(dur.Seconds())
+	if !st.upstreamStart.IsZero() {
+		h.m.ProxyOverhead.WithLabelValues(route).Observe(st.upstreamStart.Sub(st.start).Seconds())
+		if st.upstreamDur > 0 {
+			h.m.UpstreamDuration.WithLabelValues(route).Observe(st.upstreamDur.Seconds())
+		}
+	}
+	if st.stream && !rw.firstByte.IsZero() {
+		h.m.TimeToFirstByte.WithLabelValues(route).Observe(rw.firstByte.Sub(st.start).Seconds())
+	}
+	var received, sent int64
+	if st.body != nil {
+		received = st.body.n.Load()
+	}
+	sent = st.sent
+	if st.orig == nil {
+		sent = received // streamed through
+	}
+	h.m.RequestBytes.WithLabelValues(route, metrics.StageReceived).Add(float64(received))
+	h.m.RequestBytes.WithLabelValues(route, metrics.StageSent).Add(float64(sent))
+	h.m.ResponseBytes.WithLabelValues(route).Add(float64(rw.bytes))
+	h.m.ClientRequests.WithLabelValues(string(st.sdk), strconv.FormatBool(st.sdk.Deprecated())).Inc()
+	if st.mode != "" && (st.outcome != "" || st.mode == metrics.ModeOff || st.mode == metrics.ModeDisabled) {
+		outcome := st.outcome
+		if outcome == "" {
+			outcome = metrics.OutcomeSkipped
+		}
+		h.m.RewriteRequests.WithLabelValues(st.mode, outcome).Inc()
+	}
+
+	var t *tap
+	if st.tb != nil {
+		t = st.tb.t
+		if st.tb.eof || !aborted {
+			t.finish()
+		}
+		if t.usage != nil {
+			ml := model
+			if st.info.model == "" && t.modelVersion != "" {
+				ml = h.modelLabel(normalizeModel(t.modelVersion))
+			}
+			u := t.usage
+			for _, kv := range [...]struct {
+				kind string
+				n    int64
+			}{
+				{metrics.TokensPrompt, u.PromptTokens},
+				{metrics.TokensCached, u.CachedTokens},
+				{metrics.TokensCandidates, u.CandidatesTokens},
+				{metrics.TokensThoughts, u.ThoughtsTokens},
+				{metrics.TokensToolUse, u.ToolUsePromptTokens},
+			} {
+				if kv.n > 0 {
+					h.m.UsageTokens.WithLabelValues(ml, kv.kind).Add(float64(kv.n))
+				}
+			}
+		}
+	}
+
+	level := slog.LevelInfo
+	if code >= 500 && (st.pe != nil || aborted) {
+		level = slog.LevelWarn
+	}
+	if h.log.Enabled(r.Context(), level) {
+		attrs := []slog.Attr{
+			slog.String("method", r.Method),
+			slog.String("route", route),
+			slog.String("model", st.info.model),
+			slog.Int("status", code),
+			slog.Int("upstream_status", st.upStatus),
+			slog.Duration("duration", dur),
+			slog.Int64("bytes_in", received),
+			slog.Int64("bytes_sent", sent),
+			slog.Int64("bytes_out", rw.bytes),
+			slog.Bool("stream", st.stream),
+			slog.String("client_sdk", string(st.sdk)),
+			slog.String("tenant", shortTenant(st.tenant)),
+		}
+		if st.repHeader != "" {
+			attrs = append(attrs, slog.String("rewrite", st.repHeader))
+		}
+		if st.fallback {
+			attrs = append(attrs, slog.Bool("rewrite_fallback", true))
+		}
+		if st.rwErr != "" {
+			attrs = append(attrs, slog.String("rewrite_error", st.rwErr))
+		}
+		if st.err != nil {
+			attrs = append(attrs, slog.String("error", st.err.Error()))
+		}
+		if aborted && !clientGone {
+			attrs = append(attrs, slog.String("error", "upstream response aborted"))
+		}
+		h.log.LogAttrs(r.Context(), level, "request", attrs...)
+	}
+
+	if h.opts.OnExchange != nil && st.info.route.isGenerate() && st.upStatus != 0 {
+		ex := Exchange{
+			Tenant:      st.tenant,
+			Route:       st.info.route,
+			Model:       st.info.model,
+			Stream:      st.stream,
+			Status:      code,
+			Complete:    !aborted && st.tb != nil && st.tb.eof,
+			Request:     st.orig,
+			Report:      st.report,
+			RewriteMode: st.mode,
+			Fallback:    st.fallback,
+		}
+		if t != nil {
+			ex.Usage, ex.ModelVersion = t.usage, t.modelVersion
+			ex.Text, ex.TextTruncated = t.text.String(), t.textTruncated
+		}
+		h.opts.OnExchange(ex)
+	}
+	if p != nil {
+		panic(p)
+	}
+}
+
+// transport wraps the upstream RoundTripper: it times the upstream call and
+// retries a rewritten request once with the original body when the
+// upstream rejects it (DESIGN §3 fail-open). It runs before any byte of the
+// response reaches the client, so the client only sees the second answer.
+type transport struct {
+	h    *Handler
+	base http.RoundTripper
+}
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	st := stateFrom(req.Context())
+	if st == nil {
+		return t.base.RoundTrip(req)
+	}
+	now := time.Now()
+	if st.upstreamStart.IsZero() {
+		st.upstreamStart = now
+	}
+	if req.ContentLength > 0 && st.orig != nil {
+		st.sent += req.ContentLength
+	}
+	res, err := t.base.RoundTrip(req)
+	if err == nil && st.rewritten && (res.StatusCode == http.StatusBadRequest || res.StatusCode >= 500) {
+		io.CopyN(io.Discard, res.Body, 64<<10) //nolint:errcheck // only to reuse the connection
+		res.Body.Close()
+		st.fallback = true
+		t.h.m.RewriteFallbacks.Inc()
+		retry := req.Clone(req.Context())
+		retry.Body = io.NopCloser(bytes.NewReader(st.orig))
+		retry.ContentLength = int64(len(st.orig))
+		retry.GetBody = nil
+		st.sent += retry.ContentLength
+		res, err = t.base.RoundTrip(retry)
+	}
+	st.upstreamDur = time.Since(now)
+	return res, err
+}
+
+// countingBody counts the request bytes read and remembers a read error
+// (such as *http.MaxBytesError). The transport reads it on its own
+// goroutine, hence the atomics.
+type countingBody struct {
+	rc  io.ReadCloser
+	n   atomic.Int64
+	err atomic.Pointer[error]
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	b.n.Add(int64(n))
+	if err != nil && err != io.EOF {
+		b.err.CompareAndSwap(nil, &err)
+	}
+	return n, err
+}
+
+func (b *countingBody) Close() error { return b.rc.Close() }
+
+func (b *countingBody) error() error {
+	if p := b.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// responseWriter records what the proxy wrote to the client. It keeps
+// Unwrap so that http.ResponseController (which the ReverseProxy uses to
+// flush and hijack) reaches the server's writer.
+type responseWriter struct {
+	http.ResponseWriter
+	code      int
+	bytes     int64
+	firstByte time.Time
+	writeErr  error
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		w.ResponseWriter.WriteHeader(code) // 1xx: more headers follow
+		return
+	}
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	if w.firstByte.IsZero() && len(p) > 0 {
+		w.firstByte = time.Now()
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += int64(n)
+	if err != nil && w.writeErr == nil {
+		w.writeErr = err
+	}
+	return n, err
+}
+
+// Flush implements http.Flusher.
+func (w *responseWriter) Flush() {
+	http.NewResponseController(w.ResponseWriter).Flush() //nolint:errcheck // a failed flush shows up as a failed write
+}
+
+// Unwrap returns the underlying ResponseWriter for http.ResponseController.
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

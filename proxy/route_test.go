@@ -1,0 +1,133 @@
+package proxy
+
+import (
+	"net/http/httptest"
+	"testing"
+)
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		path string
+		want routeInfo
+	}{
+		{"/v1beta/models/gemini-2.5-flash:generateContent", routeInfo{RouteGenerate, "gemini-2.5-flash", false}},
+		{"/v1/models/gemini-2.5-flash-001:streamGenerateContent", routeInfo{RouteStreamGenerate, "gemini-2.5-flash", false}},
+		{"/v1alpha/models/gemini-2.5-flash:countTokens", routeInfo{RouteCountTokens, "gemini-2.5-flash", false}},
+		{"/v1beta/models/gemini-embedding-001:embedContent", routeInfo{RouteEmbedContent, "gemini-embedding", false}},
+		{"/v1beta/models/text-embedding-004:batchEmbedContents", routeInfo{RouteBatchEmbedContents, "text-embedding-004", false}},
+		{"/v1beta/models/gemini-2.5-flash:batchGenerateContent", routeInfo{RouteBatches, "gemini-2.5-flash", false}},
+		{"/v1beta/tunedModels/my-tune:generateContent", routeInfo{RouteGenerate, "tunedmodels/my-tune", false}},
+		{"/v1beta/models", routeInfo{route: RouteModels}},
+		{"/v1beta/models/gemini-2.5-pro", routeInfo{RouteModels, "gemini-2.5-pro", false}},
+		{"/v1beta/cachedContents", routeInfo{route: RouteCachedContents}},
+		{"/v1beta/cachedContents/abc", routeInfo{route: RouteCachedContents}},
+		{"/v1beta/files/abc", routeInfo{route: RouteFiles}},
+		{"/v1beta/files/abc:download", routeInfo{route: RouteFiles}},
+		{"/upload/v1beta/files", routeInfo{route: RouteUpload}},
+		{"/pfx/upload/v1/files", routeInfo{route: RouteUpload}},
+		{"/v1beta/interactions/abc/cancel", routeInfo{route: RouteInteractions}},
+		{"/v1beta/batches/123", routeInfo{route: RouteBatches}},
+		{"/v1beta/openai/chat/completions", routeInfo{route: RouteOther}},
+		{"/", routeInfo{route: RouteOther}},
+		{"/healthz", routeInfo{route: RouteOther}},
+		{"/v1beta", routeInfo{route: RouteOther}},
+		{"/v1beta1/projects/p1/locations/us-central1/publishers/google/models/gemini-2.5-flash:streamGenerateContent", routeInfo{RouteStreamGenerate, "gemini-2.5-flash", true}},
+		{"/v1/projects/p/locations/global/publishers/google/models/gemini-2.5-pro:generateContent", routeInfo{RouteGenerate, "gemini-2.5-pro", true}},
+		{"/v1beta1/publishers/google/models/gemini-2.5-flash:generateContent", routeInfo{RouteGenerate, "gemini-2.5-flash", true}},
+		{"/v1beta1/projects/p/locations/l/cachedContents/x", routeInfo{RouteCachedContents, "", true}},
+		{"/v1beta1/projects/p/locations/l/interactions", routeInfo{RouteInteractions, "", true}},
+		{"/v1beta1/projects/p/locations/l", routeInfo{RouteOther, "", true}},
+	}
+	for _, tt := range tests {
+		if got := classify(tt.path); got != tt.want {
+			t.Errorf("classify(%q) = %+v, want %+v", tt.path, got, tt.want)
+		}
+	}
+}
+
+func TestNormalizeModel(t *testing.T) {
+	for in, want := range map[string]string{
+		"models/gemini-2.5-flash-001":               "gemini-2.5-flash",
+		"gemini-2.5-flash":                          "gemini-2.5-flash",
+		"Gemini-2.5-Pro":                            "gemini-2.5-pro",
+		"publishers/google/models/gemini-2.0-flash": "gemini-2.0-flash",
+		"gemini-2.5-flash-preview-05-20":            "gemini-2.5-flash-preview-05-20",
+		"tunedModels/x-001":                         "tunedmodels/x-001", "text-embedding-004": "text-embedding-004",
+	} {
+		if got := normalizeModel(in); got != want {
+			t.Errorf("normalizeModel(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestClientSDK(t *testing.T) {
+	tests := []struct {
+		header string
+		want   SDK
+	}{
+		{"google-genai-sdk/1.77.0 gl-go/go1.26.8", SDKGenAIGo},
+		{"google-genai-sdk/2.19.0 gl-python/3.12.1", SDKGenAIPython},
+		{"google-genai-sdk/3.1.0 gl-node/v20.20.2", SDKGenAIJS},
+		{"google-genai-sdk/3.1.0 gl-node/web", SDKGenAIJS},
+		{"genai-js/0.24.1", SDKGenerativeAIJS},
+		{"myapp/1 genai-js/0.24.1", SDKGenerativeAIJS},
+		{"genai-py/0.8.4 gl-python/3.11 grpc/1.6 gax/2 gapic/0.6", SDKGenerativeAIPython},
+		{"gl-go/1.22 gccl/0.18.0 gapic/0.1 rest/UNKNOWN", SDKGenerativeAIGo},
+		{"curl/8", SDKOther},
+		{"", SDKNone},
+	}
+	for _, tt := range tests {
+		if got := clientSDK(tt.header); got != tt.want {
+			t.Errorf("clientSDK(%q) = %q, want %q", tt.header, got, tt.want)
+		}
+	}
+	if !SDKGenerativeAIJS.Deprecated() || SDKGenAIGo.Deprecated() || SDKNone.Deprecated() {
+		t.Error("Deprecated() wrong")
+	}
+}
+
+func TestTenant(t *testing.T) {
+	secret := []byte("s3cret")
+	req := func(target string, hdr ...string) string {
+		r := httptest.NewRequest("POST", target, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			r.Header.Set(hdr[i], hdr[i+1])
+		}
+		return tenantOf(secret, "X-Tenant", r)
+	}
+	byHeader := req("/v1beta/models", "X-Goog-Api-Key", "AIzaA")
+	byQuery := req("/v1beta/models?alt=sse&key=AIzaA")
+	if byHeader != byQuery {
+		t.Errorf("same key via header and query gave different tenants")
+	}
+	if other := req("/v1beta/models", "X-Goog-Api-Key", "AIzaB"); other == byHeader {
+		t.Errorf("different keys gave the same tenant")
+	}
+	if b := req("/", "Authorization", "Bearer AIzaA"); b == byHeader {
+		t.Errorf("bearer and key share a tenant; want domain separation")
+	}
+	if h := req("/", "X-Goog-Api-Key", "AIzaA", "X-Tenant", "team-1"); h == byHeader || h != req("/", "X-Tenant", "team-1") {
+		t.Errorf("tenant header not used")
+	}
+	if len(byHeader) != 64 {
+		t.Errorf("tenant %q is not a hex SHA-256", byHeader)
+	}
+	if tenantOf([]byte("other"), "", httptest.NewRequest("GET", "/?key=AIzaA", nil)) == byHeader {
+		t.Errorf("secret does not change the tenant")
+	}
+}
+
+func TestRemoveQueryParam(t *testing.T) {
+	for in, want := range map[string]string{
+		"":              "",
+		"alt=sse":       "alt=sse",
+		"key=A":         "",
+		"alt=sse&key=A": "alt=sse",
+		"key=A&alt=sse&%24alt=json%3Benum-encoding%3Dint": "alt=sse&%24alt=json%3Benum-encoding%3Dint",
+		"monkey=1&key=2&k%65y=3":                          "monkey=1",
+	} {
+		if got := removeQueryParam(in, "key"); got != want {
+			t.Errorf("removeQueryParam(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package proxy
+
+import (
+	"bytes"
+	"compress/gzip"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// tapResult is what a test compares after feeding a tap.
+type tapResult struct {
+	Usage        *Usage
+	ModelVersion string
+	Text         string
+	Events       int
+}
+
+// runTap copies body through a tapBody with the given read size and
+// checks that the copy is byte-for-byte.
+func runTap(t *testing.T, body []byte, encoding string, readSize int) tapResult {
+	t.Helper()
+	tp := newTap(encoding)
+	if tp == nil {
+		t.Fatalf("newTap(%q) = nil", encoding)
+	}
+	var r io.Reader = bytes.NewReader(body)
+	if readSize == 1 {
+		r = iotest.OneByteReader(r)
+	}
+	tb := &tapBody{rc: io.NopCloser(r), t: tp}
+	var out bytes.Buffer
+	if _, err := io.CopyBuffer(&out, struct{ io.Reader }{tb}, make([]byte, max(readSize, 1))); err != nil {
+		t.Fatalf("copy: %v", err)
+	}
+	if !bytes.Equal(out.Bytes(), body) {
+		t.Fatalf("tap changed the bytes")
+	}
+	if !tb.eof {
+		t.Errorf("tapBody did not see EOF")
+	}
+	tp.finish()
+	return tapResult{Usage: tp.usage, ModelVersion: tp.modelVersion, Text: tp.text.String(), Events: tp.events}
+}
+
+func readTestdata(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func gzipBytes(t testing.TB, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write(b)
+	zw.Close()
+	return buf.Bytes()
+}
+
+func TestTap(t *testing.T) {
+	streamWant := tapResult{
+		Usage:        &Usage{PromptTokens: 7, CachedTokens: 3, CandidatesTokens: 153, ThoughtsTokens: 45, ToolUsePromptTokens: 5, TotalTokens: 210},
+		ModelVersion: "models/gemini-2.5-flash-001",
+		Text:         "Here you go!\n\n1.  **English:** Hi \"there\" {braces} [x]\n2.  **Italian:** Ciao\n3.  **Portuguese:** Olá é",
+		Events:       3,
+	}
+	sse := readTestdata(t, "stream.sse")
+	tests := []struct {
+		name     string
+		body     []byte
+		encoding string
+		want     tapResult
+	}{
+		{"unary", readTestdata(t, "unary.json"), "", tapResult{
+			Usage:        &Usage{PromptTokens: 7, CandidatesTokens: 149, ThoughtsTokens: 48, TotalTokens: 204},
+			ModelVersion: "gemini-2.5-flash",
+			Text:         "The sky is blue because of something called **Rayleigh Scattering**. Sunlight looks white but contains every colour; the short blue wavelengths are scattered far more by the tiny molecules of the atmosphere.",
+			Events:       1,
+		}},
+		{"sse crlf", sse, "", streamWant},
+		{"sse lf", bytes.ReplaceAll(sse, []byte("\r\n"), []byte("\n")), "", streamWant},
+		{"sse no final blank line", bytes.TrimSuffix(sse, []byte("\r\n\r\n")), "", streamWant},
+		{"sse with comments and event lines", append([]byte(": keepalive\r\nevent: message\r\n"), sse...), "", streamWant},
+		{"array", readTestdata(t, "stream_array.json"), "", streamWant},
+		{"sse gzip", gzipBytes(t, sse), "gzip", streamWant},
+		{"unary gzip", gzipBytes(t, readTestdata(t, "unary.json")), "gzip", tapResult{
+			Usage:        &Usage{PromptTokens: 7, CandidatesTokens: 149, ThoughtsTokens: 48, TotalTokens: 204},
+			ModelVersion: "gemini-2.5-flash",
+			Text:         "The sky is blue because of something called **Rayleigh Scattering**. Sunlight looks white but contains every colour; the short blue wavelengths are scattered far more by the tiny molecules of the atmosphere.",
+			Events:       1,
+		}},
+		{"vertex last chunk wins", readTestdata(t, "vertex_stream.sse"), "", tapResult{
+			Usage:        &Usage{PromptTokens: 6, CandidatesTokens: 4, TotalTokens: 10},
+			ModelVersion: "gemini-2.5-flash",
+			Text:         "Blue light scatters more.",
+			Events:       2,
+		}},
+		{"error body", readTestdata(t, "error_404.json"), "", tapResult{Events: 1}},
+		{"not json", []byte("<html>bad gateway</html>"), "", tapResult{}},
+		{"empty", nil, "", tapResult{}},
+	}
+	for _, tt := range tests {
+		for _, size := range []int{1, 7, 32 << 10} {
+			got := runTap(t, tt.body, tt.encoding, size)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("%s, reads of %d: tap mismatch (-want +got):\n%s", tt.name, size, diff)
+			}
+		}
+	}
+}
+
+func TestTapSkipsOversizedEvent(t *testing.T) {
+	big := `data: {"candidates":[{"content":{"parts":[{"inlineData":{"mimeType":"image/png","data":"` +
+		strings.Repeat("A", maxEventBytes+10) + `"}}]}}]}` + "\r\n\r\n"
+	body := []byte(big + string(readTestdata(t, "stream.sse")))
+	got := runTap(t, body, "", 64<<10)
+	if got.Events != 3 || got.Usage == nil || got.Usage.TotalTokens != 210 {
+		t.Errorf("after an oversized event: events=%d usage=%+v, want 3 events and total 210", got.Events, got.Usage)
+	}
+	obj := []byte(`[{"x":"` + strings.Repeat("B", maxEventBytes+10) + `"},` + `{"usageMetadata":{"totalTokenCount":9}}]`)
+	got = runTap(t, obj, "", 64<<10)
+	if got.Usage == nil || got.Usage.TotalTokens != 9 {
+		t.Errorf("array after an oversized element: usage=%+v, want total 9", got.Usage)
+	}
+}
+
+func TestTapTextBounded(t *testing.T) {
+	var b strings.Builder
+	for range 3 {
+		b.WriteString(`data: {"candidates":[{"content":{"parts":[{"text":"` + strings.Repeat("x", MaxTextBytes/2+1) + `"}]}}]}` + "\n\n")
+	}
+	tp := newTap("")
+	tp.Write([]byte(b.String()))
+	tp.finish()
+	if tp.text.Len() != MaxTextBytes || !tp.textTruncated {
+		t.Errorf("text len %d truncated %v, want %d true", tp.text.Len(), tp.textTruncated, MaxTextBytes)
+	}
+}
+
+func TestTapUnknownEncoding(t *testing.T) {
+	if tp := newTap("br"); tp != nil {
+		t.Errorf("newTap(br) = %v, want nil", tp)
+	}
+}
+
+func BenchmarkTap(b *testing.B) {
+	sse, err := os.ReadFile("testdata/stream.sse")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// A realistic long answer: 200 events.
+	body := bytes.Repeat(sse, 67)
+	array, err := os.ReadFile("testdata/stream_array.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		body []byte
+		enc  string
+	}{
+		{"sse", body, ""},
+		{"array", array, ""},
+		{"sse_gzip", gzipBytes(b, body), "gzip"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(bc.body)))
+			for b.Loop() {
+				tp := newTap(bc.enc)
+				for p := bc.body; len(p) > 0; {
+					n := min(len(p), 4096)
+					tp.Write(p[:n])
+					p = p[n:]
+				}
+				tp.finish()
+				if tp.usage == nil {
+					b.Fatal("no usage")
+				}
+			}
+		})
+	}
+}
