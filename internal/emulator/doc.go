@@ -1,0 +1,94 @@
+// Package emulator is a strict, deterministic, in-process emulator of the
+// Gemini API (Gemini Developer API plus the Vertex AI generate paths). It is
+// an http.Handler: tests mount it on httptest.NewServer, and
+// `gemini-proxy emulator --listen ADDR` serves it. Its rule is that passing
+// against it must mean passing against Google: it never accepts what the
+// real API rejects (see /work/shared/gemini-api.md).
+//
+// # Routes
+//
+// An optional path prefix before the version segment is ignored. {v} is
+// v1beta, v1 or v1alpha.
+//
+//	POST /{v}/models/{m}:generateContent          unary JSON (pretty-printed, gzip if accepted)
+//	POST /{v}/models/{m}:streamGenerateContent    ?alt=sse: text/event-stream, "data: <one-line JSON>\r\n\r\n"
+//	                                              per chunk, no event: lines, no [DONE];
+//	                                              without alt: one JSON array "[" obj ",\r\n" obj "]"
+//	POST /{v}/models/{m}:countTokens              contents XOR generateContentRequest
+//	POST /{v}/models/{m}:embedContent             deterministic unit vectors (see Embedding)
+//	POST /{v}/models/{m}:batchEmbedContents
+//	GET  /{v}/models, /{v}/models/{m}             list (pageSize/pageToken) and get; unknown → 404
+//	     /{v}/tunedModels/...                     always 404
+//	POST/GET /{v}/cachedContents                  create (ttl | expireTime, default 1h) and list
+//	GET/PATCH/DELETE /{v}/cachedContents/{id}     PATCH accepts ttl or expireTime only
+//	POST /upload/{v}/files                        resumable start → X-Goog-Upload-Url on this host;
+//	                                              chunks with upload / "upload, finalize" and
+//	                                              X-Goog-Upload-Offset checking → {"file":{…}}
+//	GET  /{v}/files, GET/DELETE /{v}/files/{id}
+//	POST /{v}/interactions                        snake_case; stream:true → SSE "event:"/"data:" lines
+//	                                              ending with "event: done" / "data: [DONE]"
+//	GET/DELETE /{v}/interactions/{id}, POST /{v}/interactions/{id}/cancel
+//	POST /{v1beta1|v1}/projects/{p}/locations/{l}/publishers/google/models/{m}:{method}
+//	POST /{v1beta1|v1}/publishers/google/models/{m}:{method}  (Vertex express mode)
+//	     /{v1beta1|v1}/projects/{p}/locations/{l}/interactions[...]
+//
+// Everything else is 404 "Method not found." in the Google error shape.
+//
+// # Authentication
+//
+// x-goog-api-key or ?key= (and Authorization: Bearer on Vertex paths).
+// Missing: 403 PERMISSION_DENIED "Method doesn't allow unregistered
+// callers…" (Vertex: 401 UNAUTHENTICATED). Not in Options.ValidKeys: 400
+// INVALID_ARGUMENT with ErrorInfo reason API_KEY_INVALID. Caches, files,
+// interactions and implicit-cache history are private to a key.
+//
+// # Validation
+//
+// Bodies are parsed as proto3 JSON against a schema of the request messages:
+// camelCase and snake_case names, enum names and integers, standard and
+// URL-safe base64 (padded or not) are accepted; unknown fields give 400
+// `Invalid JSON payload received. Unknown name "x" at 'path': Cannot find
+// field.` (unless Options.Lenient), with a google.rpc.BadRequest detail and
+// snake_case paths. Free-form Struct fields (function args and responses,
+// schemas, most server-side tool configs) are not inspected. Semantic checks:
+// non-empty contents, roles user/model (or omitted), no empty parts, exactly
+// one data field per part (an empty text without a thoughtSignature counts
+// as none), cachedContent together with systemInstruction/tools/toolConfig,
+// cache model mismatch, Gemini 3 ("gemini-3*") current-turn functionCall
+// without thoughtSignature, unknown model, unknown fileData file, body over
+// 100 MB (413).
+//
+// # Tokens
+//
+// CountTokens documents the tokenizer (≈4.2–4.4 characters per token on
+// English prose, ≈3.2–3.4 on source code). Contents cost one extra role
+// token each; images, audio, video and PDFs cost ImageTokens (258) per part,
+// text/* and JSON media are tokenized. promptTokenCount = system instruction
+// + tools/toolConfig JSON + contents (+ cachedContent). totalTokenCount =
+// prompt + candidates + thoughts + toolUsePrompt. maxOutputTokens caps
+// candidates + thoughts: the reply is cut at a word boundary and the final
+// chunk has finishReason MAX_TOKENS. Streams repeat cumulative usage on every
+// chunk (Vertex: only on the last chunk, without candidate index).
+//
+// # Implicit caching
+//
+// Per API key the server remembers the last 32 requests of the last 5
+// minutes (by Options.Now). A request's prefix identity is the model,
+// systemInstruction, tools and toolConfig followed by its contents; the
+// match is at content granularity: the longest run of leading contents
+// identical (after camelCase normalisation) to a remembered request. When
+// that prefix costs at least ImplicitCacheMinTokens (default 2048) its token
+// count is reported as cachedContentTokenCount with cacheTokensDetails.
+// Requests using an explicit cachedContent report that cache instead.
+// Interactions report the history of previous_interaction_id as
+// total_cached_tokens under the same threshold.
+//
+// # Faults
+//
+// Server.SetFault installs a Fault (status with a Gemini-shaped error body
+// and optional Retry-After/RetryInfo, header delay, chunk delay, disconnect
+// after N stream chunks, limited to Times requests or to a Match func). A
+// request header X-Emulator-Fault applies one to a single request, e.g.
+// "status=429, retry-after=3" or "header-delay=200ms; chunk-delay=50ms;
+// disconnect-after=2".
+package emulator

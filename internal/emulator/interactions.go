@@ -1,0 +1,436 @@
+package emulator
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// interaction is a stored Interactions API resource.
+type interaction struct {
+	id, keyID, model, prev, system string
+	input                          []Content
+	inputRaw                       any
+	output                         string
+	usage                          map[string]int
+	status                         string
+	created, updated               time.Time
+}
+
+// interactionFields are the accepted top-level fields of a create request
+// (CreateModelInteraction / CreateAgentInteraction, snake_case only).
+var interactionFields = map[string]bool{
+	"model": true, "agent": true, "agent_config": true, "input": true, "previous_interaction_id": true,
+	"store": true, "stream": true, "background": true, "system_instruction": true, "generation_config": true,
+	"tools": true, "response_format": true, "response_mime_type": true, "response_modalities": true,
+	"safety_settings": true, "service_tier": true, "labels": true, "webhook_config": true,
+	"environment": true, "continuation_token": true, "cached_content": true,
+}
+
+var interactionGenConfigFields = map[string]bool{
+	"temperature": true, "top_p": true, "seed": true, "max_output_tokens": true, "stop_sequences": true,
+	"thinking_level": true, "thinking_summaries": true, "tool_choice": true, "image_config": true,
+	"speech_config": true, "video_config": true, "transcription_config": true,
+}
+
+// routeInteractions serves {v}/interactions[/{id}[/cancel]]; rest is the
+// path after "interactions".
+func (s *Server) routeInteractions(c *call, rest []string) {
+	m := c.r.Method
+	switch {
+	case len(rest) == 0 && m == http.MethodPost:
+		s.createInteraction(c)
+	case len(rest) == 1 && m == http.MethodGet:
+		it := s.lookupInteraction(c, rest[0])
+		if it == nil {
+			return
+		}
+		s.mu.Lock()
+		if it.status == "in_progress" { // background work finishes by the first poll
+			it.status, it.updated = "completed", s.now()
+		}
+		s.mu.Unlock()
+		if c.r.URL.Query().Get("stream") == "true" {
+			s.streamInteraction(c, it)
+			return
+		}
+		b, _ := marshalIndent(s.interactionJSON(it, c.r.URL.Query().Get("include_input") == "true"))
+		writeJSON(c.w, c.r, 200, append(b, '\n'))
+	case len(rest) == 1 && m == http.MethodDelete:
+		it := s.lookupInteraction(c, rest[0])
+		if it == nil {
+			return
+		}
+		s.mu.Lock()
+		delete(s.interactions, it.id)
+		s.mu.Unlock()
+		writeJSON(c.w, c.r, 200, []byte("{}\n"))
+	case len(rest) == 2 && rest[1] == "cancel" && m == http.MethodPost:
+		it := s.lookupInteraction(c, rest[0])
+		if it == nil {
+			return
+		}
+		s.mu.Lock()
+		ok := it.status == "in_progress"
+		if ok {
+			it.status, it.updated = "cancelled", s.now()
+		}
+		s.mu.Unlock()
+		if !ok {
+			writeInteractionError(c.w, c.r, 400, "invalid_request", fmt.Sprintf("Interaction %s is not in progress and cannot be cancelled.", it.id))
+			return
+		}
+		b, _ := marshalIndent(s.interactionJSON(it, false))
+		writeJSON(c.w, c.r, 200, append(b, '\n'))
+	default:
+		writeError(c.w, c.r, errMethodNotFound(), modeUnary)
+	}
+}
+
+func (s *Server) lookupInteraction(c *call, id string) *interaction {
+	s.mu.Lock()
+	it := s.interactions[id]
+	s.mu.Unlock()
+	if it == nil || it.keyID != c.keyID {
+		writeInteractionError(c.w, c.r, 404, "not_found", fmt.Sprintf("Interaction %s not found.", id))
+		return nil
+	}
+	return it
+}
+
+// history is the conversation an interaction continues from: all earlier
+// inputs and outputs of the previous_interaction_id chain.
+func (s *Server) history(prev string) []Content {
+	var chain []*interaction
+	s.mu.Lock()
+	for id, n := prev, 0; id != "" && n < 10000; n++ {
+		it := s.interactions[id]
+		if it == nil {
+			break
+		}
+		chain = append(chain, it)
+		id = it.prev
+	}
+	s.mu.Unlock()
+	var out []Content
+	for i := len(chain) - 1; i >= 0; i-- {
+		out = append(out, chain[i].input...)
+		out = append(out, Content{Role: "model", Parts: []Part{{Text: chain[i].output}}})
+	}
+	return out
+}
+
+func (s *Server) createInteraction(c *call) {
+	rec := Received{Method: c.r.Method, Path: c.r.URL.Path, RawQuery: c.r.URL.RawQuery, Header: c.r.Header.Clone(),
+		API: "interactions", Vertex: c.vertex, KeyID: c.keyID}
+	fail := func(status int, code, msg string) {
+		rec.Status, rec.Error = status, msg
+		s.record(rec)
+		writeInteractionError(c.w, c.r, status, code, msg)
+	}
+	raw, v, e := readBody(c)
+	rec.Body = raw
+	if e != nil {
+		fail(e.Code, "invalid_request", e.Message)
+		return
+	}
+	body, ok := v.(map[string]any)
+	if !ok {
+		fail(400, "invalid_request", "The request body must be a JSON object.")
+		return
+	}
+	if !s.opts.Lenient {
+		for _, k := range sortedKeys(body) {
+			if !interactionFields[k] {
+				fail(400, "invalid_request", fmt.Sprintf("Invalid JSON payload received. Unknown name %q: Cannot find field.", k))
+				return
+			}
+		}
+		if gc, ok := body["generation_config"].(map[string]any); ok {
+			for _, k := range sortedKeys(gc) {
+				if !interactionGenConfigFields[k] {
+					fail(400, "invalid_request", fmt.Sprintf("Invalid JSON payload received. Unknown name %q at 'generation_config': Cannot find field.", k))
+					return
+				}
+			}
+		}
+	}
+	if _, ok := body["agent"]; ok {
+		fail(400, "invalid_request", "Agent interactions are not supported by the emulator.")
+		return
+	}
+	model, _ := body["model"].(string)
+	model = strings.TrimPrefix(model, "models/")
+	rec.Model = model
+	if model == "" {
+		fail(400, "invalid_request", "model is required.")
+		return
+	}
+	if !s.models[model] || isEmbedding(model) {
+		fail(404, "not_found", fmt.Sprintf("Model %s not found.", model))
+		return
+	}
+	in, ok := body["input"]
+	if !ok || in == nil {
+		fail(400, "invalid_request", "input is required.")
+		return
+	}
+	input, err := parseInteractionInput(in)
+	rec.Contents = input
+	if err != "" {
+		fail(400, "invalid_request", err)
+		return
+	}
+	stream, _ := body["stream"].(bool)
+	background, _ := body["background"].(bool)
+	rec.Stream, rec.SSE = stream, stream
+	store := true
+	if st, ok := body["store"].(bool); ok {
+		store = st
+	}
+	if background && !store {
+		fail(400, "invalid_request", "background interactions require store=true.")
+		return
+	}
+	prev, _ := body["previous_interaction_id"].(string)
+	var hist []Content
+	if prev != "" {
+		s.mu.Lock()
+		p := s.interactions[prev]
+		s.mu.Unlock()
+		if p == nil || p.keyID != c.keyID {
+			fail(404, "not_found", fmt.Sprintf("Interaction %s not found.", prev))
+			return
+		}
+		hist = s.history(prev)
+	}
+	system, _ := body["system_instruction"].(string)
+	maxOut := 0
+	if gc, ok := body["generation_config"].(map[string]any); ok {
+		maxOut = toInt(gc["max_output_tokens"])
+	}
+	all := append(append([]Content(nil), hist...), input...)
+	rr := ReplyRequest{API: "interactions", Model: model, Contents: all, SystemInstruction: system, KeyID: c.keyID, Stream: stream}
+	reply := defaultReply(rr)
+	if s.opts.Reply != nil {
+		reply = s.opts.Reply(rr)
+	}
+	rec.Reply = reply
+	if maxOut > 0 && CountTokens(reply) > maxOut {
+		reply = truncateTokens(reply, maxOut)
+	}
+	fileText := func(uri string) (string, string, bool) { return s.fileText(c.keyID, uri) }
+	sysTokens := CountTokens(system)
+	histTokens := contentsTokens(hist, fileText).total()
+	inTokens := sysTokens + histTokens + contentsTokens(input, fileText).total()
+	cached := 0
+	if prev != "" && sysTokens+histTokens >= s.opts.ImplicitCacheMinTokens {
+		cached = sysTokens + histTokens
+	}
+	out := CountTokens(reply)
+	now := s.now()
+	it := &interaction{id: "v1_" + s.nextID("interaction", 24), keyID: c.keyID, model: model, prev: prev,
+		system: system, input: input, inputRaw: in, output: reply, status: "completed", created: now, updated: now,
+		usage: map[string]int{"total_input_tokens": inTokens, "total_output_tokens": out, "total_cached_tokens": cached,
+			"total_thought_tokens": 0, "total_tool_use_tokens": 0, "total_tokens": inTokens + out}}
+	rec.Usage = Usage{PromptTokenCount: inTokens, CachedContentTokenCount: cached, CandidatesTokenCount: out, TotalTokenCount: inTokens + out}
+	rec.Status = 200
+	s.record(rec)
+	if background {
+		it.status = "in_progress"
+	}
+	if store {
+		s.mu.Lock()
+		s.interactions[it.id] = it
+		s.mu.Unlock()
+	}
+	if stream {
+		s.streamInteraction(c, it)
+		return
+	}
+	b, _ := marshalIndent(s.interactionJSON(it, false))
+	writeJSON(c.w, c.r, 200, append(b, '\n'))
+}
+
+// parseInteractionInput converts input (string | Content | Content[] |
+// Step[]) to contents. It returns an error message for invalid input.
+func parseInteractionInput(in any) ([]Content, string) {
+	switch x := in.(type) {
+	case string:
+		if x == "" {
+			return nil, "input must not be empty."
+		}
+		return []Content{{Role: "user", Parts: []Part{{Text: x}}}}, ""
+	case map[string]any:
+		return parseInteractionInput([]any{x})
+	case []any:
+		if len(x) == 0 {
+			return nil, "input must not be empty."
+		}
+		var out []Content
+		var loose []Part
+		for i, item := range x {
+			m, ok := item.(map[string]any)
+			if !ok {
+				return nil, fmt.Sprintf("input[%d] must be an object.", i)
+			}
+			typ, _ := m["type"].(string)
+			switch typ {
+			case "text", "image", "audio", "document", "video":
+				p, err := interactionPart(m)
+				if err != "" {
+					return nil, fmt.Sprintf("input[%d]: %s", i, err)
+				}
+				loose = append(loose, p)
+			case "user_input", "model_output":
+				role := "user"
+				if typ == "model_output" {
+					role = "model"
+				}
+				list, _ := m["content"].([]any)
+				ct := Content{Role: role}
+				for j, cv := range list {
+					cm, _ := cv.(map[string]any)
+					p, err := interactionPart(cm)
+					if err != "" {
+						return nil, fmt.Sprintf("input[%d].content[%d]: %s", i, j, err)
+					}
+					ct.Parts = append(ct.Parts, p)
+				}
+				if len(ct.Parts) == 0 {
+					return nil, fmt.Sprintf("input[%d].content must not be empty.", i)
+				}
+				out = append(out, ct)
+			case "function_result":
+				name, _ := m["name"].(string)
+				id, _ := m["call_id"].(string)
+				if id == "" {
+					return nil, fmt.Sprintf("input[%d].call_id is required.", i)
+				}
+				out = append(out, Content{Role: "user", Parts: []Part{{FunctionResponse: &FunctionResponse{ID: id, Name: name,
+					Response: map[string]any{"result": m["result"]}}}}})
+			case "function_call":
+				name, _ := m["name"].(string)
+				id, _ := m["id"].(string)
+				args, _ := m["arguments"].(map[string]any)
+				out = append(out, Content{Role: "model", Parts: []Part{{FunctionCall: &FunctionCall{ID: id, Name: name, Args: args}}}})
+			case "thought":
+				// thoughts carry signatures only; nothing to count as input
+			default:
+				return nil, fmt.Sprintf("input[%d]: unknown type %q.", i, typ)
+			}
+		}
+		if len(loose) > 0 {
+			out = append(out, Content{Role: "user", Parts: loose})
+		}
+		return out, ""
+	}
+	return nil, "input must be a string, a content object or a list of contents or steps."
+}
+
+func interactionPart(m map[string]any) (Part, string) {
+	typ, _ := m["type"].(string)
+	if typ == "text" {
+		t, ok := m["text"].(string)
+		if !ok {
+			return Part{}, "text content requires a text field."
+		}
+		return Part{Text: t}, ""
+	}
+	if typ == "" {
+		return Part{}, "content requires a type."
+	}
+	mime, _ := m["mime_type"].(string)
+	if data, ok := m["data"].(string); ok {
+		raw, err := decodeBase64(data)
+		if err != nil {
+			return Part{}, "data is not valid base64."
+		}
+		if mime == "" {
+			mime = typ + "/*"
+		}
+		return Part{InlineData: &Blob{MIMEType: mime, Data: raw}}, ""
+	}
+	if uri, ok := m["uri"].(string); ok {
+		return Part{FileData: &FileData{MIMEType: mime, FileURI: uri}}, ""
+	}
+	return Part{}, fmt.Sprintf("%s content requires data or uri.", typ)
+}
+
+func (s *Server) interactionJSON(it *interaction, includeInput bool) map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	steps := []any{}
+	if includeInput {
+		steps = append(steps, map[string]any{"type": "user_input", "content": inputContentJSON(it.input)})
+	}
+	if it.status == "completed" {
+		steps = append(steps, map[string]any{"type": "model_output", "content": []any{map[string]any{"type": "text", "text": it.output}}})
+	}
+	out := map[string]any{
+		"id": it.id, "object": "interaction", "status": it.status, "model": it.model,
+		"created": it.created.UTC().Format(time.RFC3339), "updated": it.updated.UTC().Format(time.RFC3339),
+		"steps": steps,
+	}
+	if it.status == "completed" {
+		out["usage"] = it.usage
+	}
+	if it.prev != "" {
+		out["previous_interaction_id"] = it.prev
+	}
+	if it.system != "" {
+		out["system_instruction"] = it.system
+	}
+	return out
+}
+
+func inputContentJSON(cs []Content) []any {
+	out := []any{}
+	for _, c := range cs {
+		for _, p := range c.Parts {
+			if p.Kind() == "text" {
+				out = append(out, map[string]any{"type": "text", "text": p.Text})
+			}
+		}
+	}
+	return out
+}
+
+// streamInteraction writes the SSE event sequence of an interaction:
+// interaction.created, step.start, step.delta…, step.stop,
+// interaction.completed, then "event: done" / "data: [DONE]".
+func (s *Server) streamInteraction(c *call, it *interaction) {
+	full := s.interactionJSON(it, false)
+	created := map[string]any{"id": it.id, "status": "in_progress", "object": "interaction", "model": it.model,
+		"created": full["created"]}
+	events := []map[string]any{
+		{"event_type": "interaction.created", "interaction": created},
+		{"event_type": "step.start", "index": 0, "step": map[string]any{"type": "model_output"}},
+	}
+	for _, piece := range splitText(it.output, s.opts.StreamChunkBytes) {
+		events = append(events, map[string]any{"event_type": "step.delta", "index": 0,
+			"delta": map[string]any{"type": "text", "text": piece}})
+	}
+	events = append(events,
+		map[string]any{"event_type": "step.stop", "index": 0},
+		map[string]any{"event_type": "interaction.completed", "interaction": full})
+	h := c.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	c.w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(c.w)
+	for i, ev := range events {
+		if i > 0 && c.fault.ChunkDelay > 0 && !sleepCtx(c.r.Context(), c.fault.ChunkDelay) {
+			return
+		}
+		ev["event_id"] = fmt.Sprintf("%s-%d", it.id, i)
+		fmt.Fprintf(c.w, "event: %s\ndata: %s\n\n", ev["event_type"], marshalCompact(ev))
+		_ = rc.Flush()
+		if n := c.fault.DisconnectAfterChunks; n > 0 && i+1 >= n {
+			panic(http.ErrAbortHandler)
+		}
+	}
+	fmt.Fprint(c.w, "event: done\ndata: [DONE]\n\n")
+	_ = rc.Flush()
+}
