@@ -8,14 +8,14 @@ type SDK string
 
 // Client SDK families.
 const (
-	SDKGenAIGo             SDK = "google-genai-go"
-	SDKGenAIPython         SDK = "google-genai-python"
-	SDKGenAIJS             SDK = "google-genai-js"
-	SDKGenerativeAIJS      SDK = "generative-ai-js"     // deprecated @google/generative-ai
-	SDKGenerativeAIPython  SDK = "generative-ai-python" // deprecated google-generativeai
-	SDKGenerativeAIGo      SDK = "generative-ai-go"     // deprecated github.com/google/generative-ai-go
-	SDKOther               SDK = "other"
-	SDKNone                SDK = "none"
+	SDKGenAIGo            SDK = "google-genai-go"
+	SDKGenAIPython        SDK = "google-genai-python"
+	SDKGenAIJS            SDK = "google-genai-js"
+	SDKGenerativeAIJS     SDK = "generative-ai-js"     // deprecated @google/generative-ai
+	SDKGenerativeAIPython SDK = "generative-ai-python" // deprecated google-generativeai
+	SDKGenerativeAIGo     SDK = "generative-ai-go"     // deprecated github.com/google/generative-ai-go
+	SDKOther              SDK = "other"
+	SDKNone               SDK = "none"
 )
 
 // Deprecated reports whether the SDK family is one of the deprecated
