@@ -38,7 +38,7 @@ func (s *Server) modelInfo(id string, vertex bool) modelJSON {
 	t, p, mt, k := 1.0, 0.95, 2.0, 64
 	return modelJSON{Name: name, Version: "001", DisplayName: display,
 		Description: "Emulated " + display + " model (deterministic replies).", InputTokenLimit: 1048576,
-		OutputTokenLimit: 65536,
+		OutputTokenLimit:           65536,
 		SupportedGenerationMethods: []string{"generateContent", "countTokens", "createCachedContent", "batchGenerateContent"},
 		Temperature:                &t, TopP: &p, TopK: &k, MaxTemperature: &mt,
 		Thinking: !strings.HasPrefix(id, "gemini-2.0") && strings.HasPrefix(id, "gemini-")}

@@ -67,12 +67,12 @@ func enum(name string, values ...string) *enumType {
 	return e
 }
 
-func f(k kind) *field                { return &field{kind: k} }
-func rep(k kind) *field              { return &field{kind: k, repeated: true} }
-func msgF(m *message) *field         { return &field{kind: kMessage, msg: m} }
-func repMsg(m *message) *field       { return &field{kind: kMessage, msg: m, repeated: true} }
-func enumF(e *enumType) *field       { return &field{kind: kEnum, enum: e} }
-func repEnum(e *enumType) *field     { return &field{kind: kEnum, enum: e, repeated: true} }
+func f(k kind) *field                 { return &field{kind: k} }
+func rep(k kind) *field               { return &field{kind: k, repeated: true} }
+func msgF(m *message) *field          { return &field{kind: kMessage, msg: m} }
+func repMsg(m *message) *field        { return &field{kind: kMessage, msg: m, repeated: true} }
+func enumF(e *enumType) *field        { return &field{kind: kEnum, enum: e} }
+func repEnum(e *enumType) *field      { return &field{kind: kEnum, enum: e, repeated: true} }
 func (fl *field) on(b backend) *field { fl.only = b; return fl }
 
 func newMessage(name string, fields map[string]*field) *message {
