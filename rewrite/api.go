@@ -80,15 +80,23 @@ type Verifier interface {
 // Replacement describes one span that the rewrite replaced.
 type Replacement struct {
 	Rule Rule
-	// Turn and Part locate the replaced span in the original request.
+	// Turn and Part locate the replaced span: indices into contents and
+	// into that turn's parts, in the request after un-flattening (the
+	// original request when UnflattenedTurns is 0).
 	Turn, Part int
 	// Document is the document's name, or its first line when it has none.
 	Document string
 	// SHA256 is the hex SHA-256 of the exact replaced content.
 	SHA256 string
 	// Bytes is the size of the replaced content; RefBytes the size of the
-	// reference that replaced it.
+	// reference that replaced it. For text, both count bytes of the decoded
+	// string; for an inlineData part, bytes of the JSON part.
 	Bytes, RefBytes int
+	// Target is the index into contents of the turn that holds the full
+	// copy (the identical copy, or the active version for RuleSuperseded).
+	Target int
+	// Reference is the text that replaced the span.
+	Reference string
 }
 
 // Report says what a rewrite did.

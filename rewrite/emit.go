@@ -223,7 +223,7 @@ func (e *engine) report(reps []*occ) []Replacement {
 			size = o.img.obj.end - o.img.obj.start
 		}
 		out[i] = Replacement{Rule: o.rule, Turn: o.turn, Part: o.part, Document: displayName(e.name(o)),
-			SHA256: o.sha, Bytes: size, RefBytes: o.refBytes}
+			SHA256: o.sha, Bytes: size, RefBytes: o.refBytes, Target: o.target, Reference: o.ref}
 	}
 	return out
 }

@@ -155,7 +155,7 @@ func normalize(s string) string {
 	if strings.IndexByte(s, '\r') < 0 {
 		return s
 	}
-	return strings.ReplaceAll(s, "\r\n", "\n")
+	return strings.TrimSuffix(strings.ReplaceAll(s, "\r\n", "\n"), "\r")
 }
 
 // decodeBase64 decodes standard or URL-safe base64, padded or not.
@@ -230,6 +230,9 @@ func (e *engine) identify(o *occ) int {
 		}
 		if _, same := e.docs[d].versions[o.content]; same {
 			return d
+		}
+		if td, ok := e.byText[o.content]; ok && cleanName(e.docs[td].name) == key {
+			return td // a repeat of a retrieval chunk of this file
 		}
 		switch chunk(e.docs[d].latest, o.content) {
 		case -1: // a retrieval chunk of the file: a document of its own
