@@ -316,9 +316,9 @@ func TestVertexRouting(t *testing.T) {
 	c := rawClient()
 	for target, want := range map[string]string{
 		"/v1beta1/projects/p1/locations/us-central1/publishers/google/models/gemini-2.5-flash:streamGenerateContent?alt=sse": "vertex",
-		"/v1/projects/p1/locations/global/cachedContents/x":                                                                   "vertex",
-		"/v1beta1/publishers/google/models/gemini-2.5-flash:generateContent":                                                  "vertex",
-		"/v1beta/models/gemini-2.5-flash:generateContent":                                                                     "gemini",
+		"/v1/projects/p1/locations/global/cachedContents/x":                                                                  "vertex",
+		"/v1beta1/publishers/google/models/gemini-2.5-flash:generateContent":                                                 "vertex",
+		"/v1beta/models/gemini-2.5-flash:generateContent":                                                                    "gemini",
 	} {
 		req, _ := http.NewRequest("POST", f.front.URL+target, strings.NewReader(`{"contents":[]}`))
 		req.Header.Set("Authorization", "Bearer ya29.token")

@@ -1,0 +1,233 @@
+package proxy
+
+import (
+	"bytes"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gemini-proxy/gemini-proxy/metrics"
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
+)
+
+const (
+	origBody      = `{"contents":[{"role":"user","parts":[{"text":"ORIGINAL ORIGINAL ORIGINAL"}]}]}`
+	rewrittenBody = `{"contents":[{"role":"user","parts":[{"text":"NEW"}]}]}`
+)
+
+// changed is a rewrite that shortens the body and reports one replacement.
+func changed(body []byte, _ rewrite.Options, _ rewrite.Verifier) ([]byte, *rewrite.Report, error) {
+	return []byte(rewrittenBody), &rewrite.Report{
+		BytesBefore: len(body), BytesAfter: len(rewrittenBody),
+		Replacements: []rewrite.Replacement{{Rule: rewrite.RuleUnchanged, Bytes: 30, RefBytes: 10}},
+	}, nil
+}
+
+func TestRewrite(t *testing.T) {
+	changedHeader := "bytes=" + strconv.Itoa(len(origBody)) + "->" + strconv.Itoa(len(rewrittenBody)) + "; unchanged=1"
+	errHeader := "bytes=" + strconv.Itoa(len(origBody)) + "->" + strconv.Itoa(len(origBody)) + "; error"
+	tests := []struct {
+		name       string
+		disabled   bool
+		fn         rewriteFunc
+		modeHeader string
+		encoding   string
+		wantBody   string
+		wantReport string
+		mode       string
+		outcome    string
+		errors     float64
+	}{
+		{"changed", false, changed, "", "", rewrittenBody, changedHeader, metrics.ModeOn, metrics.OutcomeChanged, 0},
+		{"error fails open", false, func([]byte, rewrite.Options, rewrite.Verifier) ([]byte, *rewrite.Report, error) {
+			return nil, nil, rewrite.ErrNoContents
+		}, "", "", origBody, errHeader, metrics.ModeOn, metrics.OutcomeError, 1},
+		{"panic fails open", false, func([]byte, rewrite.Options, rewrite.Verifier) ([]byte, *rewrite.Report, error) {
+			panic("secret prompt text in a panic")
+		}, "", "", origBody, errHeader, metrics.ModeOn, metrics.OutcomeError, 1},
+		{"nil body fails open", false, func([]byte, rewrite.Options, rewrite.Verifier) ([]byte, *rewrite.Report, error) {
+			return nil, nil, nil
+		}, "", "", origBody, errHeader, metrics.ModeOn, metrics.OutcomeError, 1},
+		{"dry-run forwards original", false, changed, "dry-run", "", origBody, changedHeader + "; mode=dry-run", metrics.ModeDryRun, metrics.OutcomeChanged, 0},
+		{"off", false, changed, "OFF", "", origBody, "mode=off", metrics.ModeOff, metrics.OutcomeSkipped, 0},
+		{"disabled", true, changed, "", "", origBody, "mode=disabled", metrics.ModeDisabled, metrics.OutcomeSkipped, 0},
+		{"gzip request body not rewritten", false, changed, "", "gzip", origBody, "skipped", metrics.ModeOn, metrics.OutcomeSkipped, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {})
+			f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: !tt.disabled}})
+			f.h.rewriteFn = tt.fn
+			req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(origBody))
+			if tt.modeHeader != "" {
+				req.Header.Set(HeaderRewrite, tt.modeHeader)
+			}
+			if tt.encoding != "" {
+				req.Header.Set("Content-Encoding", tt.encoding)
+			}
+			res, _ := do(t, rawClient(), req)
+			if res.StatusCode != 200 {
+				t.Fatalf("status %d", res.StatusCode)
+			}
+			in := be.last(t)
+			if string(in.Body) != tt.wantBody || in.ContentLength != int64(len(tt.wantBody)) {
+				t.Errorf("backend got %q (Content-Length %d), want %q", in.Body, in.ContentLength, tt.wantBody)
+			}
+			if got := res.Header.Get(HeaderReport); got != tt.wantReport {
+				t.Errorf("%s = %q, want %q", HeaderReport, got, tt.wantReport)
+			}
+			waitFor(t, "rewrite metric", func() bool {
+				return testutil.ToFloat64(f.m.RewriteRequests.WithLabelValues(tt.mode, tt.outcome)) == 1
+			})
+			if got := testutil.ToFloat64(f.m.RewriteErrors); got != tt.errors {
+				t.Errorf("rewrite_errors_total = %v, want %v", got, tt.errors)
+			}
+			if strings.Contains(f.logs.String(), "secret prompt") || strings.Contains(f.logs.String(), "ORIGINAL") {
+				t.Errorf("log leaks the prompt:\n%s", f.logs.String())
+			}
+		})
+	}
+}
+
+func TestRewriteSavingsMetrics(t *testing.T) {
+	be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {})
+	f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true}})
+	f.h.rewriteFn = changed
+	req, _ := http.NewRequest("POST", f.front.URL+"/v1beta1/projects/p/locations/l/publishers/google/models/gemini-2.5-pro:streamGenerateContent?alt=sse", strings.NewReader(origBody))
+	do(t, rawClient(), req)
+	waitFor(t, "bytes sent", func() bool {
+		return testutil.ToFloat64(f.m.RequestBytes.WithLabelValues("stream_generate_content", metrics.StageSent)) == float64(len(rewrittenBody))
+	})
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"saved", testutil.ToFloat64(f.m.RewriteSavedBytes.WithLabelValues("unchanged")), 20},
+		{"replacements", testutil.ToFloat64(f.m.RewriteReplacements.WithLabelValues("unchanged")), 1},
+		{"before", testutil.ToFloat64(f.m.RewriteBytes.WithLabelValues(metrics.StageBefore)), float64(len(origBody))},
+		{"after", testutil.ToFloat64(f.m.RewriteBytes.WithLabelValues(metrics.StageAfter)), float64(len(rewrittenBody))},
+		{"received", testutil.ToFloat64(f.m.RequestBytes.WithLabelValues("stream_generate_content", metrics.StageReceived)), float64(len(origBody))},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestRewriteLargeBodyStreamsUnchanged(t *testing.T) {
+	be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {})
+	f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true, MaxBodyBytes: 10}})
+	called := false
+	f.h.rewriteFn = func(b []byte, o rewrite.Options, v rewrite.Verifier) ([]byte, *rewrite.Report, error) {
+		called = true
+		return changed(b, o, v)
+	}
+	for _, body := range []func() *http.Request{
+		func() *http.Request { // known length
+			r, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/m:generateContent", strings.NewReader(origBody))
+			return r
+		},
+		func() *http.Request { // chunked: read up to the limit, then streamed
+			r, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/m:generateContent", bytes.NewBufferString(origBody))
+			r.ContentLength = -1
+			return r
+		},
+	} {
+		res, _ := do(t, rawClient(), body())
+		if got := be.last(t).Body; string(got) != origBody {
+			t.Errorf("backend got %q, want the original", got)
+		}
+		if res.Header.Get(HeaderReport) != "skipped" {
+			t.Errorf("report %q, want skipped", res.Header.Get(HeaderReport))
+		}
+	}
+	if called {
+		t.Error("rewrite ran on a body above Rewrite.MaxBodyBytes")
+	}
+}
+
+func TestRewriteFallback(t *testing.T) {
+	for _, status := range []int{400, 500, 503} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+				body := make([]byte, 1024)
+				n, _ := r.Body.Read(body)
+				if string(body[:n]) == rewrittenBody {
+					w.WriteHeader(status)
+					w.Write([]byte(`{"error":{"code":` + strconv.Itoa(status) + `,"message":"rejected","status":"INVALID_ARGUMENT"}}`))
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.Write([]byte(`{"candidates":[]}`))
+			})
+			f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true}})
+			f.h.rewriteFn = changed
+			req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:generateContent?alt=json", strings.NewReader(origBody))
+			res, body := do(t, rawClient(), req)
+			if res.StatusCode != 200 || string(body) != `{"candidates":[]}` {
+				t.Errorf("client got %d %q, want only the second answer", res.StatusCode, body)
+			}
+			reqs := be.requests()
+			if len(reqs) != 2 {
+				t.Fatalf("backend saw %d requests, want 2", len(reqs))
+			}
+			if string(reqs[0].Body) != rewrittenBody || string(reqs[1].Body) != origBody || reqs[1].ContentLength != int64(len(origBody)) || reqs[1].RawQuery != "alt=json" {
+				t.Errorf("attempts %q then %q (CL %d, query %q)", reqs[0].Body, reqs[1].Body, reqs[1].ContentLength, reqs[1].RawQuery)
+			}
+			if !strings.HasSuffix(res.Header.Get(HeaderReport), "; fallback") {
+				t.Errorf("report %q lacks fallback", res.Header.Get(HeaderReport))
+			}
+			waitFor(t, "sent bytes", func() bool {
+				return testutil.ToFloat64(f.m.RequestBytes.WithLabelValues("generate_content", metrics.StageSent)) == float64(len(rewrittenBody)+len(origBody))
+			})
+			if got := testutil.ToFloat64(f.m.RewriteFallbacks); got != 1 {
+				t.Errorf("rewrite_fallbacks_total = %v, want 1", got)
+			}
+		})
+	}
+}
+
+func TestNoFallbackWhenUnchangedOrOK(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		fn     rewriteFunc
+		status int
+	}{
+		{"unchanged body rejected", rewrite.Request, 400},
+		{"rewritten body rate-limited", changed, 429},
+	} {
+		be := newBackend(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(tt.status) })
+		f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true}})
+		f.h.rewriteFn = tt.fn
+		req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/m:generateContent", strings.NewReader(origBody))
+		res, _ := do(t, rawClient(), req)
+		if n := len(be.requests()); n != 1 || res.StatusCode != tt.status {
+			t.Errorf("%s: backend saw %d requests, client %d; want 1 and %d", tt.name, n, res.StatusCode, tt.status)
+		}
+		if got := testutil.ToFloat64(f.m.RewriteFallbacks); got != 0 {
+			t.Errorf("%s: fallbacks %v", tt.name, got)
+		}
+	}
+}
+
+func TestVerifierGetsTenant(t *testing.T) {
+	be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {})
+	var tenants []string
+	f := newFixture(t, be.URL, Options{
+		Rewrite:      RewriteOptions{Enabled: true},
+		TenantSecret: []byte("fixed"),
+		Verifier: func(tenant string) rewrite.Verifier {
+			tenants = append(tenants, tenant)
+			return nil
+		},
+	})
+	req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/m:generateContent", strings.NewReader(origBody))
+	req.Header.Set("X-Goog-Api-Key", "abc")
+	do(t, rawClient(), req)
+	if want := tenantOf([]byte("fixed"), "", req); len(tenants) != 1 || tenants[0] != want {
+		t.Errorf("verifier tenants %q, want [%s]", tenants, want)
+	}
+}
