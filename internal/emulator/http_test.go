@@ -108,9 +108,7 @@ func TestValidationErrors(t *testing.T) {
 			nil, 400, "INVALID_ARGUMENT", "Function call `get_weather` in the `1.` content block is missing a `thought_signature`"},
 		{"count both", "/v1beta/models/gemini-2.5-flash:countTokens", `{"contents":[{"parts":[{"text":"a"}]}],"generateContentRequest":{"model":"models/gemini-2.5-flash","contents":[{"parts":[{"text":"a"}]}]}}`, nil, 400, "INVALID_ARGUMENT", "not both"},
 		{"unknown route", "/v1beta/whatever", ok, nil, 404, "NOT_FOUND", "Method not found."},
-		{"wrong method", genPath, "", map[string]string{}, 0, "", ""}, // placeholder replaced below
 	}
-	tests = tests[:len(tests)-1]
 	_, ts := start(t, emulator.Options{ValidKeys: []string{testKey}})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -423,6 +421,21 @@ func TestDisconnectMidStream(t *testing.T) {
 	}
 	if events != 2 {
 		t.Errorf("got %d events before the cut, want 2", events)
+	}
+}
+
+func TestDisconnectUnary(t *testing.T) {
+	_, ts := start(t, emulator.Options{})
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, ts.URL+genPath, strings.NewReader(`{"contents":[{"parts":[{"text":"hi"}]}]}`))
+	req.Header.Set("x-goog-api-key", testKey)
+	req.Header.Set("X-Emulator-Fault", "disconnect-after=1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return // cut before the headers arrived: also a disconnect
+	}
+	defer resp.Body.Close()
+	if _, err := io.ReadAll(resp.Body); err == nil {
+		t.Error("unary body read completely despite disconnect fault")
 	}
 }
 
