@@ -8,13 +8,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
-// servedSet is a test Verifier: a set of served texts, matched after white
+// goldenServed is a test Verifier: a set of served texts, matched after white
 // space normalisation, in full or as a prefix of at least 40 bytes.
-type servedSet []string
+type goldenServed []string
 
-func (s servedSet) Served(text string) bool {
+func (s goldenServed) Served(text string) bool {
 	t := strings.Join(strings.Fields(text), " ")
 	for _, x := range s {
 		x = strings.Join(strings.Fields(x), " ")
@@ -162,6 +163,11 @@ func checkInvariants(in, out []byte, rep *Report, opts Options, v Verifier) erro
 			}
 			if tout == "" {
 				return fmt.Errorf("turn %d part %d: empty part", i, j)
+			}
+			if !utf8.Valid(in) {
+				// encoding/json turns invalid UTF-8 into U+FFFD, so its
+				// decoded text is not the text whose spans were hashed.
+				continue
 			}
 			if err := checkSpans(tin, tout, reps); err != nil {
 				return fmt.Errorf("turn %d part %d: %v", i, j, err)

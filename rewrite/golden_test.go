@@ -47,7 +47,7 @@ func (c caseOptions) options() (Options, Verifier) {
 	if c.Served == nil {
 		return o, nil
 	}
-	return o, servedSet(c.Served)
+	return o, goldenServed(c.Served)
 }
 
 // renderReport is the deterministic text form of a Report in want.report.

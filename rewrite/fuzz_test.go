@@ -1,0 +1,102 @@
+package rewrite
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"golang.org/x/tools/txtar"
+)
+
+// FuzzRequest checks the rewrite invariants on arbitrary bodies, seeded from
+// the golden requests: no panic; invalid JSON is an error; valid JSON in
+// gives valid JSON out with every member outside contents unchanged; every
+// removed span hashes to its reported SHA-256 and the rest of each text is
+// kept; output never larger than input; idempotent; deterministic.
+func FuzzRequest(f *testing.F) {
+	for _, path := range goldenFiles(f) {
+		a, err := txtar.ParseFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		if in, ok := file(a, "request.json"); ok {
+			f.Add(bytes.TrimSuffix(in, []byte("\n")), false)
+			f.Add(bytes.TrimSuffix(in, []byte("\n")), true)
+		}
+	}
+	f.Fuzz(func(t *testing.T, body []byte, small bool) {
+		opts := DefaultOptions()
+		if small {
+			opts.MinBlockBytes = 24 // reach the replacement paths with short inputs
+		}
+		fuzzCheck(t, body, opts)
+	})
+}
+
+// FuzzSession builds multi-turn requests from two fuzzed texts, placed in
+// turns by a bit pattern, so that the dedup paths (identity, similarity,
+// superseded versions, runs) see many more repeats than byte mutations make.
+func FuzzSession(f *testing.F) {
+	f.Add("```go a.go\nfunc a() {}\nfunc b() {}\n```", "func a() {}\nfunc c() {}\n", uint16(0x5a5a), uint8(0))
+	f.Add("<file path=\"x\">\nalpha\nbeta\n</file>", "--- x ---\nalpha\nbeta\n--- End ---", uint16(0x00ff), uint8(3))
+	f.Add("intro\nalpha beta gamma delta\nepsilon zeta\n", "```\nalpha beta gamma delta\nepsilon zeta\n", uint16(0x1234), uint8(1))
+	f.Fuzz(func(t *testing.T, a, b string, pat uint16, shape uint8) {
+		var contents []map[string]any
+		for i := 0; i < 8; i++ {
+			text := a
+			if pat>>i&1 == 1 {
+				text = b
+			}
+			if pat>>(i+8)&1 == 1 {
+				text += "\n" + a
+			}
+			c := map[string]any{"parts": []any{map[string]any{"text": text}}}
+			if i%2 == 1 {
+				c["role"] = "model"
+			} else if shape&1 == 0 {
+				c["role"] = "user"
+			}
+			contents = append(contents, c)
+		}
+		if shape&2 != 0 {
+			contents = contents[:7]
+		}
+		body, err := json.Marshal(map[string]any{"contents": contents, "tools": []any{}})
+		if err != nil {
+			return
+		}
+		opts := DefaultOptions()
+		opts.MinBlockBytes = 16
+		fuzzCheck(t, body, opts)
+	})
+}
+
+func fuzzCheck(t *testing.T, body []byte, opts Options) {
+	t.Helper()
+	out, rep, err := Request(body, opts, nil)
+	valid := json.Valid(body)
+	if err != nil {
+		if valid && errors.Is(err, ErrInvalidJSON) && bytes.HasPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("{")) {
+			t.Fatalf("valid JSON object rejected as invalid: %q", body)
+		}
+		return
+	}
+	if !valid {
+		t.Fatalf("invalid JSON accepted: %q", body)
+	}
+	if err := checkInvariants(body, out, rep, opts, nil); err != nil {
+		t.Fatalf("%v\nin:  %q\nout: %q", err, body, out)
+	}
+	again, rep2, err := Request(out, opts, nil)
+	if err != nil {
+		t.Fatalf("rewriting the output: %v", err)
+	}
+	if !bytes.Equal(again, out) || rep2.Changed() {
+		t.Fatalf("not idempotent\nin:    %q\nonce:  %q\ntwice: %q\nreport: %s", body, out, again, renderReport(rep2, nil))
+	}
+	out2, _, _ := Request(body, opts, nil)
+	if !bytes.Equal(out, out2) {
+		t.Fatalf("not deterministic")
+	}
+}
