@@ -55,6 +55,9 @@ type Options struct {
 	// DocumentTags are the XML-like tag names treated as document wrappers
 	// (for example "file", "document", "source", "context").
 	DocumentTags []string
+	// Lexicon holds the labels and cues used to recognise flattened
+	// transcripts. Nil means DefaultLexicon().
+	Lexicon *Lexicon
 }
 
 // DefaultOptions returns the documented defaults (DESIGN §3).

@@ -4,12 +4,6 @@ import (
 	"encoding/json"
 )
 
-// splitTurn is one turn of an un-flattened transcript.
-type splitTurn struct {
-	Role string // "user" or "model"
-	Text string
-}
-
 // unflattenRequest applies N2 (DESIGN §3 "Un-flattening"): when the last
 // content is a user turn with a single text part that holds a flattened
 // transcript, that content is replaced by real alternating turns. It returns
@@ -30,8 +24,8 @@ func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]b
 	if p.esc {
 		text = unescape(raw)
 	}
-	turns, ok := splitTranscript(text, opts, sideTaskHint(body, req), v)
-	if !ok || len(turns) < 3 {
+	turns, ok := unflatten(text, opts.Lexicon, sideTaskHint(body, req), v)
+	if !ok || len(turns) < 3 || turns[len(turns)-1].Role != "user" {
 		return nil, 0
 	}
 	out := make([]byte, 0, len(body)+64*len(turns))
@@ -75,11 +69,4 @@ func sideTaskHint(body []byte, req *request) bool {
 		}
 	}
 	return false
-}
-
-// splitTranscript is the hook to the flattened-transcript parser
-// (transcript.go, written separately). Until that parser is in the package
-// it splits nothing, so un-flattening is off.
-func splitTranscript(text string, opts *Options, side bool, v Verifier) ([]splitTurn, bool) {
-	return nil, false
 }
