@@ -176,7 +176,7 @@ func DefaultLexicon() *Lexicon {
 	}
 	lx.constraints = []string{
 		"return only", "respond only", "reply only", "output only", "answer only with",
-		"only return", "only output", "only respond", "respond with only", "reply with only",
+		"only return", "only output", "respond with only", "reply with only",
 		"respond in json", "respond with json", "reply in json", "answer in json",
 		"return json", "output json", "json format", "json object", "valid json",
 		"json schema", "no other text", "nothing else",

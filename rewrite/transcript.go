@@ -536,11 +536,12 @@ func (s *flatScan) roleRecord(pos int, line string, next int, l flatLabel) int {
 func (s *flatScan) inline(from, end int) int {
 	t := s.text
 	for i := from; i < end; {
-		j := strings.IndexAny(t[i:end], "<[\"")
-		if j < 0 {
+		for i < end && t[i] != '<' && t[i] != '[' && t[i] != '"' {
+			i++
+		}
+		if i == end {
 			return -1
 		}
-		i += j
 		switch t[i] {
 		case '<':
 			adv, stop := s.tag(i)
@@ -752,8 +753,9 @@ type flatPlan map[string]flatRole
 
 // plans returns the role assignments to try, in order. Known labels need
 // no plan; names and "You" are given the role opposite the known labels
-// they alternate with, or, when no label is known, the two most frequent
-// names that strictly alternate are assigned by their position at the end.
+// they alternate with. When no label is known, the two most frequent names
+// that strictly alternate count only when the text ends on an open cue of
+// one of them, which is then the model.
 func (s *flatScan) plans() []flatPlan {
 	var user, model int
 	type cand struct {
@@ -826,22 +828,20 @@ func (s *flatScan) plans() []flatPlan {
 		if len(two) < 2 || !s.alternates(two[0].key, lexNone, two[1].key) {
 			return nil
 		}
-		// The last of the two names speaks last: an open cue is the
-		// model, a filled segment is the user.
 		var last flatMark
 		for _, m := range s.marks {
 			if m.kind == fmRole && (m.key == two[0].key || m.key == two[1].key) {
 				last = m
 			}
 		}
+		// Two names and no known label are a chat only when the text
+		// ends on an open cue: that name is the model.
 		a, b := two[0].key, two[1].key
 		if last.key != a {
 			a, b = b, a
 		}
 		if last.empty && strings.TrimSpace(s.text[last.end:]) == "" {
 			plans = append(plans, flatPlan{a: frModel, b: frUser})
-		} else {
-			plans = append(plans, flatPlan{a: frUser, b: frModel})
 		}
 	}
 	return plans

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"unicode"
@@ -131,6 +132,8 @@ var flatCases = []flatCase{
 		want: []flatTurn{u("You: hi"), m(hello), u("more")}},
 	{name: "two names open cue", text: "Tony: hi\nJarvis: " + friday + "\nTony: status?\nJarvis:", served: servedSet{friday},
 		want: []flatTurn{u("Tony: hi"), m(friday), u("status?")}},
+	{name: "two names without open cue", text: "Tony: hi\nJarvis: " + friday + "\nTony: status?\nJarvis: " + hello + "\nTony: ok", served: servedSet{friday, hello}},
+	{name: "two names not alternating", text: "Tony: hi\nJarvis: " + friday + "\nJarvis: " + hello + "\nTony: status?\nJarvis:", served: servedSet{friday}},
 	{name: "repeated name does not alternate", text: "User: hi\nNote: " + friday + "\nNote: " + hello + "\nUser: x", served: servedSet{friday, hello}},
 
 	// Trust.
@@ -373,6 +376,109 @@ func FuzzUnflatten(f *testing.F) {
 			if err := checkFlat(text, got, lx); err != "" {
 				t.Fatalf("unflatten(%q) = %q: %s", text, got, err)
 			}
+		}
+	})
+}
+
+// exactSet is a Verifier that matches normalised text exactly, in O(len).
+type exactSet map[string]bool
+
+func (es exactSet) Served(text string) bool { return es[strings.Join(strings.Fields(text), " ")] }
+
+// flatProse returns about n bytes of text that is not a transcript but is
+// full of colons, tags, fences and quotes.
+func flatProse(n int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < n; i++ {
+		switch i % 6 {
+		case 0:
+			b.WriteString("Note: the handler reads the body once; see RFC 9110 section 8.6 for details.\n")
+		case 1:
+			b.WriteString("```go\nfunc main() { fmt.Println(\"User: not a label\") }\n```\n")
+		case 2:
+			b.WriteString("Step 3: compare <b>bold</b> and a < b with \"quotes\" and [links](http://x).\n")
+		case 3:
+			b.WriteString("Time: 12:30, ratio 3:2, see http://example.com/a:b.\n")
+		case 4:
+			b.WriteString("<file path=\"a.go\">\npackage a\n// Assistant: inside a file\n</file>\n")
+		default:
+			b.WriteString("This paragraph is plain prose without any label at all, just words.\n\n")
+		}
+	}
+	return b.String()
+}
+
+// flatTranscript returns a transcript of about n bytes and the Verifier
+// that serves its model lines.
+func flatTranscript(n int) (string, exactSet) {
+	var b strings.Builder
+	served := exactSet{}
+	b.WriteString("Previous conversation:\n")
+	for i := 0; b.Len() < n; i++ {
+		fmt.Fprintf(&b, "User: question %d about goroutines, channels and select statements?\n", i)
+		ans := fmt.Sprintf("Answer %d: goroutines are cheap; channels synchronise them. %s", i, strings.Repeat("More detail follows. ", 8))
+		served[strings.Join(strings.Fields(ans), " ")] = true
+		b.WriteString("Assistant: " + ans + "\n")
+	}
+	b.WriteString("Current question: and mutexes?\nAssistant:")
+	return b.String(), served
+}
+
+func TestUnflattenLarge(t *testing.T) {
+	text, served := flatTranscript(200 << 10)
+	got, ok := unflatten(text, DefaultLexicon(), false, served)
+	if !ok {
+		t.Fatalf("unflatten(200 KB transcript) ok = false")
+	}
+	if err := checkFlat(text, got, DefaultLexicon()); err != "" {
+		t.Fatal(err)
+	}
+	// Inputs built to provoke quadratic scans; each must finish quickly
+	// and leave the text alone.
+	const mb = 1 << 20
+	for name, text := range map[string]string{
+		"prose":           flatProse(mb),
+		"angles":          strings.Repeat("<", mb),
+		"pipes":           strings.Repeat("<|", mb/2),
+		"unclosed tags":   strings.Repeat("<file>", mb/6),
+		"fences":          strings.Repeat("```\n", mb/4),
+		"quotes":          strings.Repeat(`"""`, mb/3),
+		"user lines":      strings.Repeat("User: x\n", mb/8),
+		"names":           strings.Repeat("Ann: x\nBob: y\n", mb/14),
+		"example lines":   strings.Repeat("Example:\nUser: a\nAssistant: b\n", mb/30),
+		"colons":          strings.Repeat(":", mb),
+		"one long line":   "User: " + strings.Repeat("a", mb),
+		"long name lines": strings.Repeat(strings.Repeat("word ", 9)+": x\n", mb/50),
+	} {
+		if _, ok := unflatten(text, DefaultLexicon(), false, servedSet{hello}); ok {
+			t.Errorf("unflatten(%s) ok = true, want false", name)
+		}
+	}
+}
+
+func BenchmarkUnflatten(b *testing.B) {
+	prose := flatProse(1 << 20)
+	transcript, served := flatTranscript(200 << 10)
+	b.Run("prose-1MB", func(b *testing.B) {
+		if _, ok := unflatten(prose, DefaultLexicon(), false, served); ok {
+			b.Fatal("prose un-flattened")
+		}
+		lx := DefaultLexicon()
+		b.ReportAllocs()
+		b.SetBytes(int64(len(prose)))
+		for b.Loop() {
+			unflatten(prose, lx, false, served)
+		}
+	})
+	b.Run("transcript-200KB", func(b *testing.B) {
+		if _, ok := unflatten(transcript, DefaultLexicon(), false, served); !ok {
+			b.Fatal("transcript not un-flattened")
+		}
+		lx := DefaultLexicon()
+		b.ReportAllocs()
+		b.SetBytes(int64(len(transcript)))
+		for b.Loop() {
+			unflatten(transcript, lx, false, served)
 		}
 	})
 }
