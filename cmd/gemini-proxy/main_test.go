@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gemini-proxy/gemini-proxy/config"
+	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+)
+
+// clearEnv hides GEMINI_PROXY_* variables of the calling environment.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		name, val, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, config.EnvPrefix+"_") {
+			t.Setenv(name, val)
+			os.Unsetenv(name)
+		}
+	}
+}
+
+func runCmd(t *testing.T, ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var o, e bytes.Buffer
+	err = run(ctx, args, &o, &e)
+	return o.String(), e.String(), err
+}
+
+func TestRunCommands(t *testing.T) {
+	clearEnv(t)
+	tests := []struct {
+		args       []string
+		wantErr    bool
+		wantStdout string
+		wantStderr string
+	}{
+		{args: []string{"version"}, wantStdout: "gemini-proxy "},
+		{args: []string{"--help"}, wantStdout: "Commands:"},
+		{args: nil, wantErr: true, wantStdout: "Usage:"},
+		{args: []string{"serve", "--help"}, wantStderr: "--upstream"},
+		{args: []string{"demo", "--help"}, wantStderr: "--model"},
+		{args: []string{"emulator", "--help"}, wantStderr: "--listen"},
+		{args: []string{"config", "--help"}, wantStderr: "--config"},
+		{args: []string{"health", "--help"}, wantStderr: "--url"},
+		{args: []string{"frobnicate"}, wantErr: true, wantStderr: `unknown command "frobnicate"`},
+		{args: []string{"serve", "--no-such-flag"}, wantErr: true, wantStderr: "unknown flag"},
+		{args: []string{"version", "extra"}, wantErr: true, wantStderr: "unexpected argument"},
+		{args: []string{"config", "--upstream", "ftp://nope"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			out, errOut, err := runCmd(t, t.Context(), tt.args...)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("run(%q) error = %v, want error %v", tt.args, err, tt.wantErr)
+			}
+			if !strings.Contains(out, tt.wantStdout) {
+				t.Errorf("run(%q) stdout = %q, want it to contain %q", tt.args, out, tt.wantStdout)
+			}
+			if !strings.Contains(errOut, tt.wantStderr) {
+				t.Errorf("run(%q) stderr = %q, want it to contain %q", tt.args, errOut, tt.wantStderr)
+			}
+		})
+	}
+}
+
+func TestConfigCommandRedacts(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("GEMINI_PROXY_UPSTREAM_API_KEY", "AIza-secret-in-env")
+	out, _, err := runCmd(t, t.Context(), "config", "--upstream", "http://127.0.0.1:9000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "AIza-secret-in-env") {
+		t.Errorf("config printed the API key:\n%s", out)
+	}
+	for _, want := range []string{`url: "http://127.0.0.1:9000"`, `api_key: "REDACTED"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("config output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestServeGracefulShutdown runs the real serve command against an
+// emulator, holds a slow stream open, cancels the command (as SIGTERM does)
+// and checks that the stream still completes, new connections are refused
+// and /readyz says not ready while draining.
+func TestServeGracefulShutdown(t *testing.T) {
+	clearEnv(t)
+	emu := emulator.New(emulator.Options{})
+	emu.SetFault(emulator.Fault{ChunkDelay: 150 * time.Millisecond})
+	emuSrv := &http.Server{Handler: emu}
+	eln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go emuSrv.Serve(eln)
+	defer emuSrv.Close()
+
+	proxyAddr, adminAddr := freeAddr(t), freeAddr(t)
+	t.Setenv("GEMINI_PROXY_SERVER_SHUTDOWN_GRACE", "20s")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var errOut safeBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--listen", proxyAddr, "--admin-listen", adminAddr, "--upstream", "http://" + eln.Addr().String()}, io.Discard, &errOut)
+	}()
+	waitReady(t, "http://"+adminAddr+"/readyz")
+
+	body := `{"contents":[{"role":"user","parts":[{"text":"Tell me a long story about a lighthouse keeper and the sea."}]}]}`
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+proxyAddr+"/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", strings.NewReader(body))
+	req.Header.Set("x-goog-api-key", "test-key")
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("stream status = %s", res.Status)
+	}
+	// Read the first event, then shut down while the stream is still running.
+	buf := make([]byte, 1)
+	if _, err := res.Body.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+
+	// While draining: /readyz says 503, and the proxy refuses new connections.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r, err := http.Get("http://" + adminAddr + "/readyz")
+		if err == nil {
+			r.Body.Close()
+			if r.StatusCode == http.StatusServiceUnavailable {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz did not turn unavailable during shutdown (last: %v)", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c, err := net.DialTimeout("tcp", proxyAddr, time.Second); err == nil {
+		c.Close()
+		t.Errorf("proxy accepted a new connection during shutdown")
+	}
+
+	rest, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("stream cut during graceful shutdown: %v", err)
+	}
+	if !bytes.Contains(rest, []byte(`"finishReason":"STOP"`)) && !bytes.Contains(rest, []byte(`"finishReason": "STOP"`)) {
+		t.Errorf("stream ended without its final event:\n%s", rest)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not return after the stream finished")
+	}
+	if !strings.Contains(errOut.String(), "shutting down") {
+		t.Errorf("log lacks the shutdown line:\n%s", errOut.String())
+	}
+}
+
+func waitReady(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if r, err := http.Get(url); err == nil {
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s never answered 200", url)
+}
+
+// TestDemo runs the README's first command end to end: emulator, proxy and
+// a naive SDK client, all in-process on loopback.
+func TestDemo(t *testing.T) {
+	clearEnv(t)
+	out, errOut, err := runCmd(t, t.Context(), "demo", "--show-request")
+	if err != nil {
+		t.Fatalf("demo: %v\n%s\n%s", err, out, errOut)
+	}
+	for _, want := range []string{"through proxy", "total", "answers were identical", "superseded", "unchanged"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	// The last turn through the proxy must be much smaller than the naive one.
+	var naive, proxied int
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 7 && f[0] == "total" {
+			fmt.Sscan(f[1], &naive)
+			fmt.Sscan(f[2], &proxied)
+		}
+	}
+	if naive == 0 || proxied*2 > naive {
+		t.Errorf("demo total prompt tokens naive=%d proxied=%d, want the proxy to save at least half:\n%s", naive, proxied, out)
+	}
+}
+
+func TestHealthCommand(t *testing.T) {
+	clearEnv(t)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			http.NotFound(w, r)
+		}
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	if _, _, err := runCmd(t, t.Context(), "health", "--url", "http://"+ln.Addr().String()+"/healthz"); err != nil {
+		t.Errorf("health on a healthy endpoint: %v", err)
+	}
+	if _, _, err := runCmd(t, t.Context(), "health", "--url", "http://"+ln.Addr().String()+"/missing"); err == nil {
+		t.Errorf("health on a 404 endpoint succeeded")
+	}
+}
+
+// safeBuffer is a bytes.Buffer safe for concurrent use.
+type safeBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *safeBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *safeBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

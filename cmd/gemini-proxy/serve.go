@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"sync/atomic"
+
+	"github.com/gemini-proxy/gemini-proxy/config"
+	"github.com/gemini-proxy/gemini-proxy/metrics"
+	"github.com/gemini-proxy/gemini-proxy/proxy"
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/pflag"
+)
+
+func serveFlags(fs *pflag.FlagSet) { config.BindFlags(fs) }
+
+func serve(ctx context.Context, fs *pflag.FlagSet, _, stderr io.Writer) error {
+	c, err := config.Load(fs)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(c.Log, stderr)
+	return serveConfig(ctx, c, logger, nil)
+}
+
+// serveConfig runs the proxy and admin listeners for c until ctx is done.
+// started, when not nil, receives the bound addresses once both listen.
+func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, started func(proxyAddr, adminAddr string)) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	m := metrics.New(reg)
+	m.SetBuildInfo(version())
+
+	opts, err := proxyOptions(c)
+	if err != nil {
+		return err
+	}
+	h, err := proxy.New(opts, logger, m)
+	if err != nil {
+		return err
+	}
+
+	var ready atomic.Bool
+	pl, err := listen("proxy", c.Server.Listen, h, c.Server, logger)
+	if err != nil {
+		return err
+	}
+	lns := []*listener{pl}
+	adminAddr := ""
+	if c.Admin.Listen != "" {
+		al, err := listen("admin", c.Admin.Listen, proxy.AdminHandler(reg, ready.Load, c.Admin.Pprof), c.Server, logger)
+		if err != nil {
+			pl.ln.Close()
+			return err
+		}
+		// The admin listener goes last so that /readyz answers "not ready"
+		// while the proxy drains.
+		lns = append(lns, al)
+		adminAddr = al.ln.Addr().String()
+	}
+	if started != nil {
+		started(pl.ln.Addr().String(), adminAddr)
+	}
+	return serveUntil(ctx, lns, c.Server.ShutdownGrace, &ready, logger)
+}
+
+// proxyOptions maps the configuration onto the proxy's options.
+func proxyOptions(c config.Config) (proxy.Options, error) {
+	up, err := url.Parse(c.Upstream.URL)
+	if err != nil {
+		return proxy.Options{}, fmt.Errorf("upstream.url: %w", err)
+	}
+	vx, err := url.Parse(c.Upstream.VertexURL)
+	if err != nil {
+		return proxy.Options{}, fmt.Errorf("upstream.vertex_url: %w", err)
+	}
+	rw := rewrite.DefaultOptions()
+	rw.MinBlockBytes = c.Rewrite.MinBlockBytes
+	rw.Similarity = c.Rewrite.Similarity
+	rw.CompactSuperseded = c.Rewrite.CompactSuperseded
+	rw.Unflatten = rewrite.UnflattenMode(c.Rewrite.Unflatten)
+	rw.DocumentTags = c.Rewrite.DocumentTags
+	if len(c.Rewrite.Labels.User)+len(c.Rewrite.Labels.Model) > 0 {
+		rw.Lexicon = rewrite.DefaultLexicon().Extend(c.Rewrite.Labels.User, c.Rewrite.Labels.Model)
+	}
+	var secret []byte
+	if c.Cache.TenantSecret != "" {
+		secret = []byte(c.Cache.TenantSecret)
+	}
+	return proxy.Options{
+		Upstream:       up,
+		VertexUpstream: vx,
+		APIKey:         proxy.APIKey(c.Upstream.APIKey),
+		BasePath:       c.Server.BasePath,
+		MaxBodyBytes:   int64(c.Server.MaxBodyBytes),
+		Rewrite: proxy.RewriteOptions{
+			Enabled:      c.Rewrite.Enabled,
+			MaxBodyBytes: int64(c.Rewrite.MaxBodyBytes),
+			Options:      rw,
+		},
+		ResponseHeaderTimeout: c.Upstream.ResponseHeaderTimeout,
+		DialTimeout:           c.Upstream.DialTimeout,
+		IdleConnTimeout:       c.Upstream.IdleConnTimeout,
+		MaxIdleConnsPerHost:   c.Upstream.MaxIdleConnsPerHost,
+		ModelAllowlist:        c.Metrics.Models,
+		TenantSecret:          secret,
+		TenantHeader:          c.Server.TenantHeader,
+	}, nil
+}

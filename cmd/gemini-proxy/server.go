@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/gemini-proxy/gemini-proxy/config"
+)
+
+// newLogger builds the process's only slog handler, as configured.
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level)) // validated by config
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// listener is one HTTP server bound to an address.
+type listener struct {
+	name string
+	srv  *http.Server
+	ln   net.Listener
+}
+
+// listen binds addr and prepares a server for h whose time-outs cannot cut
+// a long stream: only header reads and idle connections are bounded.
+func listen(name, addr string, h http.Handler, c config.Server, logger *slog.Logger) (*listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener: %w", name, err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		// No ReadTimeout or WriteTimeout: they would cut uploads and streams.
+	}
+	return &listener{name: name, srv: srv, ln: ln}, nil
+}
+
+// serveUntil serves every listener until ctx is done, then shuts them down
+// gracefully: listeners close at once (new connections are refused), ready
+// turns false, and in-flight requests and streams have grace to finish
+// before their connections are closed. It returns the first serve error, or
+// nil after a clean shutdown.
+func serveUntil(ctx context.Context, lns []*listener, grace time.Duration, ready *atomic.Bool, logger *slog.Logger) error {
+	errc := make(chan error, len(lns))
+	for _, l := range lns {
+		logger.Info("listening", "listener", l.name, "addr", l.ln.Addr().String())
+		go func() {
+			if err := l.srv.Serve(l.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s listener: %w", l.name, err)
+				return
+			}
+			errc <- nil
+		}()
+	}
+	ready.Store(true)
+
+	var first error
+	select {
+	case <-ctx.Done():
+	case first = <-errc:
+	}
+	ready.Store(false)
+	logger.Info("shutting down", "grace", grace)
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	for _, l := range lns {
+		if err := l.srv.Shutdown(sctx); err != nil {
+			logger.Warn("grace period over, closing connections", "listener", l.name)
+			l.srv.Close()
+		}
+	}
+	return first
+}
