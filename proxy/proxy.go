@@ -231,7 +231,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if h.maxBody > 0 {
 			rc = http.MaxBytesReader(w, rc, h.maxBody)
 		}
-		st.body = &countingBody{rc: rc}
+		st.body = &countingBody{rc: rc, size: r.ContentLength}
 		out.Body = st.body
 	}
 	if st.info.route.isGenerate() {
@@ -449,7 +449,7 @@ func (h *Handler) modifyResponse(res *http.Response) error {
 			}
 			res.Header.Set(HeaderReport, v)
 		}
-		if t := newTap(res.Header.Get("Content-Encoding")); t != nil {
+		if t := newTap(res.Header.Get("Content-Encoding"), h.opts.OnExchange != nil); t != nil {
 			st.tb = &tapBody{rc: res.Body, t: t}
 			res.Body = st.tb
 		}
@@ -696,17 +696,48 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // countingBody counts the request bytes read and remembers a read error
 // (such as *http.MaxBytesError). The transport reads it on its own
 // goroutine, hence the atomics.
+//
+// It also keeps the upstream connection safe from a race in net/http: when
+// the ReverseProxy writes the response headers, the server drains and
+// closes the request body, while the transport's write loop may still make
+// one last read to confirm EOF. That read would fail with
+// http.ErrBodyReadAfterClose, the transport would close the upstream
+// connection, and the response being copied would be cut short
+// (DESIGN §4, TestLargeBodiesNoCut). So countingBody reports EOF by itself
+// once Content-Length bytes were read, and repeats the first EOF or error
+// instead of reading again.
 type countingBody struct {
-	rc  io.ReadCloser
-	n   atomic.Int64
-	err atomic.Pointer[error]
+	rc   io.ReadCloser
+	size int64 // Content-Length; -1 when unknown
+	n    atomic.Int64
+	done error // sticky io.EOF or error; only the reading goroutine uses it
+	err  atomic.Pointer[error]
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
+	if b.done != nil {
+		return 0, b.done
+	}
+	if b.size >= 0 {
+		left := b.size - b.n.Load()
+		if left <= 0 {
+			b.done = io.EOF
+			return 0, io.EOF
+		}
+		if int64(len(p)) > left {
+			p = p[:left]
+		}
+	}
 	n, err := b.rc.Read(p)
-	b.n.Add(int64(n))
-	if err != nil && err != io.EOF {
-		b.err.CompareAndSwap(nil, &err)
+	total := b.n.Add(int64(n))
+	if err == nil && b.size >= 0 && total == b.size {
+		err = io.EOF
+	}
+	if err != nil {
+		b.done = err
+		if err != io.EOF {
+			b.err.CompareAndSwap(nil, &err)
+		}
 	}
 	return n, err
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"strings"
+	"sync"
 )
 
 // Usage is the token accounting of one response: the last usageMetadata
@@ -28,6 +29,9 @@ const (
 	// maxEventBytes bounds one SSE event or one JSON object the tap decodes;
 	// larger ones (big inline images) are skipped, the stream is not.
 	maxEventBytes = 8 << 20
+	// tailBytes is how much of a large object the tap keeps, and decodes,
+	// when it only needs usageMetadata and modelVersion.
+	tailBytes = 64 << 10
 	// maxGzipBytes bounds the compressed copy kept of a gzip response.
 	maxGzipBytes = 8 << 20
 	// maxGunzipBytes bounds what the tap decompresses from that copy.
@@ -57,6 +61,11 @@ type tap struct {
 	capturing     bool
 	obj           []byte
 	objOver       bool
+	objTrimmed    bool // obj holds only the tail of a large object
+
+	// needText asks for the model's text; without it the tap reads only
+	// usageMetadata and modelVersion, which is much cheaper on large bodies.
+	needText bool
 	finished      bool
 	usage         *Usage
 	modelVersion  string
@@ -66,13 +75,14 @@ type tap struct {
 }
 
 // newTap returns a tap for a body with the given Content-Encoding. It
-// returns nil for encodings it cannot decode.
-func newTap(contentEncoding string) *tap {
+// returns nil for encodings it cannot decode. needText asks for the
+// model's text (Exchange.Text) as well as usage.
+func newTap(contentEncoding string, needText bool) *tap {
 	switch strings.ToLower(strings.TrimSpace(contentEncoding)) {
 	case "", "identity":
-		return &tap{}
+		return &tap{needText: needText}
 	case "gzip", "x-gzip":
-		return &tap{gzipped: true}
+		return &tap{gzipped: true, needText: needText}
 	}
 	return nil
 }
@@ -148,6 +158,10 @@ func (t *tap) finish() {
 		}
 		t.dispatchSSE()
 	}
+	if t.obj != nil && cap(t.obj) <= 4*tailBytes {
+		b := t.obj[:0]
+		objBuffers.Put(&b)
+	}
 	t.line, t.data, t.obj = nil, nil, nil
 }
 
@@ -202,7 +216,7 @@ func (t *tap) endLine() {
 
 func (t *tap) dispatchSSE() {
 	if !t.dataOver && len(t.data) > 0 {
-		t.decode(t.data)
+		t.decode(t.data, false)
 	}
 	t.data, t.dataOver = t.data[:0], false
 }
@@ -221,8 +235,17 @@ func (t *tap) objects(p []byte) {
 				t.esc = false // c is the escaped byte
 				continue
 			}
-			// Skip to the next quote or backslash quickly.
-			j := bytes.IndexAny(p[i:], "\"\\")
+			// Skip to the next quote or backslash; IndexByte is vectorised.
+			q := bytes.IndexByte(p[i:], '"')
+			var j int
+			if q < 0 {
+				j = bytes.IndexByte(p[i:], '\\')
+			} else {
+				j = bytes.IndexByte(p[i:i+q], '\\')
+			}
+			if j < 0 {
+				j = q
+			}
 			if j < 0 {
 				break
 			}
@@ -240,7 +263,7 @@ func (t *tap) objects(p []byte) {
 		case '{', '[':
 			if c == '{' && t.depth == t.base && !t.capturing {
 				t.capturing, start = true, i
-				t.obj, t.objOver = t.obj[:0], false
+				t.obj, t.objOver, t.objTrimmed = t.obj[:0], false, false
 			}
 			t.depth++
 		case '}', ']':
@@ -250,9 +273,13 @@ func (t *tap) objects(p []byte) {
 				return
 			}
 			if c == '}' && t.depth == t.base && t.capturing {
-				t.appendObj(p[start : i+1])
-				if !t.objOver {
-					t.decode(t.obj)
+				if len(t.obj) == 0 && !t.objOver && !t.objTrimmed && i+1-start <= maxEventBytes {
+					t.decode(p[start:i+1], false) // whole object in p: no copy
+				} else {
+					t.appendObj(p[start : i+1])
+					if !t.objOver {
+						t.decode(t.obj, t.objTrimmed)
+					}
 				}
 				t.capturing, start = false, -1
 			}
@@ -263,8 +290,25 @@ func (t *tap) objects(p []byte) {
 	}
 }
 
+// objBuffers recycles the tap's object buffers between responses.
+var objBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 3*tailBytes); return &b }}
+
 func (t *tap) appendObj(p []byte) {
 	if t.objOver {
+		return
+	}
+	if t.obj == nil {
+		t.obj = (*objBuffers.Get().(*[]byte))[:0]
+	}
+	if !t.needText && len(t.obj)+len(p) > 2*tailBytes {
+		// Only usageMetadata and modelVersion are wanted, and Gemini writes
+		// them after the candidates: keep the last tailBytes.
+		if need := len(t.obj) + len(p); cap(t.obj) < need {
+			t.obj = append(make([]byte, 0, max(need, 3*tailBytes)), t.obj...)
+		}
+		t.obj = append(t.obj, p...)
+		n := copy(t.obj, t.obj[len(t.obj)-tailBytes:])
+		t.obj, t.objTrimmed = t.obj[:n], true
 		return
 	}
 	if len(t.obj)+len(p) > maxEventBytes {
@@ -289,18 +333,35 @@ type tapChunk struct {
 	ModelVersion  string `json:"modelVersion"`
 }
 
-func (t *tap) decode(b []byte) {
+// tapUsage is the part of a response the tap reads when text is not needed.
+type tapUsage struct {
+	UsageMetadata *Usage `json:"usageMetadata"`
+	ModelVersion  string `json:"modelVersion"`
+}
+
+// decode reads one GenerateContentResponse. tail reports that b is only
+// the end of a large object; large objects are read from their end as well
+// when no text is needed.
+func (t *tap) decode(b []byte, tail bool) {
+	if tail || (!t.needText && len(b) > tailBytes) {
+		t.decodeTail(b)
+		return
+	}
+	if !t.needText {
+		var u tapUsage
+		if json.Unmarshal(b, &u) != nil {
+			return
+		}
+		t.events++
+		t.record(u.UsageMetadata, u.ModelVersion)
+		return
+	}
 	var c tapChunk
 	if err := json.Unmarshal(b, &c); err != nil {
 		return
 	}
 	t.events++
-	if c.UsageMetadata != nil {
-		t.usage = c.UsageMetadata
-	}
-	if c.ModelVersion != "" {
-		t.modelVersion = c.ModelVersion
-	}
+	t.record(c.UsageMetadata, c.ModelVersion)
 	for _, cand := range c.Candidates {
 		if cand.Index != 0 {
 			continue
@@ -317,6 +378,49 @@ func (t *tap) decode(b []byte) {
 			t.text.WriteString(part.Text)
 		}
 	}
+}
+
+func (t *tap) record(u *Usage, modelVersion string) {
+	if u != nil {
+		t.usage = u
+	}
+	if modelVersion != "" {
+		t.modelVersion = modelVersion
+	}
+}
+
+// decodeTail finds the last "usageMetadata" and "modelVersion" members in
+// b and decodes just their values. Inside JSON strings a quote is always
+// escaped, so the quoted key followed by a colon is a real key; Gemini
+// writes both after the candidates, so the last occurrence is top-level.
+func (t *tap) decodeTail(b []byte) {
+	t.events++
+	var u *Usage
+	if v := lastMember(b, `"usageMetadata"`); v != nil {
+		var x Usage
+		if json.NewDecoder(bytes.NewReader(v)).Decode(&x) == nil {
+			u = &x
+		}
+	}
+	var mv string
+	if v := lastMember(b, `"modelVersion"`); v != nil {
+		json.NewDecoder(bytes.NewReader(v)).Decode(&mv) //nolint:errcheck // best effort
+	}
+	t.record(u, mv)
+}
+
+// lastMember returns b from the value of the last member named key (a
+// quoted JSON string), or nil.
+func lastMember(b []byte, key string) []byte {
+	i := bytes.LastIndex(b, []byte(key))
+	if i < 0 {
+		return nil
+	}
+	v := bytes.TrimLeft(b[i+len(key):], " \t\r\n")
+	if len(v) == 0 || v[0] != ':' {
+		return nil
+	}
+	return v[1:]
 }
 
 // tapBody tees a response body into a tap as the ReverseProxy reads it.

@@ -24,7 +24,12 @@ type tapResult struct {
 // checks that the copy is byte-for-byte.
 func runTap(t *testing.T, body []byte, encoding string, readSize int) tapResult {
 	t.Helper()
-	tp := newTap(encoding)
+	return runTapText(t, body, encoding, readSize, true)
+}
+
+func runTapText(t *testing.T, body []byte, encoding string, readSize int, needText bool) tapResult {
+	t.Helper()
+	tp := newTap(encoding, needText)
 	if tp == nil {
 		t.Fatalf("newTap(%q) = nil", encoding)
 	}
@@ -109,9 +114,34 @@ func TestTap(t *testing.T) {
 	}
 	for _, tt := range tests {
 		for _, size := range []int{1, 7, 32 << 10} {
-			got := runTap(t, tt.body, tt.encoding, size)
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("%s, reads of %d: tap mismatch (-want +got):\n%s", tt.name, size, diff)
+			for _, needText := range []bool{true, false} {
+				want := tt.want
+				if !needText {
+					want.Text = ""
+				}
+				got := runTapText(t, tt.body, tt.encoding, size, needText)
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("%s, reads of %d, text %v: tap mismatch (-want +got):\n%s", tt.name, size, needText, diff)
+				}
+			}
+		}
+	}
+}
+
+func TestTapLargeUnary(t *testing.T) {
+	text := strings.Repeat(`lorem \"ipsum\" {x} `, 20_000) // ~380 KB, escapes and braces inside
+	body := []byte(`{"candidates":[{"content":{"parts":[{"text":"` + text + `"}],"role":"model"},"index":0}],` +
+		`"usageMetadata":{"promptTokenCount":11,"candidatesTokenCount":22,"totalTokenCount":33},"modelVersion":"gemini-2.5-pro","responseId":"r"}`)
+	wantUsage := &Usage{PromptTokens: 11, CandidatesTokens: 22, TotalTokens: 33}
+	for _, size := range []int{1, 4096, 1 << 20} {
+		for _, needText := range []bool{true, false} {
+			got := runTapText(t, body, "", size, needText)
+			wantText := ""
+			if needText {
+				wantText = strings.ReplaceAll(text, `\"`, `"`)
+			}
+			if diff := cmp.Diff(tapResult{Usage: wantUsage, ModelVersion: "gemini-2.5-pro", Text: wantText, Events: 1}, got); diff != "" {
+				t.Errorf("reads of %d, text %v (-want +got):\n%s", size, needText, diff)
 			}
 		}
 	}
@@ -137,7 +167,7 @@ func TestTapTextBounded(t *testing.T) {
 	for range 3 {
 		b.WriteString(`data: {"candidates":[{"content":{"parts":[{"text":"` + strings.Repeat("x", MaxTextBytes/2+1) + `"}]}}]}` + "\n\n")
 	}
-	tp := newTap("")
+	tp := newTap("", true)
 	tp.Write([]byte(b.String()))
 	tp.finish()
 	if tp.text.Len() != MaxTextBytes || !tp.textTruncated {
@@ -146,7 +176,7 @@ func TestTapTextBounded(t *testing.T) {
 }
 
 func TestTapUnknownEncoding(t *testing.T) {
-	if tp := newTap("br"); tp != nil {
+	if tp := newTap("br", true); tp != nil {
 		t.Errorf("newTap(br) = %v, want nil", tp)
 	}
 }
@@ -170,12 +200,13 @@ func BenchmarkTap(b *testing.B) {
 		{"sse", body, ""},
 		{"array", array, ""},
 		{"sse_gzip", gzipBytes(b, body), "gzip"},
+		{"unary_1MB", benchBody(1 << 20), ""},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(bc.body)))
 			for b.Loop() {
-				tp := newTap(bc.enc)
+				tp := newTap(bc.enc, false)
 				for p := bc.body; len(p) > 0; {
 					n := min(len(p), 4096)
 					tp.Write(p[:n])
