@@ -56,16 +56,16 @@ type tap struct {
 	dataOver bool
 
 	// JSON object scanner state.
-	base, depth   int
-	inStr, esc    bool
-	capturing     bool
-	obj           []byte
-	objOver       bool
-	objTrimmed    bool // obj holds only the tail of a large object
+	base, depth int
+	inStr, esc  bool
+	capturing   bool
+	obj         []byte
+	objOver     bool
+	objTrimmed  bool // obj holds only the tail of a large object
 
 	// needText asks for the model's text; without it the tap reads only
 	// usageMetadata and modelVersion, which is much cheaper on large bodies.
-	needText bool
+	needText      bool
 	finished      bool
 	usage         *Usage
 	modelVersion  string
