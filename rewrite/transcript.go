@@ -150,9 +150,30 @@ func unflatten(text string, lx *Lexicon, sideTaskHint bool, v Verifier) (turns [
 // flatMaybe is the cheap early exit: it reports whether text has a
 // chat-template token or at least two lines shaped like labels.
 func flatMaybe(text string, lx *Lexicon) bool {
-	for _, tok := range []string{"<|", "<start_of_turn>", "[INST]", "<user", "<assistant", "<model", "<human", "<turn", "<message"} {
+	for _, tok := range []string{"<|", "<start_of_turn>", "[INST]", "<turn", "<message"} {
 		if strings.Contains(text, tok) {
 			return true
+		}
+	}
+	// A lower-case role tag such as <user>, </assistant>, <bot>; the map
+	// lookup with a substring does not allocate.
+	for i := 0; i < len(text); {
+		j := strings.IndexByte(text[i:], '<')
+		if j < 0 {
+			break
+		}
+		i += j + 1
+		if i < len(text) && text[i] == '/' {
+			i++
+		}
+		k := i
+		for k < len(text) && k-i < 24 && text[k] >= 'a' && text[k] <= 'z' {
+			k++
+		}
+		if k < len(text) && text[k] == '>' {
+			if kd := lx.labels[text[i:k]]; kd == lexUser || kd == lexModel {
+				return true
+			}
 		}
 	}
 	n := 0
@@ -660,6 +681,7 @@ func (s *flatScan) tag(i int) (adv, stop int) {
 	switch {
 	case len(name) < 2: // <a>, <q>, <b> are HTML
 	case k != lexUser && k != lexModel && k != lexSystem && k != lexQuestion:
+	case closing && k != lexUser && k != lexModel: // </system> is content like <system>
 	case closing:
 		s.marks = append(s.marks, flatMark{start: i, end: end, kind: fmClose})
 	default:
@@ -1127,7 +1149,16 @@ func (s *flatScan) stripTrail(a, b int) int {
 // sideTask reports whether the framing shows a task run on the transcript.
 func (s *flatScan) sideTask(segs []flatSeg, plan flatPlan, lastModel, textEnd int) bool {
 	lx := s.lx
-	pre := lexCollapse(s.unprotected(0, segs[0].start))
+	// The preamble runs up to the first role segment: system lines
+	// before the transcript are framing too.
+	first := segs[0].start
+	for _, g := range segs {
+		if g.kind == fmRole {
+			first = g.start
+			break
+		}
+	}
+	pre := lexCollapse(s.unprotected(0, first))
 	if lx.sideTask(pre) || lx.constrained(pre) {
 		return true
 	}
@@ -1138,7 +1169,7 @@ func (s *flatScan) sideTask(segs []flatSeg, plan flatPlan, lastModel, textEnd in
 		return true
 	}
 	for _, e := range s.examples {
-		if e < segs[0].start {
+		if e < first {
 			return true
 		}
 		// A heading followed directly by a label.
