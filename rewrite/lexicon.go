@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"strings"
+	"sync"
 	"unicode"
 )
 
@@ -47,8 +48,14 @@ type Lexicon struct {
 	docTags map[string]bool
 }
 
-// DefaultLexicon returns the built-in lexicon. Each call builds a new value.
-func DefaultLexicon() *Lexicon {
+// DefaultLexicon returns the built-in lexicon. The value is built once and
+// shared; it cannot be changed (Extend returns a changed copy).
+func DefaultLexicon() *Lexicon { return defaultLexicon() }
+
+// defaultLexicon is written once, then only read.
+var defaultLexicon = sync.OnceValue(newDefaultLexicon)
+
+func newDefaultLexicon() *Lexicon {
 	lx := &Lexicon{
 		labels:    make(map[string]lexKind, 256),
 		emoji:     make(map[rune]lexKind),
