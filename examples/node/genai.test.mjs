@@ -8,7 +8,7 @@ import { after, before, describe, test } from 'node:test';
 
 import { GoogleGenAI } from '@google/genai';
 
-import { metricSamples, start, sum } from './harness.mjs';
+import { metricSamples, recording, start, sum } from './harness.mjs';
 
 const MODEL = 'gemini-2.5-flash';
 /** Any non-empty key works: the emulator checks only that one is present. */
@@ -17,22 +17,29 @@ const API_KEY = 'e2e-test-key';
 const SDK = 'google-genai-js';
 const CLIENT_REQUESTS = 'gemini_proxy_client_requests_total';
 
-/** client returns a @google/genai client whose requests go to baseUrl. */
-function client(baseUrl) {
-  return new GoogleGenAI({ vertexai: false, apiKey: API_KEY, httpOptions: { baseUrl, timeout: 10_000 } });
+/**
+ * client returns a @google/genai client whose requests go to baseUrl and are
+ * appended to log as "METHOD /path?query".
+ */
+function client(baseUrl, log) {
+  return new GoogleGenAI({
+    vertexai: false,
+    apiKey: API_KEY,
+    httpOptions: { baseUrl, timeout: 10_000, fetch: recording(fetch, baseUrl, log) },
+  });
 }
 
 describe('@google/genai through gemini-proxy', { timeout: 60_000 }, () => {
   let env;
   let viaProxy;
   let direct;
-  /** Requests sent through the proxy so far, for the metrics check. */
-  let proxied = 0;
+  /** Requests sent through the proxy, as "METHOD /path?query". */
+  const proxied = [];
 
   before(async () => {
     env = await start();
-    viaProxy = client(env.proxyURL);
-    direct = client(env.emulatorURL);
+    viaProxy = client(env.proxyURL, proxied);
+    direct = client(env.emulatorURL, []);
   });
 
   after(async () => {
@@ -41,7 +48,6 @@ describe('@google/genai through gemini-proxy', { timeout: 60_000 }, () => {
 
   test('generateContent', async () => {
     const ask = (ai) => ai.models.generateContent({ model: MODEL, contents: 'Name three prime numbers.' });
-    proxied++;
     const got = await ask(viaProxy);
     const want = await ask(direct);
     assert.ok(got.text?.length > 0, `empty text in ${JSON.stringify(got)}`);
@@ -65,7 +71,6 @@ describe('@google/genai through gemini-proxy', { timeout: 60_000 }, () => {
         finishReason: chunks.at(-1)?.candidates?.[0]?.finishReason,
       };
     };
-    proxied++;
     const got = await collect(viaProxy);
     const want = await collect(direct);
     assert.ok(got.n > 1, `got ${got.n} chunk(s), want more than one`);
@@ -95,7 +100,6 @@ describe('@google/genai through gemini-proxy', { timeout: 60_000 }, () => {
         history,
       };
     };
-    proxied += 2;
     const got = await converse(viaProxy);
     const want = await converse(direct);
     assert.ok(got.texts.every((t) => t?.length > 0), `empty reply in ${JSON.stringify(got.texts)}`);
@@ -105,11 +109,23 @@ describe('@google/genai through gemini-proxy', { timeout: 60_000 }, () => {
   test('countTokens', async () => {
     const count = (ai) =>
       ai.models.countTokens({ model: MODEL, contents: 'How many tokens does this sentence have?' });
-    proxied++;
     const got = await count(viaProxy);
     const want = await count(direct);
     assert.ok(got.totalTokens > 0, `totalTokens = ${got.totalTokens}`);
     assert.deepEqual(got, want);
+  });
+
+  test('requests used the /v1/ API version', () => {
+    // @google/genai 3.x defaults to /v1/ (gemini-api.md §1.1); the proxy must
+    // route it like /v1beta/.
+    const want = [
+      `POST /v1/models/${MODEL}:generateContent`,
+      `POST /v1/models/${MODEL}:streamGenerateContent?alt=sse`,
+      `POST /v1/models/${MODEL}:generateContent`,
+      `POST /v1/models/${MODEL}:generateContent`,
+      `POST /v1/models/${MODEL}:countTokens`,
+    ];
+    assert.deepEqual(proxied, want);
   });
 
   test('metrics count the requests as google-genai-js', async () => {
@@ -117,7 +133,7 @@ describe('@google/genai through gemini-proxy', { timeout: 60_000 }, () => {
     assert.ok(samples.length > 0, `no ${CLIENT_REQUESTS} in /metrics`);
     assert.equal(
       sum(samples, { sdk: SDK, deprecated: 'false' }),
-      proxied,
+      proxied.length,
       `${CLIENT_REQUESTS}{sdk="${SDK}",deprecated="false"}; samples: ${JSON.stringify(samples)}`,
     );
     assert.equal(sum(samples, { deprecated: 'true' }), 0, `deprecated requests counted: ${JSON.stringify(samples)}`);

@@ -8,7 +8,7 @@ import { after, before, describe, test } from 'node:test';
 
 import { GoogleGenerativeAI } from '@google/generative-ai';
 
-import { metricSamples, start, sum } from './harness.mjs';
+import { metricSamples, recording, start, sum } from './harness.mjs';
 
 const MODEL = 'gemini-2.5-flash';
 /** Any non-empty key works: the emulator checks only that one is present. */
@@ -31,22 +31,25 @@ describe('@google/generative-ai (deprecated) through gemini-proxy', { timeout: 6
   let env;
   let viaProxy;
   let direct;
-  /** Requests sent through the proxy so far, for the metrics check. */
-  let proxied = 0;
+  /** Requests sent through the proxy, as "METHOD /path?query". */
+  const proxied = [];
+  const globalFetch = globalThis.fetch;
 
   before(async () => {
     env = await start();
     viaProxy = model(env.proxyURL);
     direct = model(env.emulatorURL);
+    // The deprecated SDK has no fetch option; it calls the global fetch.
+    globalThis.fetch = recording(globalFetch, env.proxyURL, proxied);
   });
 
   after(async () => {
+    globalThis.fetch = globalFetch;
     await env?.stop();
   });
 
   test('generateContent', async () => {
     const ask = async (m) => (await m.generateContent('Name three prime numbers.')).response;
-    proxied++;
     const got = await ask(viaProxy);
     const want = await ask(direct);
     assert.ok(got.text().length > 0, `empty text in ${JSON.stringify(got)}`);
@@ -65,7 +68,6 @@ describe('@google/generative-ai (deprecated) through gemini-proxy', { timeout: 6
       const final = await response;
       return { chunks, text: final.text(), usage: final.usageMetadata };
     };
-    proxied++;
     const got = await collect(viaProxy);
     const want = await collect(direct);
     assert.ok(got.chunks.length > 1, `got ${got.chunks.length} chunk(s), want more than one`);
@@ -87,7 +89,6 @@ describe('@google/generative-ai (deprecated) through gemini-proxy', { timeout: 6
       );
       return { texts: [first.text(), second.text()], usage: [first.usageMetadata, second.usageMetadata], history };
     };
-    proxied += 2;
     const got = await converse(viaProxy);
     const want = await converse(direct);
     assert.ok(got.texts.every((t) => t.length > 0), `empty reply in ${JSON.stringify(got.texts)}`);
@@ -96,11 +97,21 @@ describe('@google/generative-ai (deprecated) through gemini-proxy', { timeout: 6
 
   test('countTokens', async () => {
     const count = (m) => m.countTokens('How many tokens does this sentence have?');
-    proxied++;
     const got = await count(viaProxy);
     const want = await count(direct);
     assert.ok(got.totalTokens > 0, `totalTokens = ${got.totalTokens}`);
     assert.deepEqual(got, want);
+  });
+
+  test('requests used the /v1beta API version', () => {
+    const want = [
+      `POST /v1beta/models/${MODEL}:generateContent`,
+      `POST /v1beta/models/${MODEL}:streamGenerateContent?alt=sse`,
+      `POST /v1beta/models/${MODEL}:generateContent`,
+      `POST /v1beta/models/${MODEL}:generateContent`,
+      `POST /v1beta/models/${MODEL}:countTokens`,
+    ];
+    assert.deepEqual(proxied, want);
   });
 
   test('metrics count the requests as deprecated generative-ai-js', async () => {
@@ -108,7 +119,7 @@ describe('@google/generative-ai (deprecated) through gemini-proxy', { timeout: 6
     assert.ok(samples.length > 0, `no ${CLIENT_REQUESTS} in /metrics`);
     assert.equal(
       sum(samples, { sdk: SDK, deprecated: 'true' }),
-      proxied,
+      proxied.length,
       `${CLIENT_REQUESTS}{sdk="${SDK}",deprecated="true"}; samples: ${JSON.stringify(samples)}`,
     );
     assert.equal(sum(samples, { deprecated: 'false' }), 0, `non-deprecated requests counted: ${JSON.stringify(samples)}`);

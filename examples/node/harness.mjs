@@ -214,6 +214,23 @@ export async function start() {
 }
 
 /**
+ * recording returns a fetch function that calls next and appends
+ * "METHOD /path?query" of every request to the origin of prefix to log.
+ */
+export function recording(next, prefix, log) {
+  const origin = new URL(prefix).origin;
+  return (input, init) => {
+    const url = input instanceof Request ? input.url : String(input);
+    if (new URL(url).origin === origin) {
+      const method = init?.method ?? (input instanceof Request ? input.method : 'GET');
+      const u = new URL(url);
+      log.push(`${method} ${u.pathname}${u.search}`);
+    }
+    return next(input, init);
+  };
+}
+
+/**
  * metricSamples fetches the Prometheus text exposition at url and returns the
  * samples of the metric named name as [{labels, value}].
  */
