@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // maxNameBytes bounds the document name inside a reference, so that a
@@ -22,7 +23,9 @@ func (e *engine) sha(s string) string {
 	if h, ok := e.shaMemo[s]; ok {
 		return h
 	}
-	sum := sha256.Sum256([]byte(s))
+	// Sum256 only reads its input: view the string's bytes instead of
+	// copying them.
+	sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(s), len(s)))
 	h := hex.EncodeToString(sum[:])
 	e.shaMemo[s] = h
 	return h
@@ -184,7 +187,7 @@ func (e *engine) emit(reps []*occ) []byte {
 			offs = append(offs, r.b.start, r.b.end)
 		}
 		if tp.p.esc {
-			offs = rawOffsets(raw, offs)
+			offs = rawOffsets(raw, offs, tp.marks)
 		}
 		t := make([]byte, 0, offs[0]+64*(j-i))
 		prev := 0

@@ -37,6 +37,7 @@ type textPart struct {
 	turn, part int
 	p          *part
 	text       string
+	marks      []mark // unescaped → raw offsets, when the string has escapes
 	lines      lines
 	blocks     []block
 	gone       []bool // lines replaced by a run reference
@@ -109,15 +110,10 @@ func (e *engine) analyse() {
 			p := &c.parts[pi]
 			switch p.kind {
 			case partText:
-				raw := e.body[p.str.start:p.str.end]
-				var text string
-				if p.esc {
-					text = unescape(raw)
-				} else {
-					text = string(raw)
-				}
-				blocks, ls := segment(text, tags)
-				e.parts = append(e.parts, textPart{turn: ti, part: pi, p: p, text: text, lines: ls, blocks: blocks})
+				d := &p.dec
+				ls := lines{text: d.text, nl: d.nl}
+				blocks := segmentLines(ls, tags)
+				e.parts = append(e.parts, textPart{turn: ti, part: pi, p: p, text: d.text, marks: d.marks, lines: ls, blocks: blocks})
 			}
 		}
 	}

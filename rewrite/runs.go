@@ -14,8 +14,12 @@ func (e *engine) findRuns() {
 	type loc struct{ tp, line int32 }
 	minBytes := max(e.opts.MinBlockBytes, 1)
 	var first map[uint64]loc
+	type lineHash struct {
+		line int32
+		h    uint64
+	}
 	free := make([][]bool, len(e.parts))
-	hashes := make([][]uint64, len(e.parts))
+	hashes := make([][]lineHash, len(e.parts)) // free, non-blank lines only
 	for k := 0; k < len(e.parts); {
 		turn := e.parts[k].turn
 		start := k
@@ -23,16 +27,16 @@ func (e *engine) findRuns() {
 			tp := &e.parts[k]
 			l := &tp.lines
 			fr := make([]bool, l.n())
-			hs := make([]uint64, l.n())
+			var hs []lineHash
 			bi := 0
 			for i := range fr {
-				for bi < len(tp.blocks) && tp.blocks[bi].end < l.start[i] {
+				for bi < len(tp.blocks) && tp.blocks[bi].end < l.s(i) {
 					bi++
 				}
-				fr[i] = bi >= len(tp.blocks) || tp.blocks[bi].start > l.end[i]
+				fr[i] = bi >= len(tp.blocks) || tp.blocks[bi].start > l.e(i)
 				if fr[i] {
 					if s := l.at(i); !blank(s) {
-						hs[i] = hashLine(s) | 1
+						hs = append(hs, lineHash{int32(i), hashLine(s)})
 					}
 				}
 			}
@@ -41,12 +45,13 @@ func (e *engine) findRuns() {
 			if first == nil {
 				continue
 			}
-			for i := 0; i < l.n(); i++ {
-				h := hs[i]
-				if h == 0 || tp.gone[i] {
+			after := 0 // lines before this one are consumed by a run
+			for _, lh := range hs {
+				i := int(lh.line)
+				if i < after || tp.gone[i] {
 					continue
 				}
-				at, ok := first[h]
+				at, ok := first[lh.h]
 				if !ok {
 					continue
 				}
@@ -73,10 +78,10 @@ func (e *engine) findRuns() {
 				for i1 > i0 && blank(l.at(i1-1)) {
 					i1--
 				}
-				if i1 <= i0 || l.end[i1-1]-l.start[i0] < minBytes {
+				if i1 <= i0 || l.e(i1-1)-l.s(i0) < minBytes {
 					continue
 				}
-				b := block{kind: kindRun, start: l.start[i0], end: l.end[i1-1]}
+				b := block{kind: kindRun, start: l.s(i0), end: l.e(i1-1)}
 				b.cstart, b.cend = b.start, b.end
 				b.name = firstLine(tp.text[b.start:b.end])
 				o := occ{tp: k, turn: tp.turn, part: tp.part, b: b, replace: true, rule: RuleUnchanged, target: q.turn}
@@ -90,19 +95,19 @@ func (e *engine) findRuns() {
 				for j := i0; j < i1; j++ {
 					tp.gone[j] = true
 				}
-				i = i1 - 1
+				after = i1
 			}
 		}
 		if first == nil {
 			first = make(map[uint64]loc)
 		}
 		for j := start; j < k; j++ {
-			for i, h := range hashes[j] {
-				if h == 0 || e.parts[j].gone[i] {
+			for _, lh := range hashes[j] {
+				if e.parts[j].gone[lh.line] {
 					continue
 				}
-				if _, ok := first[h]; !ok {
-					first[h] = loc{int32(j), int32(i)}
+				if _, ok := first[lh.h]; !ok {
+					first[lh.h] = loc{int32(j), lh.line}
 				}
 			}
 		}

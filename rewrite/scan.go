@@ -1,9 +1,14 @@
 package rewrite
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
+	"math/bits"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // ErrUnsupported is returned for a well-formed request whose shape the
@@ -33,6 +38,7 @@ type part struct {
 	str  span // text: the string's contents without quotes; inline: the data string
 	esc  bool // the string contains a backslash escape
 	mime string
+	dec  decoded // text: the decoded string, its lines and marks
 }
 
 // content is one element of contents as located by scan.
@@ -53,6 +59,13 @@ type request struct {
 type scanner struct {
 	b   []byte
 	pos int
+	// arena holds every decoded text, back to back; it is grown once to the
+	// body's size (decoding never grows a text), so it never moves, and
+	// each part's text is a substring of it.
+	arena []byte
+	n     int // bytes used in arena
+	// nls holds the line ends of every decoded text, back to back.
+	nls []int32
 }
 
 var errSyntax = ErrInvalidJSON
@@ -93,6 +106,16 @@ func scan(body []byte) (*request, error) {
 	}
 	if seen == 0 {
 		return nil, ErrNoContents
+	}
+	// The arena is never written again: share it rather than copy it.
+	all := unsafe.String(unsafe.SliceData(s.arena), s.n)
+	for i := range req.contents {
+		for j := range req.contents[i].parts {
+			if d := &req.contents[i].parts[j].dec; d.nlEnd > 0 {
+				d.nl = s.nls[d.nlOff:d.nlEnd:d.nlEnd]
+				d.text = all[d.off : d.off+int(d.nl[len(d.nl)-1])]
+			}
+		}
 	}
 	return req, nil
 }
@@ -198,6 +221,19 @@ func (s *scanner) str() (span, bool, error) {
 	esc := false
 	b := s.b
 	for i := s.pos; i < len(b); {
+		// Skip eight ordinary bytes at a time; stop at the first '"', '\\'
+		// or control byte.
+		for i+8 <= len(b) {
+			m := special(binary.LittleEndian.Uint64(b[i:]))
+			if m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		if i >= len(b) {
+			break
+		}
 		c := b[i]
 		switch {
 		case c == '"':
@@ -231,6 +267,100 @@ func (s *scanner) str() (span, bool, error) {
 		}
 	}
 	return span{}, false, errSyntax
+}
+
+// textStr is str for a text string the engine analyses: it decodes the
+// string in the same pass, recording line breaks and marks (decodeText).
+func (s *scanner) textStr() (span, bool, decoded, error) {
+	s.pos++ // '"'
+	start := s.pos
+	b := s.b
+	if s.arena == nil {
+		s.arena = make([]byte, len(b))
+	}
+	// Local copies keep the hot loop free of heap writes.
+	out, n, nls := s.arena, s.n, s.nls
+	d := decoded{off: n, nlOff: len(nls)}
+	esc := false
+	next := markEvery
+	seg := start // start of the plain bytes not yet copied to out
+	for i := start; ; {
+		for i+8 <= len(b) {
+			if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		if i >= len(b) {
+			return span{}, false, d, errSyntax
+		}
+		c := b[i]
+		switch {
+		case c == '"':
+			s.pos = i + 1
+			n += copy(out[n:], b[seg:i])
+			s.n = n
+			s.nls = append(nls, int32(n-d.off))
+			d.nlEnd = len(s.nls)
+			return span{start, i}, esc, d, nil
+		case c == '\\':
+			esc = true
+			n += copy(out[n:], b[seg:i])
+			if i+1 >= len(b) {
+				return span{}, false, d, errSyntax
+			}
+			switch e := b[i+1]; e {
+			case 'n':
+				nls = append(nls, int32(n-d.off))
+				out[n] = '\n'
+				n++
+				i += 2
+			case 't':
+				out[n] = '\t'
+				n++
+				i += 2
+			case '"', '\\', '/':
+				out[n] = e
+				n++
+				i += 2
+			case 'r':
+				out[n] = '\r'
+				n++
+				i += 2
+			case 'b', 'f', 'u':
+				if e == 'u' {
+					if i+6 > len(b) {
+						return span{}, false, d, errSyntax
+					}
+					for _, h := range b[i+2 : i+6] {
+						if hexVal(h) < 0 {
+							return span{}, false, d, errSyntax
+						}
+					}
+					if i+12 <= len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+						for _, h := range b[i+8 : i+12] {
+							if hexVal(h) < 0 {
+								return span{}, false, d, errSyntax
+							}
+						}
+					}
+				}
+				r, k := decodeEscape(b[i:])
+				n += utf8.EncodeRune(out[n:], r)
+				i += k
+			default:
+				return span{}, false, d, errSyntax
+			}
+			seg = i
+			if u := n - d.off; u >= next {
+				d.marks = append(d.marks, mark{int32(u), int32(i - start)})
+				next = u + markEvery
+			}
+		default: // a control byte
+			return span{}, false, d, errSyntax
+		}
+	}
 }
 
 // value validates and skips any JSON value.
@@ -379,8 +509,8 @@ func (s *scanner) part() (part, error) {
 				others++
 				return s.value(5)
 			}
-			sp, esc, err := s.str()
-			p.str, p.esc = sp, esc
+			sp, esc, d, err := s.textStr()
+			p.str, p.esc, p.dec = sp, esc, d
 			return err
 		case "inlineData", "inline_data":
 			inlines++
@@ -446,6 +576,16 @@ func (s *scanner) inline(p *part) error {
 	return err
 }
 
+// special returns a mask with the high bit set in the lowest byte of w
+// (little endian) that is '"', '\\' or a control byte, and possibly in
+// higher bytes; zero when there is none.
+func special(w uint64) uint64 {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	q := w ^ (lo * '"')
+	e := w ^ (lo * '\\')
+	return ((q - lo) &^ q | (e - lo) &^ e | (w - lo*0x20) &^ w) & hi
+}
+
 func hexVal(c byte) int {
 	switch {
 	case c >= '0' && c <= '9':
@@ -462,23 +602,93 @@ func hexVal(c byte) int {
 // Lone surrogates decode to U+FFFD, as in encoding/json; other bytes,
 // including invalid UTF-8, are copied unchanged.
 func unescape(raw []byte) string {
-	out := make([]byte, 0, len(raw))
-	for i := 0; i < len(raw); {
-		c := raw[i]
-		if c != '\\' {
-			j := i + 1
-			for j < len(raw) && raw[j] != '\\' {
-				j++
-			}
-			out = append(out, raw[i:j]...)
-			i = j
-			continue
-		}
-		r, n := decodeEscape(raw[i:])
-		out = utf8.AppendRune(out, r)
-		i += n
+	s, _ := unescapeMarks(raw, false)
+	return s
+}
+
+// mark pairs an offset in an unescaped string with the offset in the raw
+// JSON string where the same character starts.
+type mark struct{ u, r int32 }
+
+// markEvery is the spacing, in unescaped bytes, of the marks recorded by
+// unescapeMarks, which bounds the walk of rawOffsets.
+const markEvery = 4096
+
+// unescapeMarks is unescape that also records marks every markEvery bytes
+// when withMarks is set.
+func unescapeMarks(raw []byte, withMarks bool) (string, []mark) {
+	d := decodeText(raw, withMarks, false)
+	return d.text, d.marks
+}
+
+// decoded is a text string decoded by decodeText.
+type decoded struct {
+	off          int // start of text in the scanner's arena
+	nlOff, nlEnd int // nl in the scanner's nls, set by textStr
+	text  string
+	marks []mark
+	nl    []int32 // offsets of "\n" in text, then len(text) (see lines)
+}
+
+// decodeText unescapes raw in one pass and, on request, records the marks
+// for rawOffsets and the line breaks of the text.
+func decodeText(raw []byte, withMarks, withLines bool) decoded {
+	var d decoded
+	var out strings.Builder
+	out.Grow(len(raw)) // decoding never grows the text
+	if withLines {
+		d.nl = make([]int32, 0, len(raw)/32+1)
 	}
-	return string(out)
+	next := markEvery
+	i := 0
+	for i < len(raw) {
+		// Find the next backslash eight bytes at a time.
+		j := i
+		for j+8 <= len(raw) {
+			w := binary.LittleEndian.Uint64(raw[j:]) ^ (0x0101010101010101 * '\\')
+			if m := (w - 0x0101010101010101) &^ w & 0x8080808080808080; m != 0 {
+				j += bits.TrailingZeros64(m) >> 3
+				goto found
+			}
+			j += 8
+		}
+		for j < len(raw) && raw[j] != '\\' {
+			j++
+		}
+	found:
+		out.Write(raw[i:j])
+		i = j
+		if i >= len(raw) {
+			break
+		}
+		switch c := raw[i+1]; c {
+		case 'n':
+			if withLines {
+				d.nl = append(d.nl, int32(out.Len()))
+			}
+			out.WriteByte('\n')
+		case 't':
+			out.WriteByte('\t')
+		case '"', '\\', '/':
+			out.WriteByte(c)
+		case 'r':
+			out.WriteByte('\r')
+		default:
+			r, k := decodeEscape(raw[i:])
+			out.WriteRune(r)
+			i += k - 2
+		}
+		i += 2
+		if withMarks && out.Len() >= next {
+			d.marks = append(d.marks, mark{int32(out.Len()), int32(i)})
+			next = out.Len() + markEvery
+		}
+	}
+	d.text = out.String()
+	if withLines {
+		d.nl = append(d.nl, int32(len(d.text)))
+	}
+	return d
 }
 
 // decodeEscape decodes the escape sequence at the start of raw, returning the
@@ -521,12 +731,21 @@ func hex4(b []byte) rune {
 // rawOffsets maps offsets in the unescaped form of raw (sorted ascending) to
 // offsets in raw. Offsets must fall on escape boundaries, which line
 // boundaries always do.
-func rawOffsets(raw []byte, offs []int) []int {
+//
+// marks (from unescapeMarks) let the walk start near each offset.
+func rawOffsets(raw []byte, offs []int, marks []mark) []int {
 	out := make([]int, len(offs))
 	k := 0
 	u := 0 // unescaped position
 	var buf [utf8.UTFMax]byte
+	m := 0
 	for i := 0; i <= len(raw) && k < len(offs); {
+		for m < len(marks) && int(marks[m].u) <= offs[k] {
+			if int(marks[m].u) > u {
+				u, i = int(marks[m].u), int(marks[m].r)
+			}
+			m++
+		}
 		for k < len(offs) && offs[k] <= u {
 			out[k] = i
 			k++
@@ -535,8 +754,15 @@ func rawOffsets(raw []byte, offs []int) []int {
 			break
 		}
 		if raw[i] != '\\' {
-			i++
-			u++
+			// Plain bytes advance both positions alike, up to the next
+			// escape or the next wanted offset.
+			j := bytes.IndexByte(raw[i:], '\\')
+			if j < 0 {
+				j = len(raw) - i
+			}
+			j = min(j, offs[k]-u)
+			i += j
+			u += j
 			continue
 		}
 		r, n := decodeEscape(raw[i:])

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"sort"
 	"strings"
 )
 
@@ -31,31 +32,42 @@ type block struct {
 // lines holds the line boundaries of a text: line i is text[start[i]:end[i]]
 // without its "\n"; end excludes a trailing "\r" as well when cr is set.
 type lines struct {
-	text  string
-	start []int
-	end   []int // end of the line, "\n" excluded, "\r" included
+	text string
+	// nl holds the offset of each "\n", then len(text): line i ends at
+	// nl[i] and starts after nl[i-1]. Texts are bounded by the body limit,
+	// far below 2 GiB.
+	nl []int32
 }
 
 func splitLines(text string) lines {
-	n := strings.Count(text, "\n") + 1
-	l := lines{text: text, start: make([]int, 0, n), end: make([]int, 0, n)}
+	l := lines{text: text, nl: make([]int32, 0, len(text)/32+1)}
 	for i := 0; ; {
 		j := strings.IndexByte(text[i:], '\n')
-		l.start = append(l.start, i)
 		if j < 0 {
-			l.end = append(l.end, len(text))
+			l.nl = append(l.nl, int32(len(text)))
 			return l
 		}
-		l.end = append(l.end, i+j)
+		l.nl = append(l.nl, int32(i+j))
 		i += j + 1
 	}
 }
 
-func (l *lines) n() int { return len(l.start) }
+func (l *lines) n() int { return len(l.nl) }
+
+// s returns the offset where line i starts.
+func (l *lines) s(i int) int {
+	if i == 0 {
+		return 0
+	}
+	return int(l.nl[i-1]) + 1
+}
+
+// e returns the offset where line i ends, its "\n" excluded.
+func (l *lines) e(i int) int { return int(l.nl[i]) }
 
 // at returns line i without "\r\n".
 func (l *lines) at(i int) string {
-	s := l.text[l.start[i]:l.end[i]]
+	s := l.text[l.s(i):l.e(i)]
 	if len(s) > 0 && s[len(s)-1] == '\r' {
 		s = s[:len(s)-1]
 	}
@@ -71,11 +83,17 @@ type segmenter struct {
 // segment returns the blocks of text in order, which never overlap, and the
 // text's lines.
 func segment(text string, tags []string) ([]block, lines) {
-	sg := segmenter{l: splitLines(text), tags: tags}
-	if len(text) < 8 {
-		return nil, sg.l
+	l := splitLines(text)
+	return segmentLines(l, tags), l
+}
+
+// segmentLines is segment over a text already split into lines.
+func segmentLines(l lines, tags []string) []block {
+	if len(l.text) < 8 {
+		return nil
 	}
-	return sg.run(), sg.l
+	sg := segmenter{l: l, tags: tags}
+	return sg.run()
 }
 
 func (sg *segmenter) run() []block {
@@ -90,7 +108,7 @@ func (sg *segmenter) run() []block {
 		switch {
 		case isFenceCandidate(line):
 			b, next, ok = sg.fence(i, free)
-		case strings.HasPrefix(strings.TrimLeft(line, " \t"), "<"):
+		case strings.HasPrefix(trimIndent(line), "<"):
 			b, next, ok = sg.tag(i)
 		}
 		if !ok {
@@ -114,13 +132,13 @@ func (sg *segmenter) run() []block {
 }
 
 func isFenceCandidate(line string) bool {
-	t := strings.TrimLeft(line, " ")
+	t := trimSpaces(line)
 	return len(line)-len(t) <= 3 && (strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~"))
 }
 
 // fenceOpen parses a CommonMark opening fence line.
 func fenceOpen(line string) (ch byte, n int, info string, ok bool) {
-	t := strings.TrimLeft(line, " ")
+	t := trimSpaces(line)
 	if len(line)-len(t) > 3 || len(t) < 3 || (t[0] != '`' && t[0] != '~') {
 		return 0, 0, "", false
 	}
@@ -140,7 +158,7 @@ func fenceOpen(line string) (ch byte, n int, info string, ok bool) {
 
 // fenceClose reports whether line closes a fence of n chars ch.
 func fenceClose(line string, ch byte, n int) bool {
-	t := strings.TrimLeft(line, " ")
+	t := trimSpaces(line)
 	if len(line)-len(t) > 3 {
 		return false
 	}
@@ -159,23 +177,23 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 	if !ok {
 		return block{}, 0, false
 	}
-	b := block{kind: kindFence, start: l.start[i], name: infoName(info)}
+	b := block{kind: kindFence, start: l.s(i), name: infoName(info)}
 	if i > free {
 		if name := nameLine(l.at(i - 1)); name != "" {
 			if b.name == "" {
 				b.name = name
 			}
-			b.start = l.start[i-1]
+			b.start = l.s(i-1)
 		}
 	}
 	if i+1 >= l.n() {
 		return block{}, 0, false
 	}
-	b.cstart = l.start[i+1]
+	b.cstart = l.s(i+1)
 	for j := i + 1; j < l.n(); j++ {
 		if fenceClose(l.at(j), ch, n) {
-			b.end = l.end[j]
-			b.cend = l.start[j]
+			b.end = l.e(j)
+			b.cend = l.s(j)
 			if b.cend > b.cstart {
 				b.cend-- // the "\n" before the closing fence
 			}
@@ -191,8 +209,8 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 			k--
 		}
 		if len(s)-k >= n && k > 0 && strings.TrimSpace(s[:k]) != "" {
-			b.end = l.end[j]
-			b.cend = l.start[j] + k
+			b.end = l.e(j)
+			b.cend = l.s(j) + k
 			return b, j + 1, true
 		}
 	}
@@ -248,7 +266,11 @@ func trimEnd(text string, start, end int) int {
 // commentBanner returns the file named by a comment banner line such as
 // "// File: a.ts" or "# file: a.py".
 func commentBanner(line string) string {
-	t := strings.TrimSpace(line)
+	t := trimIndent(line)
+	if t == "" || strings.IndexByte("/#-;", t[0]) < 0 {
+		return ""
+	}
+	t = strings.TrimSpace(t)
 	for _, p := range []string{"//", "#", "--", "/*", ";"} {
 		if strings.HasPrefix(t, p) {
 			t = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(t[len(p):]), "*/"))
@@ -451,7 +473,7 @@ func (sg *segmenter) banner(i int) (block, int, bool) {
 		// A banner right above a fence names the fence; fence() takes it.
 		return block{}, 0, false
 	}
-	b := block{kind: kindBanner, name: name, start: l.start[start], cstart: l.start[first]}
+	b := block{kind: kindBanner, name: name, start: l.s(start), cstart: l.s(first)}
 	j := first
 	for ; j < l.n(); j++ {
 		if stop(strings.TrimSpace(l.at(j))) {
@@ -464,7 +486,7 @@ func (sg *segmenter) banner(i int) (block, int, bool) {
 		u := strings.TrimSpace(l.at(j))
 		closing := endBanner(u) || (isRule(u) && !(j+2 < l.n() && isRule(l.at(j+2)) && strings.Contains(strings.ToUpper(l.at(j+1)), "FILE:")))
 		if closing {
-			b.end = l.end[j]
+			b.end = l.e(j)
 			next = j + 1
 		}
 	} else {
@@ -476,7 +498,7 @@ func (sg *segmenter) banner(i int) (block, int, bool) {
 	if last < first {
 		return block{}, 0, false
 	}
-	b.cend = l.end[last]
+	b.cend = l.e(last)
 	if b.end == 0 {
 		b.end = b.cend
 		next = last + 1
@@ -520,7 +542,7 @@ func prose(s string) bool {
 func (sg *segmenter) tag(i int) (block, int, bool) {
 	l := &sg.l
 	line := l.at(i)
-	off := l.start[i] + len(line) - len(strings.TrimLeft(line, " \t"))
+	off := l.s(i) + len(line) - len(trimIndent(line))
 	rest := l.text[off+1:]
 	var name string
 	for _, tg := range sg.tags {
@@ -572,12 +594,7 @@ func (sg *segmenter) tag(i int) (block, int, bool) {
 // where off ends a block; the rest of a line after a closing tag stays text
 // of the same line, so the next block search starts on the following line.
 func lineAfter(l *lines, off int) int {
-	for j := 0; j < l.n(); j++ {
-		if l.start[j] >= off {
-			return j
-		}
-	}
-	return l.n()
+	return sort.Search(l.n(), func(j int) bool { return l.s(j) >= off })
 }
 
 var pathAttrs = []string{"path", "file_path", "filepath", "filename", "file", "name", "title", "src", "source"}
@@ -639,7 +656,7 @@ func childName(body string, limit int) string {
 
 // treeLine reports whether a line is part of a drawn project tree.
 func treeLine(s string) bool {
-	t := strings.TrimLeft(s, " \t")
+	t := trimIndent(s)
 	if strings.Contains(t, "├") || strings.Contains(t, "└") || strings.HasPrefix(t, "│") {
 		return true
 	}
@@ -679,7 +696,7 @@ func (sg *segmenter) secondary(i int) (block, int, bool) {
 		if j == i+1 {
 			return block{}, 0, false
 		}
-		return block{kind: kindTabs, name: "open tabs", start: l.start[i], end: l.end[j-1], cstart: l.start[i], cend: l.end[j-1]}, j, true
+		return block{kind: kindTabs, name: "open tabs", start: l.s(i), end: l.e(j-1), cstart: l.s(i), cend: l.e(j-1)}, j, true
 	}
 	// A tree: an optional root line, then at least three tree lines.
 	j := i
@@ -694,5 +711,21 @@ func (sg *segmenter) secondary(i int) (block, int, bool) {
 	if k-j < 3 {
 		return block{}, 0, false
 	}
-	return block{kind: kindTree, name: "project tree", start: l.start[i], end: l.end[k-1], cstart: l.start[i], cend: l.end[k-1]}, k, true
+	return block{kind: kindTree, name: "project tree", start: l.s(i), end: l.e(k-1), cstart: l.s(i), cend: l.e(k-1)}, k, true
+}
+
+// trimIndent drops leading spaces and tabs.
+func trimIndent(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	return s
+}
+
+// trimSpaces drops leading spaces.
+func trimSpaces(s string) string {
+	for len(s) > 0 && s[0] == ' ' {
+		s = s[1:]
+	}
+	return s
 }
