@@ -81,7 +81,7 @@ func (e *engine) findRuns() {
 				if i1 <= i0 || l.e(i1-1)-l.s(i0) < minBytes {
 					continue
 				}
-				b := block{kind: kindRun, start: l.s(i0), end: l.e(i1-1)}
+				b := block{kind: kindRun, start: l.s(i0), end: l.e(i1 - 1)}
 				b.cstart, b.cend = b.start, b.end
 				b.name = firstLine(tp.text[b.start:b.end])
 				o := occ{tp: k, turn: tp.turn, part: tp.part, b: b, replace: true, rule: RuleUnchanged, target: q.turn}

@@ -583,7 +583,7 @@ func special(w uint64) uint64 {
 	const lo, hi = 0x0101010101010101, 0x8080808080808080
 	q := w ^ (lo * '"')
 	e := w ^ (lo * '\\')
-	return ((q - lo) &^ q | (e - lo) &^ e | (w - lo*0x20) &^ w) & hi
+	return ((q-lo)&^q | (e-lo)&^e | (w-lo*0x20)&^w) & hi
 }
 
 func hexVal(c byte) int {
@@ -625,9 +625,9 @@ func unescapeMarks(raw []byte, withMarks bool) (string, []mark) {
 type decoded struct {
 	off          int // start of text in the scanner's arena
 	nlOff, nlEnd int // nl in the scanner's nls, set by textStr
-	text  string
-	marks []mark
-	nl    []int32 // offsets of "\n" in text, then len(text) (see lines)
+	text         string
+	marks        []mark
+	nl           []int32 // offsets of "\n" in text, then len(text) (see lines)
 }
 
 // decodeText unescapes raw in one pass and, on request, records the marks

@@ -183,13 +183,13 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 			if b.name == "" {
 				b.name = name
 			}
-			b.start = l.s(i-1)
+			b.start = l.s(i - 1)
 		}
 	}
 	if i+1 >= l.n() {
 		return block{}, 0, false
 	}
-	b.cstart = l.s(i+1)
+	b.cstart = l.s(i + 1)
 	for j := i + 1; j < l.n(); j++ {
 		if fenceClose(l.at(j), ch, n) {
 			b.end = l.e(j)
@@ -696,7 +696,7 @@ func (sg *segmenter) secondary(i int) (block, int, bool) {
 		if j == i+1 {
 			return block{}, 0, false
 		}
-		return block{kind: kindTabs, name: "open tabs", start: l.s(i), end: l.e(j-1), cstart: l.s(i), cend: l.e(j-1)}, j, true
+		return block{kind: kindTabs, name: "open tabs", start: l.s(i), end: l.e(j - 1), cstart: l.s(i), cend: l.e(j - 1)}, j, true
 	}
 	// A tree: an optional root line, then at least three tree lines.
 	j := i
@@ -711,7 +711,7 @@ func (sg *segmenter) secondary(i int) (block, int, bool) {
 	if k-j < 3 {
 		return block{}, 0, false
 	}
-	return block{kind: kindTree, name: "project tree", start: l.s(i), end: l.e(k-1), cstart: l.s(i), cend: l.e(k-1)}, k, true
+	return block{kind: kindTree, name: "project tree", start: l.s(i), end: l.e(k - 1), cstart: l.s(i), cend: l.e(k - 1)}, k, true
 }
 
 // trimIndent drops leading spaces and tabs.
