@@ -242,3 +242,16 @@ func TestExampleConfig(t *testing.T) {
 		t.Errorf("%s differs from the defaults (-want +got):\n%s", path, diff)
 	}
 }
+
+// TestREADMEListsEveryKey keeps the README's configuration table complete.
+func TestREADMEListsEveryKey(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range Keys() {
+		if !strings.Contains(string(raw), "| `"+k+"` |") {
+			t.Errorf("README.md has no table row for key %s", k)
+		}
+	}
+}
