@@ -116,27 +116,33 @@ func TestOverheadRatio(t *testing.T) {
 	for _, size := range []int{1 << 10, 1 << 20} {
 		body := benchBody(size)
 		plain, ours, c, cleanup := benchSetup(t, body)
-		const blocks, perBlock = 40, 50
+		const rounds = 2000
 		lat := map[string][]time.Duration{}
-		cpu := map[string]time.Duration{}
 		cuts := map[string]int{}
-		for i := range 2 * perBlock { // warm up both
-			benchRoundTrip(t, c, []string{plain, ours}[i%2], body, len(body))
+		fronts := []struct{ name, url string }{{"plain", plain}, {"proxy", ours}}
+		for i := range 200 { // warm up both
+			benchRoundTrip(t, c, fronts[i%2].url, body, len(body))
 		}
-		for blk := range 2 * blocks {
-			name, url := "plain", plain
-			if blk%2 == 1 {
-				name, url = "proxy", ours
+		// Latency: alternate request by request, so that noise from other
+		// processes hits both sides alike.
+		for i := range 2 * rounds {
+			f := fronts[(i+i/2)%2] // plain,proxy,proxy,plain,… : neither always goes first
+			start := time.Now()
+			if !benchRoundTrip(t, c, f.url, body, len(body)) {
+				cuts[f.name]++
 			}
+			lat[f.name] = append(lat[f.name], time.Since(start))
+		}
+		// CPU: process CPU time over alternating blocks of each.
+		cpu := map[string]time.Duration{}
+		const blocks, perBlock = 20, 50
+		for blk := range 2 * blocks {
+			f := fronts[blk%2]
 			before := cpuTime()
 			for range perBlock {
-				start := time.Now()
-				if !benchRoundTrip(t, c, url, body, len(body)) {
-					cuts[name]++
-				}
-				lat[name] = append(lat[name], time.Since(start))
+				benchRoundTrip(t, c, f.url, body, len(body))
 			}
-			cpu[name] += cpuTime() - before
+			cpu[f.name] += cpuTime() - before
 		}
 		cleanup()
 		p := func(name string, q float64) time.Duration {
@@ -145,6 +151,7 @@ func TestOverheadRatio(t *testing.T) {
 			return d[int(q*float64(len(d)-1))]
 		}
 		n := time.Duration(blocks * perBlock)
+		_ = rounds
 		t.Logf("%7d B: plain p50 %v p99 %v | proxy p50 %v p99 %v | ratio p50 %.3f p99 %.3f | added p50 %v | CPU/request plain %v proxy %v (whole process: client, proxy, backend) | cut responses plain %d proxy %d",
 			size, p("plain", .5), p("plain", .99), p("proxy", .5), p("proxy", .99),
 			float64(p("proxy", .5))/float64(p("plain", .5)), float64(p("proxy", .99))/float64(p("plain", .99)),

@@ -510,6 +510,11 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 	p := recover()
 	aborted := p != nil
 	dur := time.Since(st.start)
+	if !aborted {
+		// The server sends a buffered response only when the handler
+		// returns; flush first so the bookkeeping below adds no latency.
+		http.NewResponseController(rw.ResponseWriter).Flush() //nolint:errcheck // client gone: nothing to do
+	}
 	route := string(st.info.route)
 
 	code := rw.code
