@@ -50,7 +50,7 @@ export function binary() {
  * freePort returns a loopback TCP port that was free a moment ago: it listens
  * on port 0 and closes the listener again.
  */
-export async function freePort() {
+async function freePort() {
   const srv = net.createServer();
   srv.listen(0, '127.0.0.1');
   await once(srv, 'listening');
@@ -105,6 +105,18 @@ class Child {
     });
   }
 
+  /**
+   * listeners returns the addresses from the child's "listening" log lines,
+   * by listener name, e.g. {proxy: '127.0.0.1:41234', admin: '…'}. Both
+   * commands log one such line per bound listener (slog text format):
+   *   time=… level=INFO msg=listening listener=proxy addr=127.0.0.1:41234
+   */
+  listeners() {
+    const found = {};
+    for (const m of this.log.matchAll(/msg=listening listener=(\S+) addr=(\S+)/g)) found[m[1]] = m[2];
+    return found;
+  }
+
   /** describe returns the command line and the tail of its output. */
   describe() {
     return `${this.name} (${binary()} ${this.args.join(' ')})\n--- output ---\n${this.log}`;
@@ -148,20 +160,6 @@ class Child {
   }
 }
 
-/** accepts reports whether something accepts TCP connections on port. */
-function accepts(port) {
-  return new Promise((resolve) => {
-    const sock = net.connect({ host: '127.0.0.1', port });
-    const done = (ok) => {
-      sock.destroy();
-      resolve(ok);
-    };
-    sock.setTimeout(1000, () => done(false));
-    sock.once('connect', () => done(true));
-    sock.once('error', () => done(false));
-  });
-}
-
 /** answers200 reports whether GET url answers 200 within a second. */
 async function answers200(url) {
   const res = await fetch(url, { signal: AbortSignal.timeout(1000) });
@@ -175,33 +173,53 @@ async function answers200(url) {
  * failed start; callers run it in after().
  */
 export async function start() {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnce();
+    } catch (err) {
+      if (attempt === 3 || !/address already in use/.test(err.message)) throw err;
+    }
+  }
+}
+
+async function startOnce() {
   const children = [];
   const stop = async () => {
     await Promise.all(children.map((c) => c.stop()));
   };
   try {
-    const emuPort = await freePort();
-    const emulator = new Child('emulator', ['emulator', '--listen', `127.0.0.1:${emuPort}`]);
+    // The emulator and the proxy listener bind port 0: the kernel picks a
+    // free port and the child logs it, so parallel test files never race.
+    // The admin listener needs a different address string (config rejects
+    // admin.listen == server.listen, even for port 0), so it gets a port
+    // that was free a moment ago; start retries if someone took it since.
+    const emulator = new Child('emulator', ['emulator', '--listen', '127.0.0.1:0']);
     children.push(emulator);
-    await emulator.waitUntil(`the emulator listens on ${emuPort}`, () => accepts(emuPort));
-    const emulatorURL = `http://127.0.0.1:${emuPort}`;
+    let emuAddr;
+    await emulator.waitUntil('the emulator logs its listening address', () => {
+      emuAddr = Object.values(emulator.listeners())[0];
+      return emuAddr !== undefined;
+    });
+    const emulatorURL = `http://${emuAddr}`;
 
-    const proxyPort = await freePort();
-    const adminPort = await freePort();
     const proxy = new Child('proxy', [
       'serve',
-      '--listen', `127.0.0.1:${proxyPort}`,
-      '--admin-listen', `127.0.0.1:${adminPort}`,
+      '--listen', '127.0.0.1:0',
+      '--admin-listen', `127.0.0.1:${await freePort()}`,
       '--upstream', emulatorURL,
     ]);
     children.push(proxy);
-    const adminURL = `http://127.0.0.1:${adminPort}`;
+    let addrs;
+    await proxy.waitUntil('the proxy logs its proxy and admin addresses', () => {
+      addrs = proxy.listeners();
+      return addrs.proxy !== undefined && addrs.admin !== undefined;
+    });
+    const adminURL = `http://${addrs.admin}`;
     await proxy.waitUntil('/readyz answers 200', () => answers200(`${adminURL}/readyz`));
-    await proxy.waitUntil(`the proxy listens on ${proxyPort}`, () => accepts(proxyPort));
 
     return {
       emulatorURL,
-      proxyURL: `http://127.0.0.1:${proxyPort}`,
+      proxyURL: `http://${addrs.proxy}`,
       adminURL,
       emulator,
       proxy,
