@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -215,18 +216,25 @@ func TestNoFallbackWhenUnchangedOrOK(t *testing.T) {
 
 func TestVerifierGetsTenant(t *testing.T) {
 	be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {})
-	var tenants []string
+	var (
+		mu      sync.Mutex
+		tenants []string
+	)
 	f := newFixture(t, be.URL, Options{
 		Rewrite:      RewriteOptions{Enabled: true},
 		TenantSecret: []byte("fixed"),
 		Verifier: func(tenant string) rewrite.Verifier {
+			mu.Lock()
 			tenants = append(tenants, tenant)
+			mu.Unlock()
 			return nil
 		},
 	})
 	req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/m:generateContent", strings.NewReader(origBody))
 	req.Header.Set("X-Goog-Api-Key", "abc")
 	do(t, rawClient(), req)
+	mu.Lock()
+	defer mu.Unlock()
 	if want := tenantOf([]byte("fixed"), "", req); len(tenants) != 1 || tenants[0] != want {
 		t.Errorf("verifier tenants %q, want [%s]", tenants, want)
 	}
