@@ -32,7 +32,7 @@ type Options struct {
 	// VertexUpstream receives Vertex AI paths
 	// (/{v1|v1beta1}/projects/{p}/locations/{l}/… and
 	// /{v}/publishers/google/models/…) with the caller's Authorization
-	// header. Nil sends them to Upstream.
+	// header. Nil (or an empty URL) sends them to Upstream.
 	VertexUpstream *url.URL
 	// APIKey, when set, replaces the client's credential on Gemini API
 	// (non-Vertex) routes: the x-goog-api-key header and the key query

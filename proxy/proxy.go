@@ -64,6 +64,9 @@ func New(opts Options, logger *slog.Logger, m *metrics.Metrics) (*Handler, error
 	if opts.Upstream == nil || opts.Upstream.Scheme == "" || opts.Upstream.Host == "" {
 		return nil, errors.New("proxy: upstream URL must be absolute")
 	}
+	if u := opts.VertexUpstream; u != nil && *u == (url.URL{}) {
+		opts.VertexUpstream = nil // url.Parse("") from an unset config key
+	}
 	if u := opts.VertexUpstream; u != nil && (u.Scheme == "" || u.Host == "") {
 		return nil, errors.New("proxy: vertex upstream URL must be absolute")
 	}

@@ -800,6 +800,10 @@ func TestNewValidates(t *testing.T) {
 	if _, err := New(Options{Upstream: mustURL(t, "http://a")}, log, m); err != nil {
 		t.Errorf("New: %v", err)
 	}
+	h, err := New(Options{Upstream: mustURL(t, "http://a"), VertexUpstream: mustURL(t, "")}, log, m)
+	if err != nil || h.vertex != nil {
+		t.Errorf("New with an empty vertex URL: %v, vertex %v; want it treated as unset", err, h.vertex)
+	}
 }
 
 var _ = rewrite.Rules
