@@ -202,7 +202,7 @@ func (c Config) Validate() error {
 
 	checkAddr("server.listen", c.Server.Listen, false)
 	checkAddr("admin.listen", c.Admin.Listen, true)
-	if c.Admin.Listen != "" && c.Admin.Listen == c.Server.Listen {
+	if _, port, _ := net.SplitHostPort(c.Admin.Listen); c.Admin.Listen != "" && c.Admin.Listen == c.Server.Listen && port != "0" {
 		bad("admin.listen", "must differ from server.listen")
 	}
 	if p := c.Server.BasePath; p != "" && (!strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/")) {
