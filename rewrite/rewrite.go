@@ -104,6 +104,12 @@ func (e *engine) role(i int) string {
 
 func (e *engine) analyse() {
 	tags := e.opts.DocumentTags
+	n := 0
+	for ti := range e.req.contents {
+		n += len(e.req.contents[ti].parts)
+	}
+	e.parts = make([]textPart, 0, n)
+	e.occs = make([]occ, 0, n)
 	for ti := range e.req.contents {
 		c := &e.req.contents[ti]
 		for pi := range c.parts {

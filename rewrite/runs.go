@@ -20,13 +20,22 @@ func (e *engine) findRuns() {
 	}
 	free := make([][]bool, len(e.parts))
 	hashes := make([][]lineHash, len(e.parts)) // free, non-blank lines only
+	// One slab for the per-line flags of every part: two allocations per
+	// request instead of two per part.
+	total := 0
+	for k := range e.parts {
+		total += e.parts[k].lines.n()
+	}
+	slab := make([]bool, 2*total)
 	for k := 0; k < len(e.parts); {
 		turn := e.parts[k].turn
 		start := k
 		for ; k < len(e.parts) && e.parts[k].turn == turn; k++ {
 			tp := &e.parts[k]
 			l := &tp.lines
-			fr := make([]bool, l.n())
+			fr := slab[:l.n():l.n()]
+			tp.gone = slab[l.n() : 2*l.n() : 2*l.n()]
+			slab = slab[2*l.n():]
 			var hs []lineHash
 			bi := 0
 			for i := range fr {
@@ -41,7 +50,6 @@ func (e *engine) findRuns() {
 				}
 			}
 			free[k], hashes[k] = fr, hs
-			tp.gone = make([]bool, l.n())
 			if first == nil {
 				continue
 			}

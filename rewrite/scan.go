@@ -152,7 +152,8 @@ func (s *scanner) object(depth int, member func(key string) error) error {
 		if err != nil {
 			return err
 		}
-		key := string(s.b[sp.start:sp.end])
+		// Keys are only compared, never kept: view the body's bytes.
+		key := unsafe.String(unsafe.SliceData(s.b[sp.start:sp.end]), sp.end-sp.start)
 		if esc {
 			key = unescape(s.b[sp.start:sp.end])
 		}
@@ -277,6 +278,7 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 	b := s.b
 	if s.arena == nil {
 		s.arena = make([]byte, len(b))
+		s.nls = make([]int32, 0, len(b)/48+64)
 	}
 	// Local copies keep the hot loop free of heap writes.
 	out, n, nls := s.arena, s.n, s.nls

@@ -27,6 +27,7 @@ type block struct {
 	cstart, cend int // the content compared for identity
 	name         string
 	kind         blockKind
+	blob         bool // a fence holding two or more "// File:" banners
 }
 
 // lines holds the line boundaries of a text: line i is text[start[i]:end[i]]
@@ -121,7 +122,7 @@ func (sg *segmenter) run() []block {
 			i++
 			continue
 		}
-		if b.kind == kindFence {
+		if b.blob {
 			out = sg.split(out, b)
 		} else {
 			out = append(out, b)
@@ -190,8 +191,14 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 		return block{}, 0, false
 	}
 	b.cstart = l.s(i + 1)
+	banners := 0
 	for j := i + 1; j < l.n(); j++ {
-		if fenceClose(l.at(j), ch, n) {
+		line := l.at(j)
+		if banners < 2 && commentBanner(line) != "" {
+			banners++
+			b.blob = banners == 2
+		}
+		if fenceClose(line, ch, n) {
 			b.end = l.e(j)
 			b.cend = l.s(j)
 			if b.cend > b.cstart {
@@ -268,6 +275,11 @@ func trimEnd(text string, start, end int) int {
 func commentBanner(line string) string {
 	t := trimIndent(line)
 	if t == "" || strings.IndexByte("/#-;", t[0]) < 0 {
+		return ""
+	}
+	// Cheap test first: after the comment marker comes "file" or "path".
+	u := strings.TrimLeft(t, "/#-;* \t")
+	if u == "" || (u[0]|0x20 != 'f' && u[0]|0x20 != 'p') {
 		return ""
 	}
 	t = strings.TrimSpace(t)
@@ -665,7 +677,11 @@ func treeLine(s string) bool {
 
 // tabsHeader reports whether a line introduces a list of open tabs or files.
 func tabsHeader(s string) bool {
-	t := strings.ToLower(strings.TrimSpace(strings.Trim(strings.TrimSpace(s), "#*:")))
+	t := strings.TrimSpace(strings.Trim(strings.TrimSpace(s), "#*:"))
+	if len(t) < 9 || len(t) > 21 || !strings.ContainsRune("oOcCvV", rune(t[0])) {
+		return false
+	}
+	t = strings.ToLower(t)
 	switch t {
 	case "open tabs", "open files", "open editors", "other open files", "currently open files",
 		"opened files", "visible files", "other open tabs", "open documents":
