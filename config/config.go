@@ -105,6 +105,18 @@ type Labels struct {
 
 // Cache configures per-tenant memory.
 type Cache struct {
+	// Backend is "local" (an in-process cache per replica) or "redis"
+	// (served responses shared by replicas through Redis, with the local
+	// cache in front).
+	Backend string `mapstructure:"backend"`
+	// MaxBytes bounds the local cache's memory.
+	MaxBytes ByteSize `mapstructure:"max_bytes"`
+	// TTL is how long an entry is kept after it was last written.
+	TTL time.Duration `mapstructure:"ttl"`
+	// RedisURL is the Redis server for backend redis
+	// (redis://[:password@]host:port/db, or rediss:// for TLS). Its password
+	// is redacted when printed.
+	RedisURL string `mapstructure:"redis_url"`
 	// TenantSecret keys the tenant hash (HMAC of the caller's credential).
 	// Replicas that share state must share it. Empty means a random key per
 	// process. Secret: never logged or printed. At least 16 bytes.
@@ -116,6 +128,48 @@ type Metrics struct {
 	// Models is the allowlist of model names used as the "model" label; any
 	// other model is counted as "_other", so label values stay bounded.
 	Models []string `mapstructure:"models"`
+	// CountTokensSampleRate is the fraction (0..1) of rewritten requests for
+	// which the proxy asks the upstream's free countTokens for the exact
+	// token count of the original request, off the request path. Zero
+	// disables it.
+	CountTokensSampleRate float64 `mapstructure:"count_tokens_sample_rate"`
+	// CountTokensPerSecond caps those countTokens calls.
+	CountTokensPerSecond float64 `mapstructure:"count_tokens_per_second"`
+	// Prices is the price table for the money estimates, USD per million
+	// tokens. A model not in it is counted as unpriced, never guessed.
+	Prices []Price `mapstructure:"prices"`
+}
+
+// Price is one model's price, in USD per million tokens (standard tier,
+// prompts up to 200k tokens).
+type Price struct {
+	// Model is the model name as in the request path, e.g. gemini-2.5-flash.
+	Model string `mapstructure:"model"`
+	// Input is the price of uncached prompt tokens.
+	Input float64 `mapstructure:"input"`
+	// CachedInput is the price of cached prompt tokens.
+	CachedInput float64 `mapstructure:"cached_input"`
+	// Output is the price of output tokens, thinking included.
+	Output float64 `mapstructure:"output"`
+	// Checked is the date (YYYY-MM-DD) the price was last checked.
+	Checked string `mapstructure:"checked"`
+}
+
+// DefaultPrices are Google's published standard-tier prices, from the price
+// data in shared/gemini-api.md §6.3 (each row with the date it was checked).
+// Verify against https://ai.google.dev/gemini-api/docs/pricing.
+var DefaultPrices = []Price{
+	{"gemini-2.5-flash", 0.30, 0.03, 2.50, "2025-10-31"},
+	{"gemini-2.5-flash-lite", 0.10, 0.01, 0.40, "2025-10-31"},
+	{"gemini-2.5-pro", 1.25, 0.125, 10, "2025-10-31"},
+	{"gemini-3-flash-preview", 0.50, 0.05, 3.00, "2025-12-19"},
+	{"gemini-3-pro-preview", 2, 0.20, 12, "2025-11-18"},
+	{"gemini-3.1-pro-preview", 2, 0.20, 12, "2026-02-23"},
+	{"gemini-3.1-flash-lite", 0.25, 0.025, 1.50, "2026-05-12"},
+	{"gemini-3.5-flash", 1.50, 0.15, 9.00, "2026-05-19"},
+	{"gemini-3.5-flash-lite", 0.30, 0.03, 2.50, "2026-07-22"},
+	{"gemini-3.6-flash", 0.75, 0.075, 3.75, "2026-08-13"},
+	{"gemini-3.7-flash", 0.75, 0.075, 3.75, "2026-08-13"},
 }
 
 // Log configures logging.
@@ -166,7 +220,12 @@ func Default() Config {
 			DocumentTags:      rw.DocumentTags,
 			Labels:            Labels{User: []string{}, Model: []string{}},
 		},
-		Metrics: Metrics{Models: append([]string(nil), DefaultModels...)},
+		Cache: Cache{Backend: "local", MaxBytes: 256 << 20, TTL: time.Hour},
+		Metrics: Metrics{
+			Models:               append([]string(nil), DefaultModels...),
+			CountTokensPerSecond: 1,
+			Prices:               append([]Price(nil), DefaultPrices...),
+		},
 		Log:     Log{Level: "info", Format: "text"},
 	}
 }
@@ -176,3 +235,6 @@ var secretKeys = map[string]bool{
 	"upstream.api_key":    true,
 	"cache.tenant_secret": true,
 }
+
+// redactedURLKeys hold URLs whose password is redacted when printed.
+var redactedURLKeys = map[string]bool{"cache.redis_url": true}

@@ -133,6 +133,11 @@ cache:
 			},
 		},
 		{
+			name: "redis backend without URL, bad prices",
+			file: "cache:\n  backend: redis\nmetrics:\n  count_tokens_sample_rate: 2\n  prices:\n    - {model: m, input: -1}\n    - {model: m, checked: yesterday}\n",
+			want: []string{"cache.redis_url", "metrics.count_tokens_sample_rate", "prices must not be negative", `model "m" is listed twice`, "YYYY-MM-DD"},
+		},
+		{
 			name: "bad size",
 			env:  map[string]string{"GEMINI_PROXY_SERVER_MAX_BODY_BYTES": "12 parsecs"},
 			want: []string{"max_body_bytes"},
@@ -172,12 +177,13 @@ func TestWriteRedactsAndRoundTrips(t *testing.T) {
 	c.Upstream.APIKey = "AIzaSy-very-secret-key"
 	c.Cache.TenantSecret = "0123456789abcdef-secret"
 	c.Rewrite.Labels.Model = []string{"FRIDAY"}
+	c.Cache.RedisURL = "redis://:hunter2-redis-password@127.0.0.1:6379/0"
 	var b strings.Builder
 	if err := c.Write(&b); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, secret := range []string{c.Upstream.APIKey, c.Cache.TenantSecret} {
+	for _, secret := range []string{c.Upstream.APIKey, c.Cache.TenantSecret, "hunter2-redis-password"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("Write() output contains secret %q:\n%s", secret, out)
 		}
@@ -199,6 +205,7 @@ func TestWriteRedactsAndRoundTrips(t *testing.T) {
 	}
 	want := c
 	want.Upstream.APIKey, want.Cache.TenantSecret = "", ""
+	want.Cache.RedisURL = "redis://:xxxxx@127.0.0.1:6379/0"
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Load(Write(c)) (-want +got):\n%s", diff)
 	}

@@ -255,11 +255,51 @@ func (c Config) Validate() error {
 		}
 	}
 
+	switch c.Cache.Backend {
+	case "local":
+	case "redis":
+		u, err := url.Parse(c.Cache.RedisURL)
+		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+			bad("cache.redis_url", "must be a redis:// or rediss:// URL when cache.backend is redis")
+		}
+	default:
+		bad("cache.backend", "%q must be local or redis", c.Cache.Backend)
+	}
+	if c.Cache.MaxBytes < 1<<20 {
+		bad("cache.max_bytes", "must be at least 1MiB")
+	}
+	if c.Cache.TTL <= 0 {
+		bad("cache.ttl", "must be positive")
+	}
 	if s := c.Cache.TenantSecret; s != "" && len(s) < 16 {
 		bad("cache.tenant_secret", "must be at least 16 bytes")
 	}
 	if len(c.Metrics.Models) > 200 {
 		bad("metrics.models", "at most 200 models (label values must stay bounded)")
+	}
+	if r := c.Metrics.CountTokensSampleRate; !(r >= 0 && r <= 1) {
+		bad("metrics.count_tokens_sample_rate", "%v must be in [0, 1]", r)
+	}
+	if c.Metrics.CountTokensPerSecond <= 0 {
+		bad("metrics.count_tokens_per_second", "must be positive")
+	}
+	seen := map[string]bool{}
+	for i, p := range c.Metrics.Prices {
+		key := fmt.Sprintf("metrics.prices[%d]", i)
+		if p.Model == "" {
+			bad(key, "model is empty")
+		} else if seen[p.Model] {
+			bad(key, "model %q is listed twice", p.Model)
+		}
+		seen[p.Model] = true
+		if p.Input < 0 || p.CachedInput < 0 || p.Output < 0 {
+			bad(key, "prices must not be negative")
+		}
+		if p.Checked != "" {
+			if _, err := time.Parse(time.DateOnly, p.Checked); err != nil {
+				bad(key, "checked %q is not a YYYY-MM-DD date", p.Checked)
+			}
+		}
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"io"
+	"net/url"
 	"reflect"
 	"strconv"
 	"strings"
@@ -39,7 +40,23 @@ func yamlValue(key string, v reflect.Value) string {
 		}
 		return `"REDACTED"`
 	}
+	if redactedURLKeys[key] {
+		if u, err := url.Parse(v.String()); err == nil {
+			return strconv.Quote(u.Redacted())
+		}
+		return `"REDACTED"`
+	}
 	switch x := v.Interface().(type) {
+	case []Price:
+		items := make([]string, len(x))
+		for i, p := range x {
+			items[i] = fmt.Sprintf("\n%s  - {model: %q, input: %v, cached_input: %v, output: %v, checked: %q}",
+				strings.Repeat("  ", strings.Count(key, ".")), p.Model, p.Input, p.CachedInput, p.Output, p.Checked)
+		}
+		if len(items) == 0 {
+			return "[]"
+		}
+		return strings.Join(items, "")
 	case ByteSize:
 		return x.String()
 	case time.Duration:
