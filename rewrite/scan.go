@@ -359,8 +359,10 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 				d.marks = append(d.marks, mark{int32(u), int32(i - start)})
 				next = u + markEvery
 			}
-		default: // a control byte
+		case c < 0x20:
 			return span{}, false, d, errSyntax
+		default: // an ordinary byte in the last eight
+			i++
 		}
 	}
 }

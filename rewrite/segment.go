@@ -308,6 +308,15 @@ func infoName(info string) string {
 	if info == "" {
 		return ""
 	}
+	// A quoted title may contain spaces: title="my file.ts".
+	for _, key := range []string{`title="`, `file="`, `filename="`, `path="`} {
+		if k := strings.Index(info, key); k >= 0 {
+			rest := info[k+len(key):]
+			if e := strings.IndexByte(rest, '"'); e > 0 {
+				return rest[:e]
+			}
+		}
+	}
 	fields := strings.Fields(info)
 	for _, f := range fields {
 		if k := strings.IndexByte(f, '='); k > 0 {
@@ -316,15 +325,6 @@ func infoName(info string) string {
 				if v := strings.Trim(f[k+1:], `"'`); v != "" {
 					return v
 				}
-			}
-		}
-	}
-	// A quoted title may contain spaces: title="my file.ts".
-	for _, key := range []string{`title="`, `file="`, `filename="`, `path="`} {
-		if k := strings.Index(info, key); k >= 0 {
-			rest := info[k+len(key):]
-			if e := strings.IndexByte(rest, '"'); e > 0 {
-				return rest[:e]
 			}
 		}
 	}

@@ -1,0 +1,191 @@
+package rewrite
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestScanParts(t *testing.T) {
+	tests := []struct {
+		name  string
+		body  string
+		roles []string
+		kinds [][]partKind
+	}{
+		{"text", `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`, []string{"user"}, [][]partKind{{partText}}},
+		{"role omitted", `{"contents":[{"parts":[{"text":"hi"}]}]}`, []string{""}, [][]partKind{{partText}}},
+		{"whitespace and order", " {\n \"contents\" : [ { \"parts\" : [ { \"text\" : \"a\" } ] , \"role\" : \"model\" } ] } ", []string{"model"}, [][]partKind{{partText}}},
+		{"inline camel", `{"contents":[{"parts":[{"inlineData":{"mimeType":"image/png","data":"AAAA"}}]}]}`, []string{""}, [][]partKind{{partInline}}},
+		{"inline snake", `{"contents":[{"parts":[{"inline_data":{"mime_type":"image/png","data":"AAAA"}}]}]}`, []string{""}, [][]partKind{{partInline}}},
+		{"inline with displayName", `{"contents":[{"parts":[{"inlineData":{"mimeType":"image/png","data":"AAAA","displayName":"x"}}]}]}`, []string{""}, [][]partKind{{partOther}}},
+		{"thought signature", `{"contents":[{"parts":[{"text":"a","thoughtSignature":"+//+"}]}]}`, []string{""}, [][]partKind{{partOther}}},
+		{"thought", `{"contents":[{"parts":[{"text":"a","thought":true}]}]}`, []string{""}, [][]partKind{{partOther}}},
+		{"function call", `{"contents":[{"parts":[{"functionCall":{"name":"f","args":{}}}]}]}`, []string{""}, [][]partKind{{partOther}}},
+		{"unknown member", `{"contents":[{"parts":[{"text":"a","partMetadata":{}}]}]}`, []string{""}, [][]partKind{{partOther}}},
+		{"text not a string", `{"contents":[{"parts":[{"text":1}]}]}`, []string{""}, [][]partKind{{partOther}}},
+		{"escaped key", `{"contents":[{"parts":[{"t\u0065xt":"a"}]}]}`, []string{""}, [][]partKind{{partText}}},
+		{"two turns", `{"contents":[{"role":"user","parts":[{"text":"a"},{"fileData":{}}]},{"role":"model","parts":[]}]}`, []string{"user", "model"}, [][]partKind{{partText, partOther}, nil}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := scan([]byte(tt.body))
+			if err != nil {
+				t.Fatalf("scan: %v", err)
+			}
+			var roles []string
+			var kinds [][]partKind
+			for _, c := range req.contents {
+				roles = append(roles, c.role)
+				var k []partKind
+				for _, p := range c.parts {
+					k = append(k, p.kind)
+				}
+				kinds = append(kinds, k)
+			}
+			if diff := cmp.Diff(tt.roles, roles); diff != "" {
+				t.Errorf("roles (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.kinds, kinds); diff != "" {
+				t.Errorf("part kinds (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestScanErrors(t *testing.T) {
+	tests := []struct {
+		body string
+		want error
+	}{
+		{``, ErrInvalidJSON},
+		{`[]`, ErrInvalidJSON},
+		{`{"contents":[]`, ErrInvalidJSON},
+		{`{"contents":[]} x`, ErrInvalidJSON},
+		{`{"contents":[],}`, ErrInvalidJSON},
+		{`{"a":01,"contents":[]}`, ErrInvalidJSON},
+		{`{"a":1.,"contents":[]}`, ErrInvalidJSON},
+		{`{"a":"\x","contents":[]}`, ErrInvalidJSON},
+		{`{"a":"\u12","contents":[]}`, ErrInvalidJSON},
+		{"{\"a\":\"\x01\",\"contents\":[]}", ErrInvalidJSON},
+		{`{"a":tru,"contents":[]}`, ErrInvalidJSON},
+		{`{"generationConfig":{}}`, ErrNoContents},
+		{`{"contents":[],"contents":[]}`, ErrUnsupported},
+		{`{"contents":{}}`, ErrUnsupported},
+		{`{"contents":[1]}`, ErrUnsupported},
+		{`{"contents":[{"parts":{}}]}`, ErrUnsupported},
+		{`{"contents":[{"role":"","parts":[]}]}`, ErrUnsupported},
+	}
+	for _, tt := range tests {
+		_, err := scan([]byte(tt.body))
+		if !errors.Is(err, tt.want) {
+			t.Errorf("scan(%q) = %v, want %v", tt.body, err, tt.want)
+		}
+	}
+}
+
+func TestScanTextDecoding(t *testing.T) {
+	tests := []string{
+		"plain",
+		"line one\nline two\r\n\ttab \"quoted\" back\\slash /slash",
+		"unicode é 中 😀 and \u2028",
+		"",
+		"\n\n",
+	}
+	for _, want := range tests {
+		raw, _ := json.Marshal(want)
+		body := `{"contents":[{"parts":[{"text":` + string(raw) + `}]}]}`
+		req, err := scan([]byte(body))
+		if err != nil {
+			t.Fatalf("scan(%q): %v", body, err)
+		}
+		p := req.contents[0].parts[0]
+		if p.dec.text != want {
+			t.Errorf("decoded %q, want %q", p.dec.text, want)
+		}
+		l := lines{text: p.dec.text, nl: p.dec.nl}
+		if diff := cmp.Diff(splitLines(want).nl, l.nl); diff != "" {
+			t.Errorf("line ends of %q (-want +got):\n%s", want, diff)
+		}
+		if got := unescape([]byte(body[p.str.start:p.str.end])); got != want {
+			t.Errorf("unescape = %q, want %q", got, want)
+		}
+	}
+	// Escapes that encoding/json also accepts.
+	got := unescape([]byte(`a\u00e9\ud83d\ude00\/\b\f\ud800x`))
+	if want := "aé😀/\b\f\uFFFDx"; got != want {
+		t.Errorf("unescape = %q, want %q", got, want)
+	}
+}
+
+func TestRawOffsets(t *testing.T) {
+	raw := []byte(`ab\ncd\u00e9\tef\"g`)
+	text := unescape(raw) // "ab\ncdé\tef\"g"
+	offs := []int{0, 2, 3, 5, 7, 8, len(text)}
+	want := []int{0, 2, 4, 6, 12, 14, len(raw)}
+	if diff := cmp.Diff(want, rawOffsets(raw, offs, nil)); diff != "" {
+		t.Errorf("rawOffsets (-want +got):\n%s", diff)
+	}
+	// Marks give the same answer from a nearer start.
+	d := decodeText(raw, true, false)
+	if diff := cmp.Diff(want, rawOffsets(raw, offs, d.marks)); diff != "" {
+		t.Errorf("rawOffsets with marks (-want +got):\n%s", diff)
+	}
+}
+
+func TestAppendEscaped(t *testing.T) {
+	for _, s := range []string{"plain", "q\"b\\n\n\r\t\x01\x1f é 😀 </>"} {
+		esc := appendEscaped(nil, s)
+		var got string
+		if err := json.Unmarshal([]byte(`"`+string(esc)+`"`), &got); err != nil || got != s {
+			t.Errorf("appendEscaped(%q) = %q, decodes to %q (%v)", s, esc, got, err)
+		}
+	}
+}
+
+func TestSpecial(t *testing.T) {
+	for i := 0; i < 8; i++ {
+		for _, c := range []byte{'"', '\\', 0, 0x1f} {
+			w := []byte("abcdefgh")
+			w[i] = c
+			m := special(uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 | uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56)
+			if m == 0 {
+				t.Errorf("special(%q) = 0", w)
+			}
+		}
+	}
+	if m := special(0x7f7e7d7c7b7a2120 | 0x8000000000000000); m != 0 {
+		t.Errorf("special of ordinary bytes = %x", m)
+	}
+}
+
+// FuzzScanText checks that the one-pass decoder agrees with encoding/json
+// on every text string, wherever it sits in the body.
+func FuzzScanText(f *testing.F) {
+	f.Add("a")
+	f.Add("line\n\"q\"\\ \u00e9 😀")
+	f.Fuzz(func(t *testing.T, s string) {
+		raw, err := json.Marshal(s)
+		if err != nil {
+			return
+		}
+		var want string
+		if json.Unmarshal(raw, &want) != nil {
+			return
+		}
+		body := []byte(`{"contents":[{"parts":[{"text":` + string(raw) + `}]}]}`)
+		req, err := scan(body)
+		if err != nil {
+			t.Fatalf("scan(%q): %v", body, err)
+		}
+		p := req.contents[0].parts[0]
+		if p.dec.text != want {
+			t.Fatalf("decoded %q, want %q", p.dec.text, want)
+		}
+		if diff := cmp.Diff(splitLines(want).nl, p.dec.nl); diff != "" {
+			t.Fatalf("line ends (-want +got):\n%s", diff)
+		}
+	})
+}

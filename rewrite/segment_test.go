@@ -1,0 +1,146 @@
+package rewrite
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// segBlock is a block as the tests see it: kind, name, replaced span and
+// content as text.
+type segBlock struct {
+	Kind          blockKind
+	Name          string
+	Span, Content string
+}
+
+func segmentText(text string) []segBlock {
+	blocks, _ := segment(text, DefaultOptions().DocumentTags)
+	var out []segBlock
+	for _, b := range blocks {
+		out = append(out, segBlock{b.kind, b.name, text[b.start:b.end], text[b.cstart:b.cend]})
+	}
+	return out
+}
+
+func TestSegment(t *testing.T) {
+	code := "func a() {}\nfunc b() {}"
+	tests := []struct {
+		name string
+		text string
+		want []segBlock
+	}{
+		{"fence with name", "Here:\n```go a.go\n" + code + "\n```\nWhy?",
+			[]segBlock{{kindFence, "a.go", "```go a.go\n" + code + "\n```", code}}},
+		{"fence title attribute", "```ts title=\"src/app.ts\"\n" + code + "\n```",
+			[]segBlock{{kindFence, "src/app.ts", "```ts title=\"src/app.ts\"\n" + code + "\n```", code}}},
+		{"fence lang:path", "```go:main.go\n" + code + "\n```",
+			[]segBlock{{kindFence, "main.go", "```go:main.go\n" + code + "\n```", code}}},
+		{"fence no name", "```\n" + code + "\n```",
+			[]segBlock{{kindFence, "", "```\n" + code + "\n```", code}}},
+		{"tilde fence", "~~~python\n" + code + "\n~~~",
+			[]segBlock{{kindFence, "", "~~~python\n" + code + "\n~~~", code}}},
+		{"path line above", "src/a.go\n```\n" + code + "\n```",
+			[]segBlock{{kindFence, "src/a.go", "src/a.go\n```\n" + code + "\n```", code}}},
+		{"caption File:", "File: a.go\n```go\n" + code + "\n```",
+			[]segBlock{{kindFence, "a.go", "File: a.go\n```go\n" + code + "\n```", code}}},
+		{"dash banner above fence", "--- a.go ---\n```go\n" + code + "\n```",
+			[]segBlock{{kindFence, "a.go", "--- a.go ---\n```go\n" + code + "\n```", code}}},
+		{"longer closing fence", "```go\n" + code + "\n`````\nafter",
+			[]segBlock{{kindFence, "", "```go\n" + code + "\n`````", code}}},
+		{"nested fence", "````md\nx\n```go\n" + code + "\n```\ny\n````",
+			[]segBlock{{kindFence, "", "````md\nx\n```go\n" + code + "\n```\ny\n````", "x\n```go\n" + code + "\n```\ny"}}},
+		{"open fence", "Look:\n```go\n" + code,
+			[]segBlock{{kindFence, "", "```go\n" + code, code}}},
+		{"closing fence on last line", "```go\n" + code + "```\nWhy?",
+			[]segBlock{{kindFence, "", "```go\n" + code + "```", code}}},
+		{"crlf fence", "```go a.go\r\nx\r\n```\r\nq",
+			[]segBlock{{kindFence, "a.go", "```go a.go\r\nx\r\n```\r", "x\r"}}},
+		{"file tag", "<file path=\"a.go\">\n" + code + "\n</file>\nq",
+			[]segBlock{{kindTag, "a.go", "<file path=\"a.go\">\n" + code + "\n</file>", code}}},
+		{"document tag single quotes", "<document name='spec.md'>\ntext\n</document>",
+			[]segBlock{{kindTag, "spec.md", "<document name='spec.md'>\ntext\n</document>", "text"}}},
+		{"file_path child", "<file><file_path>b.py</file_path><file_contents>\nx\n</file_contents></file>",
+			[]segBlock{{kindTag, "b.py", "<file><file_path>b.py</file_path><file_contents>\nx\n</file_contents></file>", "<file_path>b.py</file_path><file_contents>\nx\n</file_contents>"}}},
+		{"unclosed unnamed tag is text", "<document>\nabc\n", nil},
+		{"unknown tag is text", "<documents>\nabc\n</documents>", nil},
+		{"dash banner with end", "--- a.py ---\n" + code + "\n--- End of content ---\nq",
+			[]segBlock{{kindBanner, "a.py", "--- a.py ---\n" + code + "\n--- End of content ---", code}}},
+		{"dash banner without end drops the question", "--- a.py ---\n" + code + "\n\nWhat does this code do here?",
+			[]segBlock{{kindBanner, "a.py", "--- a.py ---\n" + code, code}}},
+		{"FILENAME banner", "--- FILENAME: x.ts ---\n" + code,
+			[]segBlock{{kindBanner, "x.ts", "--- FILENAME: x.ts ---\n" + code, code}}},
+		{"context file", "[CONTEXT FILE] lib/b.py\n" + code + "\n[CONTEXT FILE] lib/c.py\ny",
+			[]segBlock{{kindBanner, "lib/b.py", "[CONTEXT FILE] lib/b.py\n" + code, code}, {kindBanner, "lib/c.py", "[CONTEXT FILE] lib/c.py\ny", "y"}}},
+		{"FILE between rules", "=====\nFILE: a.go\n=====\n" + code + "\n=====\nFILE: b.go\n=====\nz\n=====",
+			[]segBlock{{kindBanner, "a.go", "=====\nFILE: a.go\n=====\n" + code, code}, {kindBanner, "b.go", "=====\nFILE: b.go\n=====\nz\n=====", "z"}}},
+		{"comment banners in free text", "// File: a.ts\nx()\n// File: b.ts\ny()",
+			[]segBlock{{kindBanner, "a.ts", "// File: a.ts\nx()", "x()"}, {kindBanner, "b.ts", "// File: b.ts\ny()", "y()"}}},
+		{"comment banners in a fence", "```ts\n// File: a.ts\nx()\n\n// File: b.ts\ny()\n```",
+			[]segBlock{{kindBanner, "a.ts", "// File: a.ts\nx()", "x()"}, {kindBanner, "b.ts", "// File: b.ts\ny()", "y()"}}},
+		{"one comment banner keeps the fence", "```ts\n// File: a.ts\nx()\n```",
+			[]segBlock{{kindFence, "", "```ts\n// File: a.ts\nx()\n```", "// File: a.ts\nx()"}}},
+		{"project tree", "Structure:\napp/\n├── a.go\n├── b.go\n└── c.go\nq",
+			[]segBlock{{kindTree, "project tree", "app/\n├── a.go\n├── b.go\n└── c.go", "app/\n├── a.go\n├── b.go\n└── c.go"}}},
+		{"open tabs", "Open tabs:\n- a.go\n- b.go\n\nq",
+			[]segBlock{{kindTabs, "open tabs", "Open tabs:\n- a.go\n- b.go", "Open tabs:\n- a.go\n- b.go"}}},
+		{"prose only", "Just a question about Go.\nAnother line.", nil},
+		{"indented code is not a fence", "    ```go\n" + code, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, segmentText(tt.text)); diff != "" {
+				t.Errorf("segment(%q) (-want +got):\n%s", tt.text, diff)
+			}
+		})
+	}
+}
+
+func TestInfoName(t *testing.T) {
+	tests := map[string]string{
+		"":                       "",
+		"go":                     "",
+		"ts app.ts":              "app.ts",
+		"ts title=\"app.ts\"":    "app.ts",
+		"python filename=a.py":   "a.py",
+		"go:cmd/main.go":         "cmd/main.go",
+		"main.go":                "main.go",
+		"c++":                    "",
+		"ts title=\"my app.ts\"": "my app.ts",
+		"js {1,3}":               "",
+	}
+	for in, want := range tests {
+		if got := infoName(in); got != want {
+			t.Errorf("infoName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestSplitLines(t *testing.T) {
+	for _, s := range []string{"", "a", "a\n", "a\r\nb", "\n\n"} {
+		l := splitLines(s)
+		var got []string
+		for i := 0; i < l.n(); i++ {
+			got = append(got, l.at(i))
+		}
+		want := strings.Split(strings.ReplaceAll(s, "\r\n", "\n"), "\n")
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("lines of %q (-want +got):\n%s", s, diff)
+		}
+	}
+}
+
+func TestSimilarity(t *testing.T) {
+	a := lineSet("x\ny\nz\nw")
+	b := lineSet("x\ny\nz\nv")
+	if got := similarity(a, b); got != 3.0/5 {
+		t.Errorf("similarity = %v, want 0.6", got)
+	}
+	if got := similarity(a, a); got != 1 {
+		t.Errorf("self similarity = %v", got)
+	}
+	if hashLine("abcdefghij") == hashLine("abcdefghik") {
+		t.Error("hashLine collides on a one-byte change")
+	}
+}
