@@ -226,7 +226,7 @@ func Default() Config {
 			CountTokensPerSecond: 1,
 			Prices:               append([]Price(nil), DefaultPrices...),
 		},
-		Log:     Log{Level: "info", Format: "text"},
+		Log: Log{Level: "info", Format: "text"},
 	}
 }
 
