@@ -1,0 +1,213 @@
+package e2e
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genai"
+
+	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/metrics"
+	"github.com/gemini-proxy/gemini-proxy/proxy"
+)
+
+// testKey is the API key every client sends; the emulator accepts any key.
+const testKey = "e2e-test-key"
+
+// fixedNow is the emulators' clock, so that timestamps in resources
+// (caches, files, interactions) are equal in the direct and proxied runs.
+var fixedNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// bufferGo is a real 500-line Go source file (testdata/README.md).
+//
+//go:embed testdata/buffer.go.txt
+var bufferGo string
+
+// stack is one emulator with a proxy in front of it, both on loopback.
+type stack struct {
+	emu      *emulator.Server
+	emuURL   string
+	proxyURL string
+	reg      *prometheus.Registry
+	m        *metrics.Metrics
+}
+
+// newStack starts a fresh emulator configured by opts (with the fixed
+// clock unless opts.Now is set) and a proxy with rewriting enabled and the
+// default rewrite options in front of it, on a fresh registry.
+func newStack(t *testing.T, opts emulator.Options) *stack {
+	t.Helper()
+	if opts.Now == nil {
+		opts.Now = func() time.Time { return fixedNow }
+	}
+	emu := emulator.New(opts)
+	es := httptest.NewServer(emu)
+	t.Cleanup(es.Close)
+	up, err := url.Parse(es.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	h, err := proxy.New(proxy.Options{
+		Upstream: up,
+		Rewrite:  proxy.RewriteOptions{Enabled: true},
+	}, slog.New(slog.DiscardHandler), m)
+	if err != nil {
+		t.Fatalf("proxy.New: %v", err)
+	}
+	ps := httptest.NewServer(h)
+	t.Cleanup(ps.Close)
+	return &stack{emu: emu, emuURL: es.URL, proxyURL: ps.URL, reg: reg, m: m}
+}
+
+// pair is two identical stacks: the direct run talks to direct.emuURL,
+// the proxied run to proxied.proxyURL. Fresh emulators start from the same
+// state and hand out the same ids for the same sequence of calls.
+type pair struct {
+	direct, proxied *stack
+}
+
+func newPair(t *testing.T, opts emulator.Options) pair {
+	t.Helper()
+	return pair{direct: newStack(t, opts), proxied: newStack(t, opts)}
+}
+
+// clients returns a client for the direct run and one for the proxied run.
+func (p pair) clients(t *testing.T) (direct, proxied *genai.Client) {
+	t.Helper()
+	return newClient(t, p.direct.emuURL), newClient(t, p.proxied.proxyURL)
+}
+
+// newClient returns a Gemini API client with its base URL set to baseURL.
+func newClient(t *testing.T, baseURL string) *genai.Client {
+	t.Helper()
+	c, err := genai.NewClient(t.Context(), &genai.ClientConfig{
+		APIKey:      testKey,
+		Backend:     genai.BackendGeminiAPI,
+		HTTPOptions: genai.HTTPOptions{BaseURL: baseURL},
+		HTTPClient:  &http.Client{},
+	})
+	if err != nil {
+		t.Fatalf("genai.NewClient: %v", err)
+	}
+	return c
+}
+
+// ignoreSDKHTTPResponse ignores the SDK's copy of the HTTP response headers
+// (Date, X-Gemini-Proxy-Report and Content-Length legitimately differ).
+var ignoreSDKHTTPResponse = cmp.FilterPath(func(p cmp.Path) bool {
+	sf, ok := p.Last().(cmp.StructField)
+	return ok && sf.Name() == "SDKHTTPResponse"
+}, cmp.Ignore())
+
+// exportAll lets cmp look into unexported fields of SDK types.
+var exportAll = cmp.Exporter(func(reflect.Type) bool { return true })
+
+// counterSum sums the counter name over the series whose labels include
+// every pair in match.
+func counterSum(t *testing.T, reg prometheus.Gatherer, name string, match map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, mt := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range mt.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range match {
+				if labels[k] != v {
+					continue series
+				}
+			}
+			sum += mt.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+// sha12 is the first 12 hex digits of the SHA-256 of b, as references
+// name them.
+func sha12(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:6])
+}
+
+// jsonValue round-trips v through JSON, for comparing SDK types whose
+// internals are unions.
+func jsonValue(t *testing.T, v any) any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("json.Marshal(%T): %v", v, err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("json.Unmarshal: %v", err)
+	}
+	return out
+}
+
+// generateRequests returns the received requests of the generate routes.
+func generateRequests(rs []emulator.Received) []emulator.Received {
+	var out []emulator.Received
+	for _, r := range rs {
+		if r.API == "generateContent" || r.API == "streamGenerateContent" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// sameWire reports differences between what two emulators received:
+// method, path, query and body must be byte-identical.
+func sameWire(t *testing.T, direct, proxied []emulator.Received) {
+	t.Helper()
+	if len(direct) != len(proxied) {
+		t.Fatalf("emulator received %d requests through the proxy, %d directly", len(proxied), len(direct))
+	}
+	for i := range direct {
+		d, p := direct[i], proxied[i]
+		if d.Method != p.Method || d.Path != p.Path || d.RawQuery != p.RawQuery {
+			t.Errorf("request %d: through the proxy %s %s?%s, directly %s %s?%s", i, p.Method, p.Path, p.RawQuery, d.Method, d.Path, d.RawQuery)
+		}
+		if string(d.Body) != string(p.Body) {
+			t.Errorf("request %d (%s): upstream body through the proxy differs from the client's bytes:\n%s", i, d.API, cmp.Diff(string(d.Body), string(p.Body)))
+		}
+		if d.Status != 200 || p.Status != 200 {
+			t.Errorf("request %d (%s): status direct %d (%s), proxied %d (%s)", i, d.API, d.Status, d.Error, p.Status, p.Error)
+		}
+	}
+}
+
+// testImage returns a deterministic 3 KiB "PNG" (a PNG signature followed
+// by pseudo-random bytes): large enough to be replaced by a reference, and
+// its standard base64 contains '+' and '/', so the URL-safe form differs.
+func testImage() []byte {
+	out := []byte("\x89PNG\r\n\x1a\n")
+	block := sha256.Sum256([]byte("e2e image"))
+	for len(out) < 3072 {
+		out = append(out, block[:]...)
+		block = sha256.Sum256(block[:])
+	}
+	return out[:3072]
+}
