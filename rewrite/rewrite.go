@@ -250,14 +250,21 @@ func (e *engine) identify(o *occ) int {
 	}
 	set := lineSet(o.content)
 	best, bestSim := -1, e.opts.Similarity
-	for i, d := range e.docs {
+	// Compare with the most recent documents only, and only those whose
+	// size allows the similarity (Jaccard ≤ min/max), so that a request
+	// with many distinct blocks stays near linear.
+	for i := len(e.docs) - 1; i >= 0 && i >= len(e.docs)-maxCandidates; i-- {
+		d := e.docs[i]
 		if d.kind == kindImage || d.kind.secondary() {
+			continue
+		}
+		if lo, hi := min(len(d.latest), len(o.content)), max(len(d.latest), len(o.content)); float64(lo) < e.opts.Similarity*float64(hi)/4 {
 			continue
 		}
 		if !d.hasSet {
 			d.set, d.hasSet = lineSet(d.latest), true
 		}
-		if sim := similarity(set, d.set); sim >= bestSim && (best < 0 || sim > bestSim) {
+		if sim := similarity(set, d.set); sim >= bestSim && (best < 0 || sim >= bestSim) {
 			if chunk(d.latest, o.content) != 0 {
 				continue
 			}
@@ -269,6 +276,9 @@ func (e *engine) identify(o *occ) int {
 	}
 	return e.newDoc(firstLine(o.content), o.b.kind)
 }
+
+// maxCandidates bounds the documents an unnamed block is compared with.
+const maxCandidates = 64
 
 // chunk reports whether b is a retrieval chunk of a (-1), a is a chunk of b
 // (1), or neither (0): one is a strict substring of the other and less than

@@ -44,7 +44,9 @@ func (e *engine) findRuns() {
 				}
 				fr[i] = bi >= len(tp.blocks) || tp.blocks[bi].start > l.e(i)
 				if fr[i] {
-					if s := l.at(i); !blank(s) {
+					if s := l.at(i); isRefLine(s) {
+						fr[i] = false
+					} else if !blank(s) {
 						hs = append(hs, lineHash{int32(i), hashLine(s)})
 					}
 				}

@@ -28,6 +28,7 @@ type block struct {
 	name         string
 	kind         blockKind
 	blob         bool // a fence holding two or more "// File:" banners
+	shell        bool // a fence holding only references: not a block
 }
 
 // lines holds the line boundaries of a text: line i is text[start[i]:end[i]]
@@ -79,6 +80,13 @@ func (l *lines) at(i int) string {
 type segmenter struct {
 	l    lines
 	tags []string
+	// noClose remembers, per fence character, that no closing fence of at
+	// least n chars follows line from, so that a text full of unclosed
+	// fences costs linear time.
+	noClose [2]struct{ from, n int }
+	// closeAt remembers, per tag, where the last search for its closing
+	// tag started and what it found (-1: none), for the same reason.
+	closeAt map[string][2]int
 }
 
 // segment returns the blocks of text in order, which never overlap, and the
@@ -122,7 +130,9 @@ func (sg *segmenter) run() []block {
 			i++
 			continue
 		}
-		if b.blob {
+		if b.shell {
+			// consumed, but nothing left to compare
+		} else if b.blob {
 			out = sg.split(out, b)
 		} else {
 			out = append(out, b)
@@ -191,13 +201,29 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 		return block{}, 0, false
 	}
 	b.cstart = l.s(i + 1)
-	banners := 0
-	for j := i + 1; j < l.n(); j++ {
-		line := l.at(j)
-		if banners < 2 && commentBanner(line) != "" {
+	memo := &sg.noClose[0]
+	if ch == '~' {
+		memo = &sg.noClose[1]
+	}
+	banners, refs, other := 0, 0, false
+	flags := func(line string) {
+		switch {
+		case commentBanner(line) != "":
 			banners++
-			b.blob = banners == 2
+		case isRefLine(line):
+			refs++
+		case !fenceClose(line, ch, n) && !blank(line):
+			other = true
 		}
+		b.blob = banners > 0 && banners+refs >= 2
+		b.shell = !other && refs > 0
+	}
+	for j := i + 1; j < l.n(); j++ {
+		if memo.n > 0 && i >= memo.from && n >= memo.n {
+			break // known: no closing fence below
+		}
+		line := l.at(j)
+		flags(line)
 		if fenceClose(line, ch, n) {
 			b.end = l.e(j)
 			b.cend = l.s(j)
@@ -207,9 +233,13 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 			return b, j + 1, true
 		}
 	}
+	memo.from, memo.n = i, n
 	// No closing fence. A naive template may have glued it to the last code
 	// line ("}```"); otherwise the fence was left open by truncation.
+	banners, refs, other = 0, 0, false
+	b.blob, b.shell = false, false
 	for j := i + 1; j < l.n(); j++ {
+		flags(l.at(j))
 		s := strings.TrimRight(l.at(j), " \t")
 		k := len(s)
 		for k > 0 && s[k-1] == ch {
@@ -232,29 +262,51 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 func (sg *segmenter) split(out []block, b block) []block {
 	text := sg.l.text
 	var subs []block
+	open := false // the last sub-block still runs
+	end := func(off int) {
+		if open {
+			last := &subs[len(subs)-1]
+			last.end = trimEnd(text, last.cstart, off)
+			last.cend = last.end
+			open = false
+		}
+	}
 	for off := b.cstart; off < b.cend; {
 		e := strings.IndexByte(text[off:b.cend], '\n')
-		end := b.cend
+		lineEnd := b.cend
 		if e >= 0 {
-			end = off + e
+			lineEnd = off + e
 		}
-		if name := commentBanner(text[off:end]); name != "" {
-			if n := len(subs); n > 0 {
-				subs[n-1].end = trimEnd(text, subs[n-1].cstart, off)
-				subs[n-1].cend = subs[n-1].end
-			}
-			cs := min(end+1, b.cend)
-			subs = append(subs, block{kind: kindBanner, name: name, start: off, cstart: cs})
+		line := text[off:lineEnd]
+		if name := commentBanner(line); name != "" {
+			end(off)
+			subs = append(subs, block{kind: kindBanner, name: name, start: off, cstart: min(lineEnd+1, b.cend)})
+			open = true
+		} else if isRefLine(line) {
+			// A file of the blob that an earlier rewrite replaced ends the
+			// file before it, as its banner did.
+			end(off)
 		}
-		off = end + 1
+		off = lineEnd + 1
 	}
-	if len(subs) < 2 {
+	end(b.cend)
+	if len(subs) == 0 {
 		return append(out, b)
 	}
-	last := &subs[len(subs)-1]
-	last.end = trimEnd(text, last.cstart, b.cend)
-	last.cend = last.end
 	return append(out, subs...)
+}
+
+// isRefLine reports whether a line reads like a reference this package
+// writes. Such lines are never part of a block or a run, so that rewriting
+// an output again finds the same blocks; a user who types one only keeps
+// the lines around it from being compared as one piece.
+func isRefLine(line string) bool {
+	t := strings.TrimSpace(line)
+	if len(t) < 20 || t[0] != '[' || t[len(t)-1] != ']' {
+		return false
+	}
+	return (strings.HasPrefix(t, "[unchanged: ") || strings.HasPrefix(t, "[superseded: ") || strings.HasPrefix(t, "[same ")) &&
+		strings.Contains(t, " sha256:")
 }
 
 // trimEnd returns end moved back over trailing whitespace, not before start.
@@ -488,7 +540,7 @@ func (sg *segmenter) banner(i int) (block, int, bool) {
 	b := block{kind: kindBanner, name: name, start: l.s(start), cstart: l.s(first)}
 	j := first
 	for ; j < l.n(); j++ {
-		if stop(strings.TrimSpace(l.at(j))) {
+		if u := strings.TrimSpace(l.at(j)); stop(u) || isRefLine(u) {
 			break
 		}
 	}
@@ -577,7 +629,10 @@ func (sg *segmenter) tag(i int) (block, int, bool) {
 	b := block{kind: kindTag, start: off, cstart: off + 1 + gt + 1, name: attrName(attrs)}
 	body := l.text[b.cstart:]
 	closeTag := "</" + name + ">"
-	k := strings.Index(body, closeTag)
+	k := sg.closing(name, closeTag, b.cstart)
+	if k >= 0 {
+		k -= b.cstart
+	}
 	if b.name == "" {
 		b.name = childName(body, k)
 	}
@@ -600,6 +655,22 @@ func (sg *segmenter) tag(i int) (block, int, bool) {
 	}
 	next := lineAfter(l, b.end)
 	return b, next, true
+}
+
+// closing returns the offset of the first closeTag at or after from, or -1.
+func (sg *segmenter) closing(name, closeTag string, from int) int {
+	if m, ok := sg.closeAt[name]; ok && from >= m[0] && (m[1] < 0 || m[1] >= from) {
+		return m[1]
+	}
+	k := strings.Index(sg.l.text[from:], closeTag)
+	if k >= 0 {
+		k += from
+	}
+	if sg.closeAt == nil {
+		sg.closeAt = make(map[string][2]int)
+	}
+	sg.closeAt[name] = [2]int{from, k}
+	return k
 }
 
 // lineAfter returns the index of the first line starting at or after off,
@@ -646,9 +717,19 @@ func attrName(attrs string) string {
 // childName finds <file_path>…</file_path> (or path, filename, source) near
 // the start of a tag's body; limit is the body's length or -1.
 func childName(body string, limit int) string {
-	if limit < 0 || limit > 400 {
-		limit = min(400, len(body))
+	if limit < 0 {
+		// No closing tag: look at the next few lines only.
+		limit = 0
+		for n := 0; n < 3 && limit < len(body); n++ {
+			k := strings.IndexByte(body[limit:], '\n')
+			if k < 0 {
+				limit = len(body)
+				break
+			}
+			limit += k + 1
+		}
 	}
+	limit = min(limit, 400)
 	head := body[:limit]
 	for _, c := range []string{"file_path", "path", "filename", "source"} {
 		o := "<" + c + ">"
