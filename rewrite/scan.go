@@ -278,37 +278,50 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 	b := s.b
 	if s.arena == nil {
 		s.arena = make([]byte, len(b))
-		s.nls = make([]int32, 0, len(b)/48+64)
+		s.nls = make([]int32, 0, len(b)/32+64)
 	}
-	// Local copies keep the hot loop free of heap writes.
+	// Local copies keep the hot loop free of heap writes. The arena offset
+	// n never passes the body offset i (decoding never grows a string), so
+	// eight-byte stores at n stay inside the arena whenever the eight-byte
+	// load at i stays inside the body.
 	out, n, nls := s.arena, s.n, s.nls
 	d := decoded{off: n, nlOff: len(nls)}
 	esc := false
 	next := markEvery
-	seg := start // start of the plain bytes not yet copied to out
-	for i := start; ; {
+	i := start
+	for {
+		// Copy eight ordinary bytes at a time; stop at the first '"', '\\'
+		// or control byte (bytes stored past it are overwritten later).
 		for i+8 <= len(b) {
-			if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
-				i += bits.TrailingZeros64(m) >> 3
-				break
+			w := binary.LittleEndian.Uint64(b[i:])
+			binary.LittleEndian.PutUint64(out[n:], w)
+			if m := special(w); m != 0 {
+				t := bits.TrailingZeros64(m) >> 3
+				i += t
+				n += t
+				goto special
 			}
 			i += 8
+			n += 8
+		}
+		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
+			out[n] = b[i]
+			n++
+			i++
 		}
 		if i >= len(b) {
 			return span{}, false, d, errSyntax
 		}
-		c := b[i]
-		switch {
+	special:
+		switch c := b[i]; {
 		case c == '"':
 			s.pos = i + 1
-			n += copy(out[n:], b[seg:i])
 			s.n = n
 			s.nls = append(nls, int32(n-d.off))
 			d.nlEnd = len(s.nls)
 			return span{start, i}, esc, d, nil
 		case c == '\\':
 			esc = true
-			n += copy(out[n:], b[seg:i])
 			if i+1 >= len(b) {
 				return span{}, false, d, errSyntax
 			}
@@ -354,15 +367,12 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 			default:
 				return span{}, false, d, errSyntax
 			}
-			seg = i
 			if u := n - d.off; u >= next {
 				d.marks = append(d.marks, mark{int32(u), int32(i - start)})
 				next = u + markEvery
 			}
-		case c < 0x20:
+		default: // a control byte
 			return span{}, false, d, errSyntax
-		default: // an ordinary byte in the last eight
-			i++
 		}
 	}
 }

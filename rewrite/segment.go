@@ -207,12 +207,14 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 	}
 	banners, refs, other := 0, 0, false
 	flags := func(line string) {
+		t := trimIndent(line)
 		switch {
-		case commentBanner(line) != "":
+		case t == "" || t == "\r":
+		case strings.IndexByte("/#-;", t[0]) >= 0 && commentBanner(t) != "":
 			banners++
-		case isRefLine(line):
+		case t[0] == '[' && isRefLine(t):
 			refs++
-		case !fenceClose(line, ch, n) && !blank(line):
+		default:
 			other = true
 		}
 		b.blob = banners > 0 && banners+refs >= 2
@@ -223,7 +225,6 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 			break // known: no closing fence below
 		}
 		line := l.at(j)
-		flags(line)
 		if fenceClose(line, ch, n) {
 			b.end = l.e(j)
 			b.cend = l.s(j)
@@ -232,6 +233,7 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 			}
 			return b, j + 1, true
 		}
+		flags(line)
 	}
 	memo.from, memo.n = i, n
 	// No closing fence. A naive template may have glued it to the last code
@@ -330,8 +332,11 @@ func commentBanner(line string) string {
 		return ""
 	}
 	// Cheap test first: after the comment marker comes "file" or "path".
-	u := strings.TrimLeft(t, "/#-;* \t")
-	if u == "" || (u[0]|0x20 != 'f' && u[0]|0x20 != 'p') {
+	k := 0
+	for k < len(t) && strings.IndexByte("/#-;* \t", t[k]) >= 0 {
+		k++
+	}
+	if k == len(t) || (t[k]|0x20 != 'f' && t[k]|0x20 != 'p') {
 		return ""
 	}
 	t = strings.TrimSpace(t)
