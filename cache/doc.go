@@ -1,0 +1,83 @@
+// Package cache is the proxy's per-tenant memory (DESIGN §2, §4): what it
+// served, which blocks recur, and a generic area for per-conversation
+// analysis. It knows nothing of HTTP.
+//
+// # Storage
+//
+// A Store holds one ristretto cache per Area, each with a fixed share of
+// Options.MaxBytes (served 1/2, conversations 3/8, blocks 1/8) so that one
+// kind of entry cannot evict another. Every entry costs its value's length
+// plus a fixed per-entry overhead that BenchmarkServedMemory measures, and
+// each area's admission counters are paid from its share, so the Store's
+// memory stays near MaxBytes. Entries expire Options.TTL after their last
+// write. Ristretto applies writes asynchronously and may drop them; call
+// Store.Wait before asserting on a write.
+//
+// # Tenants
+//
+// Every key starts with the tenant id, the proxy's keyed hash of the
+// caller's credential or trusted tenant header; ristretto keeps only a
+// 128-bit hash of the key. No method takes a key from one tenant and looks
+// in another. Prompt and response text is hashed (SHA-256) before it is
+// part of any key, locally or in Redis.
+//
+// # Served responses and Verifier
+//
+// Store.RecordServed indexes a model response by the SHA-256 of its
+// whitespace-normalised text (runs of white space become one space, ends
+// trimmed), and by the SHA-256 of its first 64, 256, 1 Ki, 4 Ki, 16 Ki,
+// 64 Ki and 256 Ki bytes (cut back to a rune boundary). The full-text
+// entry holds the normalised text (one flag byte for responses shorter than
+// 64 bytes); each prefix entry holds up to eight response ids.
+//
+// Verifier.Served(text) normalises text and says true when
+//   - its hash is a served response's (a full match, any length), or
+//   - it is at least MinPrefixBytes (64) long and a byte-exact prefix of a
+//     served response, covering at least half of it or at least
+//     LongPrefixBytes (2 KiB).
+//
+// The prefix check looks up the hash of the query's first C bytes, C the
+// largest indexed cut not above its length, and compares the query with at
+// most eight candidate texts: one hash lookup plus O(len(text)) work,
+// independent of the number of stored responses. Text that goes past the
+// end of a served response, or that differs from it anywhere, is false:
+// an "Assistant:" line the proxy did not serve, or a served answer with
+// words appended, is never verified. The 64-byte floor keeps short
+// openings ("Sure, here is") from passing; half the response (or 2 KiB,
+// beyond which a coincidence is implausible and clients commonly cap each
+// history entry) keeps a generic first sentence of a long answer from
+// passing for the answer, while a client that truncates long answers in
+// its history still gets them verified.
+//
+// # Redis
+//
+// With Options.RedisURL, the served-response index is also kept in Redis
+// under "gemini-proxy:<tenant>:r:<hex sha256>" (the record) and
+// "gemini-proxy:<tenant>:p:<hex sha256>" (a list of candidate ids), all
+// with the TTL, so replicas behind a load balancer verify each other's
+// responses. The local cache stays in front: a local miss asks Redis and
+// keeps the answer. RecordServed never waits for Redis: a bounded queue
+// feeds one writer that pipelines the writes, and drops (and counts) what
+// does not fit. Each read is bounded by Options.RedisTimeout and one
+// request's Verifier spends at most Options.RedisBudget on Redis. After an
+// error the Store logs once, counts it, and stays local-only for a second
+// before it tries again, so a stopped or slow Redis never fails a request
+// and adds at most a bounded delay. A response served by one replica is
+// visible to the others once its write landed (about a Redis round trip
+// after the response ended); a request that arrives earlier at another
+// replica is forwarded without un-flattening that answer.
+//
+// # Block index
+//
+// Store.RecordRequest queues a generateContent body; a background worker
+// decodes it and counts each fenced code block, document tag
+// (<file>, <document>, <source>, <context>) and inlineData payload of at
+// least MinBlockBytes: size, first seen, requests seen in, and
+// conversations seen in (a conversation is identified by its first turn).
+// Store.Block reads an entry. It is local to each replica.
+//
+// # Generic area
+//
+// Store.Get and Store.Set give per-tenant, byte-bounded, TTL-limited
+// storage by key, for the per-conversation analysis cache (AreaConversations).
+package cache

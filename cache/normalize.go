@@ -1,0 +1,97 @@
+package cache
+
+import (
+	"crypto/sha256"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// normalize collapses every run of white space (unicode.IsSpace) to one
+// ASCII space and trims both ends, so that a transcript that re-wrapped or
+// re-indented a served response still matches it.
+func normalize(s string) string {
+	// Fast path: already normalised text is returned without copying.
+	if isNormalized(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	space := false
+	for _, r := range s {
+		if unicode.IsSpace(r) {
+			space = b.Len() > 0
+			continue
+		}
+		if space {
+			b.WriteByte(' ')
+			space = false
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// isNormalized reports whether normalize(s) == s.
+func isNormalized(s string) bool {
+	prev := true // a leading space is not normalised
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			return isNormalizedSlow(s)
+		}
+		sp := c == ' '
+		if c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r' || (sp && prev) {
+			return false
+		}
+		prev = sp
+	}
+	return !prev || s == ""
+}
+
+func isNormalizedSlow(s string) bool {
+	prev := true
+	for _, r := range s {
+		sp := unicode.IsSpace(r)
+		if sp && (prev || r != ' ') {
+			return false
+		}
+		prev = sp
+	}
+	return !prev || s == ""
+}
+
+// prefixCuts are the lengths, in bytes of normalised text, at which a
+// served response's prefix is indexed. A query of length q looks up the
+// largest cut not above q, so a long-prefix lookup is one hash lookup
+// whatever the number of stored responses. Powers of four keep the index at
+// most seven entries for a 1 MiB response.
+var prefixCuts = [...]int{64, 256, 1024, 4096, 16384, 65536, 262144}
+
+// cutAt returns the largest index i <= c at a rune boundary of s (i ==
+// len(s) counts as a boundary). It never returns less than c-3.
+func cutAt(s string, c int) int {
+	if c >= len(s) {
+		return len(s)
+	}
+	for c > 0 && !utf8.RuneStart(s[c]) {
+		c--
+	}
+	return c
+}
+
+// queryCut returns the prefix cut used to look up a query of normalised
+// length q, or 0 when q is shorter than the smallest cut.
+func queryCut(q int) int {
+	c := 0
+	for _, p := range prefixCuts {
+		if p > q {
+			break
+		}
+		c = p
+	}
+	return c
+}
+
+// digest is a SHA-256 of normalised text.
+type digest [sha256.Size]byte

@@ -1,0 +1,272 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// redisKeyPrefix starts every key the Store writes to Redis; the tenant id
+// (itself an HMAC) follows, so a key never holds a credential or text.
+const redisKeyPrefix = "gemini-proxy:"
+
+// redisPause is how long the Store stays local-only after a Redis error
+// before it tries Redis again.
+const redisPause = time.Second
+
+// redisBatch is the most served responses written in one pipeline.
+const redisBatch = 32
+
+// servedWrite is one served response waiting to be written to Redis.
+type servedWrite struct {
+	tenant   string
+	id       digest
+	rec      []byte
+	prefixes []digest
+}
+
+// redisBackend shares the served-response index through Redis. Reads are
+// bounded by Options.RedisTimeout and the Verifier's budget; writes go
+// through a bounded queue to one background writer. After an error it is
+// skipped for redisPause (a circuit breaker), so a dead Redis costs a
+// request nothing.
+type redisBackend struct {
+	c       *redis.Client
+	log     *slog.Logger
+	timeout time.Duration
+	ttl     time.Duration
+	queue   chan servedWrite
+	done    chan struct{}
+	exited  chan struct{}
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	pending int // queued or being written
+
+	pausedUntil atomic.Int64 // unix nanoseconds
+	up          atomic.Bool
+
+	readErrors, writeErrors, writes, dropped, hits atomic.Uint64
+}
+
+func newRedis(s *Store, opts Options) (*redisBackend, error) {
+	ro, err := redis.ParseURL(opts.RedisURL)
+	if err != nil {
+		// The URL may hold a password: do not quote it.
+		return nil, errors.New("cache: invalid redis url")
+	}
+	ro.DialTimeout = opts.RedisTimeout
+	ro.ReadTimeout = opts.RedisTimeout
+	ro.WriteTimeout = opts.RedisTimeout
+	ro.PoolTimeout = opts.RedisTimeout
+	ro.ContextTimeoutEnabled = true
+	ro.MaxRetries = -1
+	ro.DialerRetries = 1
+	ro.DisableIdentity = true
+	ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	r := &redisBackend{
+		c:       redis.NewClient(ro),
+		log:     s.log,
+		timeout: opts.RedisTimeout,
+		ttl:     opts.TTL,
+		queue:   make(chan servedWrite, opts.RedisQueue),
+		done:    make(chan struct{}),
+		exited:  make(chan struct{}),
+	}
+	r.cond = sync.NewCond(&r.mu)
+	r.up.Store(true)
+	go r.writer()
+	return r, nil
+}
+
+func redisKey(tenant, kind string, d digest) string {
+	return redisKeyPrefix + tenant + ":" + kind + hexID(d)
+}
+
+// available reports whether Redis may be called now.
+func (r *redisBackend) available() bool {
+	return time.Now().UnixNano() >= r.pausedUntil.Load()
+}
+
+// failed records a Redis error: count it, pause Redis, log the change.
+func (r *redisBackend) failed(counter *atomic.Uint64, err error) {
+	counter.Add(1)
+	r.pausedUntil.Store(time.Now().Add(redisPause).UnixNano())
+	if r.up.Swap(false) {
+		r.log.Warn("redis unavailable, using the local cache only", "error", err.Error(), "retry_after", redisPause)
+	}
+}
+
+// succeeded records a successful call.
+func (r *redisBackend) succeeded() {
+	if !r.up.Swap(true) {
+		r.log.Info("redis available again")
+	}
+}
+
+// getRecord reads the record of response id.
+func (r *redisBackend) getRecord(tenant string, id digest) ([]byte, bool) {
+	if !r.available() {
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	b, err := r.c.Get(ctx, redisKey(tenant, kindRecord, id)).Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+		r.succeeded()
+		return nil, false
+	case err != nil:
+		r.failed(&r.readErrors, err)
+		return nil, false
+	}
+	r.succeeded()
+	r.hits.Add(1)
+	return b, true
+}
+
+// getCandidates reads the candidate ids of prefix p, concatenated.
+func (r *redisBackend) getCandidates(tenant string, p digest) []byte {
+	if !r.available() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	ids, err := r.c.LRange(ctx, redisKey(tenant, kindPrefix, p), 0, maxCandidates-1).Result()
+	if err != nil {
+		r.failed(&r.readErrors, err)
+		return nil
+	}
+	r.succeeded()
+	var out []byte
+	for _, id := range ids {
+		if len(id) == len(digest{}) {
+			out = append(out, id...)
+		}
+	}
+	return out
+}
+
+// enqueue hands w to the writer, or drops it when the queue is full or
+// Redis is paused. It never blocks.
+func (r *redisBackend) enqueue(w servedWrite) {
+	if !r.available() {
+		r.dropped.Add(1)
+		return
+	}
+	r.mu.Lock()
+	r.pending++
+	r.mu.Unlock()
+	select {
+	case r.queue <- w:
+	default:
+		r.dropped.Add(1)
+		r.finish(1)
+	}
+}
+
+func (r *redisBackend) finish(n int) {
+	r.mu.Lock()
+	r.pending -= n
+	if r.pending == 0 {
+		r.cond.Broadcast()
+	}
+	r.mu.Unlock()
+}
+
+// wait blocks until every queued write was attempted.
+func (r *redisBackend) wait() {
+	r.mu.Lock()
+	for r.pending > 0 {
+		r.cond.Wait()
+	}
+	r.mu.Unlock()
+}
+
+// writer writes queued responses in pipelines of up to redisBatch.
+func (r *redisBackend) writer() {
+	defer close(r.exited)
+	batch := make([]servedWrite, 0, redisBatch)
+	for {
+		select {
+		case <-r.done:
+			return
+		case w := <-r.queue:
+			batch = append(batch[:0], w)
+		}
+	fill:
+		for len(batch) < redisBatch {
+			select {
+			case w := <-r.queue:
+				batch = append(batch, w)
+			default:
+				break fill
+			}
+		}
+		r.write(batch)
+		clear(batch)
+		r.finish(len(batch))
+	}
+}
+
+// write sends one pipeline: per response, SET of its record and, per
+// prefix, LREM+LPUSH+LTRIM+EXPIRE of the candidate list, all with the TTL.
+func (r *redisBackend) write(batch []servedWrite) {
+	if !r.available() {
+		r.dropped.Add(uint64(len(batch)))
+		return
+	}
+	// Writes are off the request path; a larger bound lets a batch through
+	// a briefly slow Redis.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*r.timeout)
+	defer cancel()
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, w := range batch {
+			p.Set(ctx, redisKey(w.tenant, kindRecord, w.id), w.rec, r.ttl)
+			for _, pre := range w.prefixes {
+				k := redisKey(w.tenant, kindPrefix, pre)
+				p.LRem(ctx, k, 0, w.id[:])
+				p.LPush(ctx, k, w.id[:])
+				p.LTrim(ctx, k, 0, maxCandidates-1)
+				p.Expire(ctx, k, r.ttl)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		r.failed(&r.writeErrors, fmt.Errorf("writing %d served responses: %w", len(batch), err))
+		return
+	}
+	r.succeeded()
+	r.writes.Add(uint64(len(batch)))
+}
+
+func (r *redisBackend) close() error {
+	close(r.done)
+	<-r.exited
+	// Whatever is still queued is dropped; release waiters.
+	for {
+		select {
+		case <-r.queue:
+			r.dropped.Add(1)
+			r.finish(1)
+		default:
+			return r.c.Close()
+		}
+	}
+}
+
+func (r *redisBackend) stats() RedisStats {
+	return RedisStats{
+		Enabled: true, Up: r.up.Load(),
+		ReadErrors: r.readErrors.Load(), WriteErrors: r.writeErrors.Load(),
+		Writes: r.writes.Load(), Dropped: r.dropped.Load(), Hits: r.hits.Load(),
+	}
+}

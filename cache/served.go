@@ -1,0 +1,224 @@
+package cache
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"sync/atomic"
+	"time"
+)
+
+// Long-prefix rule of Verifier.Served (see the package doc).
+const (
+	// MinPrefixBytes is the shortest normalised text, in bytes, accepted as
+	// a prefix of a served response.
+	MinPrefixBytes = 64
+	// LongPrefixBytes is the prefix length, in bytes of normalised text, at
+	// which a prefix is accepted whatever share of the response it covers.
+	LongPrefixBytes = 2048
+	// maxCandidates bounds the responses remembered per indexed prefix.
+	maxCandidates = 8
+)
+
+// Record value layout: one flag byte, then the normalised text when it is
+// at least MinPrefixBytes long (shorter responses can only match in full,
+// which the key alone proves).
+const flagTruncated = 1
+
+// Internal key kinds inside AreaServed.
+const (
+	kindRecord = "r:"
+	kindPrefix = "p:"
+)
+
+// RecordServed remembers a model response served to tenant, so that a
+// later transcript quoting it can be verified. truncated reports that text
+// is only the first part of the response. Empty text is ignored. It costs
+// a SHA-256 pass over at most 1.4 times the text and never waits for Redis.
+func (s *Store) RecordServed(tenant, text string, truncated bool) {
+	n := normalize(text)
+	if n == "" {
+		return
+	}
+	s.recorded.Add(1)
+	id := digest(sha256.Sum256([]byte(n)))
+	rec := make([]byte, 1, 1+len(n))
+	if truncated {
+		rec[0] = flagTruncated
+	}
+	if len(n) >= MinPrefixBytes {
+		rec = append(rec, n...)
+	}
+	a := s.areas[AreaServed]
+	a.set(key(tenant, kindRecord+string(id[:])), rec, s.opts.TTL)
+	var prefixes []digest
+	for _, c := range prefixCuts {
+		if c >= len(n) {
+			break
+		}
+		p := digest(sha256.Sum256([]byte(n[:cutAt(n, c)])))
+		prefixes = append(prefixes, p)
+		s.addCandidate(tenant, p, id, nil)
+	}
+	if s.redis != nil {
+		s.redis.enqueue(servedWrite{tenant: tenant, id: id, rec: rec, prefixes: prefixes})
+	}
+}
+
+// addCandidate puts id first in the candidate list of prefix p, keeping at
+// most maxCandidates distinct ids. more, when not nil, are ids from Redis
+// appended after the local ones.
+func (s *Store) addCandidate(tenant string, p, id digest, more []byte) {
+	k := key(tenant, kindPrefix+string(p[:]))
+	a := s.areas[AreaServed]
+	mu := s.lock(k)
+	mu.Lock()
+	defer mu.Unlock()
+	old, _ := a.get(k)
+	list := make([]byte, 0, maxCandidates*sha256.Size)
+	if id != (digest{}) {
+		list = append(list, id[:]...)
+	}
+	for _, src := range [][]byte{old, more} {
+		for i := 0; i+sha256.Size <= len(src) && len(list) < cap(list); i += sha256.Size {
+			c := src[i : i+sha256.Size]
+			if !containsID(list, c) {
+				list = append(list, c...)
+			}
+		}
+	}
+	a.set(k, list, s.opts.TTL)
+}
+
+func containsID(list, id []byte) bool {
+	for i := 0; i+sha256.Size <= len(list); i += sha256.Size {
+		if bytes.Equal(list[i:i+sha256.Size], id) {
+			return true
+		}
+	}
+	return false
+}
+
+// Verifier answers for one tenant whether transcript text was served to
+// it. It implements rewrite.Verifier. Build one per request with
+// Store.Verifier: it carries that request's Redis time budget. Safe for
+// concurrent use.
+type Verifier struct {
+	s      *Store
+	tenant string
+	spent  atomic.Int64 // nanoseconds of Redis time used
+}
+
+// Verifier returns the Verifier for tenant.
+func (s *Store) Verifier(tenant string) *Verifier {
+	return &Verifier{s: s, tenant: tenant}
+}
+
+// Served reports whether text matches a response served to the tenant,
+// after whitespace normalisation: in full, or as a prefix of at least
+// MinPrefixBytes that covers at least half of the response or at least
+// LongPrefixBytes. Text that continues past a served response, or differs
+// from it anywhere, is not served. The cost is a SHA-256 of text plus at
+// most maxCandidates prefix comparisons, whatever the number of stored
+// responses.
+func (v *Verifier) Served(text string) bool {
+	ok := v.served(text)
+	a := v.s.areas[AreaServed]
+	if ok {
+		v.s.verified.Add(1)
+		a.hits.Add(1)
+	} else {
+		v.s.rejected.Add(1)
+		a.misses.Add(1)
+	}
+	return ok
+}
+
+func (v *Verifier) served(text string) bool {
+	n := normalize(text)
+	if n == "" {
+		return false
+	}
+	id := digest(sha256.Sum256([]byte(n)))
+	if _, ok := v.record(id); ok {
+		return true
+	}
+	c := queryCut(len(n))
+	if c == 0 {
+		return false
+	}
+	p := digest(sha256.Sum256([]byte(n[:cutAt(n, c)])))
+	list := v.candidates(p)
+	for i := 0; i+sha256.Size <= len(list); i += sha256.Size {
+		rec, ok := v.record(digest(list[i : i+sha256.Size]))
+		if ok && isLongPrefix(n, rec) {
+			return true
+		}
+	}
+	return false
+}
+
+// isLongPrefix reports whether n is a long prefix of the record's text.
+func isLongPrefix(n string, rec []byte) bool {
+	if len(rec) < 1 {
+		return false
+	}
+	full := rec[1:]
+	q := len(n)
+	if q < MinPrefixBytes || q > len(full) || string(full[:q]) != n {
+		return false
+	}
+	// A client that cuts history at N characters ends anywhere, so any
+	// position counts; the length rule keeps a generic opening sentence of
+	// a long answer from passing for the answer.
+	return 2*q >= len(full) || q >= LongPrefixBytes
+}
+
+// record returns the record of response id, from the local cache or, on a
+// miss, from Redis (then kept locally).
+func (v *Verifier) record(id digest) ([]byte, bool) {
+	k := key(v.tenant, kindRecord+string(id[:]))
+	a := v.s.areas[AreaServed]
+	if rec, ok := a.get(k); ok {
+		return rec, true
+	}
+	r := v.s.redis
+	if r == nil || !v.budget() {
+		return nil, false
+	}
+	start := time.Now()
+	rec, ok := r.getRecord(v.tenant, id)
+	v.spent.Add(int64(time.Since(start)))
+	if ok {
+		a.set(k, rec, v.s.opts.TTL)
+	}
+	return rec, ok
+}
+
+// candidates returns the candidate ids of prefix p, merged from the local
+// cache and Redis.
+func (v *Verifier) candidates(p digest) []byte {
+	k := key(v.tenant, kindPrefix+string(p[:]))
+	local, _ := v.s.areas[AreaServed].get(k)
+	r := v.s.redis
+	if r == nil || !v.budget() {
+		return local
+	}
+	start := time.Now()
+	remote := r.getCandidates(v.tenant, p)
+	v.spent.Add(int64(time.Since(start)))
+	if len(remote) == 0 {
+		return local
+	}
+	v.s.addCandidate(v.tenant, p, digest{}, remote)
+	list := append(append([]byte(nil), local...), remote...)
+	return list
+}
+
+// budget reports whether the Verifier may still spend time on Redis.
+func (v *Verifier) budget() bool {
+	return time.Duration(v.spent.Load()) < v.s.opts.RedisBudget
+}
+
+// hexID formats an id for a Redis key.
+func hexID(d digest) string { return hex.EncodeToString(d[:]) }
