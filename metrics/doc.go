@@ -12,26 +12,58 @@
 //
 // # Metrics
 //
-// The table below is the reference the README reuses.
+// The table below is the reference the README reuses; a test checks it
+// against the registry (names, types and labels).
 //
-//	name                                           type       labels                       meaning
-//	gemini_proxy_requests_total                    counter    route, model, code, stream   requests served, by final HTTP status (499 = client went away)
-//	gemini_proxy_request_duration_seconds          histogram  route, stream                time from request arrival until the response body is complete
-//	gemini_proxy_upstream_duration_seconds         histogram  route                        time from sending the upstream request until its response headers arrive
-//	gemini_proxy_time_to_first_byte_seconds        histogram  route                        streaming routes: time from request arrival until the first body byte reached the client
-//	gemini_proxy_proxy_overhead_seconds            histogram  route                        time spent in the proxy before the upstream request starts (read, rewrite, encode)
-//	gemini_proxy_in_flight_requests                gauge      -                            requests currently being served
-//	gemini_proxy_request_bytes_total               counter    route, stage                 request body bytes; stage=received (from the client) or sent (to the upstream, incl. fallback retries)
-//	gemini_proxy_response_bytes_total              counter    route                        response body bytes written to clients
-//	gemini_proxy_usage_tokens_total                counter    model, kind                  tokens from the last usageMetadata of each response; kind=prompt|cached|candidates|thoughts|tool_use
-//	gemini_proxy_client_requests_total             counter    sdk, deprecated              requests by client SDK family (from x-goog-api-client)
-//	gemini_proxy_rewrite_requests_total            counter    mode, outcome                generate requests by rewrite mode (on|dry-run|off|disabled) and outcome (changed|unchanged|error|skipped)
-//	gemini_proxy_rewrite_bytes_total               counter    stage                        body bytes of requests the rewriter changed, stage=before|after
-//	gemini_proxy_rewrite_saved_bytes_total         counter    rule                         bytes removed by each rewrite rule (replaced content minus references)
-//	gemini_proxy_rewrite_replacements_total        counter    rule                         spans replaced (or turns created, for unflatten) by each rule
-//	gemini_proxy_rewrite_errors_total              counter    -                            rewrites that failed or panicked; the original body was forwarded
-//	gemini_proxy_rewrite_fallbacks_total           counter    -                            rewritten requests retried with the original body after a 400 or 5xx
-//	gemini_proxy_upstream_errors_total             counter    kind                         upstream failures: timeout|unreachable|tls|aborted|other
-//	gemini_proxy_client_cancels_total              counter    -                            requests whose client went away before the response completed
-//	gemini_proxy_build_info                        gauge      version, goversion           always 1; identifies the running build
+//	name                                                  type       labels                       meaning
+//	gemini_proxy_requests_total                           counter    route, model, code, stream   requests served, by final HTTP status (499 = client went away)
+//	gemini_proxy_request_duration_seconds                 histogram  route, stream                time from request arrival until the response body is complete
+//	gemini_proxy_upstream_duration_seconds                histogram  route                        time from sending the upstream request until its response headers arrive (both attempts of a fallback)
+//	gemini_proxy_time_to_first_byte_seconds               histogram  route                        streaming routes: time from request arrival until the first body byte reached the client
+//	gemini_proxy_proxy_overhead_seconds                   histogram  route                        time spent in the proxy before the upstream request starts (routing, decode, rewrite, encode); the client's upload time is left out
+//	gemini_proxy_in_flight_requests                       gauge      -                            requests currently being served
+//	gemini_proxy_request_bytes_total                      counter    route, stage                 request body bytes; stage=received (from the client) or sent (to the upstream, incl. fallback retries)
+//	gemini_proxy_response_bytes_total                     counter    route                        response body bytes written to clients
+//	gemini_proxy_usage_tokens_total                       counter    model, kind                  tokens from the last usageMetadata of each response; kind=prompt|cached|candidates|thoughts|tool_use (prompt includes cached)
+//	gemini_proxy_client_requests_total                    counter    sdk, deprecated              requests by client SDK family (from x-goog-api-client)
+//	gemini_proxy_rewrite_requests_total                   counter    mode, outcome                generate requests by rewrite mode (on|dry-run|off|disabled) and outcome (changed|unchanged|error|skipped)
+//	gemini_proxy_rewrite_bytes_total                      counter    stage                        body bytes of generate requests rewritten in mode on, stage=before|after, when the upstream accepted them without fallback
+//	gemini_proxy_rewrite_saved_bytes_total                counter    rule                         bytes removed by each rewrite rule (replaced content minus references); only bodies the upstream accepted, never after a fallback
+//	gemini_proxy_rewrite_replacements_total               counter    rule                         spans replaced (or turns created, for unflatten) by each rule, same condition
+//	gemini_proxy_rewrite_errors_total                     counter    -                            rewrites that failed or panicked; the original body was forwarded
+//	gemini_proxy_rewrite_fallbacks_total                  counter    -                            rewritten requests retried with the original body after a 400 or 5xx
+//	gemini_proxy_tokens_saved_total                       counter    rule, model                  estimated prompt tokens not sent: text bytes removed × tokens_per_byte (image: 258 per image minus its reference); same condition as saved bytes
+//	gemini_proxy_tokens_per_byte                          gauge      model                        tokens per byte of text in use for the estimate: from exact countTokens samples if any, else from usageMetadata, else the prior 1/3.5
+//	gemini_proxy_tokens_per_byte_samples_total            counter    model, source                calibration samples taken, source=usage|count_tokens
+//	gemini_proxy_saved_dollars_total                      counter    rule, model                  estimated USD saved: tokens saved × the model's input price
+//	gemini_proxy_spent_dollars_total                      counter    model                        estimated USD spent: (prompt − cached + tool_use) × input + cached × cached_input + (candidates + thoughts) × output
+//	gemini_proxy_unpriced_requests_total                  counter    model                        generate responses whose model has no price in the table (no dollars estimated)
+//	gemini_proxy_price_dollars_per_million_tokens         gauge      model, kind                  the configured price table, kind=input|cached_input|output (allowlisted models)
+//	gemini_proxy_price_checked_timestamp_seconds          gauge      model                        when each price was last checked (Unix time of its date)
+//	gemini_proxy_count_tokens_requests_total              counter    outcome                      sampled countTokens calls on original requests: ok|error|rate_limited|busy
+//	gemini_proxy_sampled_prompt_tokens_total              counter    model, kind                  sampled requests: kind=original_exact (countTokens), original_estimated (sent + estimate), sent (promptTokenCount)
+//	gemini_proxy_upstream_errors_total                    counter    kind                         upstream failures: timeout|unreachable|tls|aborted|other
+//	gemini_proxy_upstream_responses_total                 counter    route, code                  upstream responses by HTTP status, including the rejected first attempt of a fallback
+//	gemini_proxy_client_cancels_total                     counter    -                            requests whose client went away before the response completed
+//	gemini_proxy_build_info                               gauge      version, goversion           always 1; identifies the running build
+//
+// # Estimating tokens saved
+//
+// Rewriting removes bytes; the upstream charges tokens. For each rewritten
+// request the upstream accepted, tokens saved per rule = text bytes removed
+// × tokens_per_byte(model). The ratio is an exponentially weighted,
+// byte-weighted mean calibrated from the proxy's own traffic: for each
+// rewritten text-only request, (promptTokenCount − one role token per
+// content) / bytes of text sent. When metrics.count_tokens_sample_rate is
+// set, the proxy also asks the upstream's countTokens for the exact token
+// count of a sample of original requests and calibrates from (original −
+// sent tokens) / bytes removed instead, which measures the removed content
+// itself. The estimate's stated tolerance is ±10% of the exact figure on
+// code-heavy conversations (the end-to-end test in internal/stack checks
+// it against the emulator's tokenizer); it is least accurate when the
+// removed text differs in kind from the rest of the prompt (prose removed
+// from a prompt dominated by code, or the reverse), which the countTokens
+// samples correct. Dollars saved assume every saved token would have been
+// billed at the full input price; implicit caching might have billed part
+// of a naive request at the cached price, so they are an upper bound.
 package metrics

@@ -45,6 +45,30 @@ const (
 	UpstreamTLS         = "tls"
 	UpstreamAborted     = "aborted"
 	UpstreamOther       = "other"
+
+	// Calibration sources for gemini_proxy_tokens_per_byte_samples_total:
+	// usageMetadata of a rewritten request, or an exact countTokens sample.
+	SourceUsage       = "usage"
+	SourceCountTokens = "count_tokens"
+
+	// Kinds for gemini_proxy_sampled_prompt_tokens_total: the exact token
+	// count of the original request (countTokens), the proxy's estimate of
+	// it (sent prompt tokens plus estimated savings), and the prompt tokens
+	// of the request actually sent.
+	SampledOriginalExact     = "original_exact"
+	SampledOriginalEstimated = "original_estimated"
+	SampledSent              = "sent"
+
+	// Outcomes for gemini_proxy_count_tokens_requests_total.
+	CountTokensOK          = "ok"
+	CountTokensError       = "error"
+	CountTokensRateLimited = "rate_limited"
+	CountTokensBusy        = "busy"
+
+	// Price kinds for gemini_proxy_price_dollars_per_million_tokens.
+	PriceInput       = "input"
+	PriceCachedInput = "cached_input"
+	PriceOutput      = "output"
 )
 
 // LatencyBuckets are the buckets, in seconds, of the request, upstream and
@@ -77,9 +101,21 @@ type Metrics struct {
 	RewriteErrors       prometheus.Counter
 	RewriteFallbacks    prometheus.Counter
 
-	UpstreamErrors *prometheus.CounterVec // kind
-	ClientCancels  prometheus.Counter
-	BuildInfo      *prometheus.GaugeVec // version, goversion
+	TokensSaved        *prometheus.CounterVec // rule, model
+	TokensPerByte      *prometheus.GaugeVec   // model
+	CalibrationSamples *prometheus.CounterVec // model, source
+	SavedDollars       *prometheus.CounterVec // rule, model
+	SpentDollars       *prometheus.CounterVec // model
+	UnpricedRequests   *prometheus.CounterVec // model
+	Price              *prometheus.GaugeVec   // model, kind
+	PriceChecked       *prometheus.GaugeVec   // model
+	CountTokens        *prometheus.CounterVec // outcome
+	SampledTokens      *prometheus.CounterVec // model, kind
+
+	UpstreamErrors    *prometheus.CounterVec // kind
+	UpstreamResponses *prometheus.CounterVec // route, code
+	ClientCancels     prometheus.Counter
+	BuildInfo         *prometheus.GaugeVec // version, goversion
 }
 
 // New creates every collector and registers it with reg. It panics if a
@@ -109,7 +145,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"route"}),
 		ProxyOverhead: f.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "proxy_overhead_seconds",
-			Help:    "Time spent in the proxy itself before the upstream request starts: reading, rewriting and encoding the body.",
+			Help:    "Time spent in the proxy itself before the upstream request starts: routing, decoding, rewriting and encoding the body; the time the client took to upload the body is left out.",
 			Buckets: OverheadBuckets,
 		}, []string{"route"}),
 		InFlight: f.NewGauge(prometheus.GaugeOpts{
@@ -138,11 +174,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"mode", "outcome"}),
 		RewriteBytes: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "rewrite_bytes_total",
-			Help: "Body bytes of rewritten requests before and after the rewrite.",
+			Help: "Body bytes of generate requests the rewriter ran on (mode on) before and after the rewrite, counted when the upstream accepted the request without a fallback.",
 		}, []string{"stage"}),
 		RewriteSavedBytes: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "rewrite_saved_bytes_total",
-			Help: "Bytes removed from request bodies by each rewrite rule (replaced content minus the references).",
+			Help: "Bytes removed from request bodies by each rewrite rule (replaced content minus the references), counted only when the rewritten body was what the upstream accepted (no fallback).",
 		}, []string{"rule"}),
 		RewriteReplacements: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "rewrite_replacements_total",
@@ -156,10 +192,54 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "rewrite_fallbacks_total",
 			Help: "Rewritten requests retried with the original body after the upstream answered 400 or 5xx.",
 		}),
+		TokensSaved: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "tokens_saved_total",
+			Help: "Estimated prompt tokens not sent upstream, by rewrite rule and normalised model: bytes removed times the model's calibrated tokens per byte (see gemini_proxy_tokens_per_byte). Counted only for rewritten bodies the upstream really received (no fallback).",
+		}, []string{"rule", "model"}),
+		TokensPerByte: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "tokens_per_byte",
+			Help: "Prompt tokens per byte of text currently used to estimate saved tokens, by normalised model; calibrated from usageMetadata of rewritten requests, or from exact countTokens samples when there are any.",
+		}, []string{"model"}),
+		CalibrationSamples: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "tokens_per_byte_samples_total",
+			Help: "Requests that calibrated gemini_proxy_tokens_per_byte, by normalised model and source (usage or count_tokens).",
+		}, []string{"model", "source"}),
+		SavedDollars: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "saved_dollars_total",
+			Help: "Estimated US dollars saved: estimated tokens saved times the model's input price from the configured price table.",
+		}, []string{"rule", "model"}),
+		SpentDollars: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "spent_dollars_total",
+			Help: "Estimated US dollars spent on generate requests, from usageMetadata and the configured price table (uncached and tool-use prompt at the input price, cached at the cached-input price, candidates and thoughts at the output price).",
+		}, []string{"model"}),
+		UnpricedRequests: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "unpriced_requests_total",
+			Help: "Generate requests whose model is not in the price table; their dollars are not estimated.",
+		}, []string{"model"}),
+		Price: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "price_dollars_per_million_tokens",
+			Help: "The configured price in US dollars per million tokens, by normalised model and kind (input, cached_input, output).",
+		}, []string{"model", "kind"}),
+		PriceChecked: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "price_checked_timestamp_seconds",
+			Help: "Unix time of the date the configured price of the model was last checked.",
+		}, []string{"model"}),
+		CountTokens: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "count_tokens_requests_total",
+			Help: "Sampled countTokens calls the proxy made on original requests, by outcome: ok, error, rate_limited or busy (not made).",
+		}, []string{"outcome"}),
+		SampledTokens: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "sampled_prompt_tokens_total",
+			Help: "For requests sampled with countTokens: the exact prompt tokens of the original request (original_exact), the proxy's estimate of it (original_estimated) and the prompt tokens actually sent (sent).",
+		}, []string{"model", "kind"}),
 		UpstreamErrors: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "upstream_errors_total",
 			Help: "Upstream failures by kind: timeout, unreachable, tls, aborted (mid-response) or other.",
 		}, []string{"kind"}),
+		UpstreamResponses: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "upstream_responses_total",
+			Help: "Responses received from the upstream, by route and HTTP status code, including the rejected first attempt of a fallback.",
+		}, []string{"route", "code"}),
 		ClientCancels: f.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "client_cancels_total",
 			Help: "Requests whose client went away before the response completed.",
@@ -174,6 +254,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for _, s := range []string{StageBefore, StageAfter} {
 		m.RewriteBytes.WithLabelValues(s)
+	}
+	for _, o := range []string{CountTokensOK, CountTokensError, CountTokensRateLimited, CountTokensBusy} {
+		m.CountTokens.WithLabelValues(o)
 	}
 	return m
 }

@@ -85,6 +85,20 @@ type Options struct {
 	// Verifier returns the rewrite.Verifier for a tenant (responses served
 	// to it, for un-flattening). Nil verifies nothing.
 	Verifier func(tenant string) rewrite.Verifier
+	// Prices maps model names, as in request paths (gemini-2.5-flash), to
+	// their prices for the dollar estimates. A model not in it is counted
+	// in gemini_proxy_unpriced_requests_total, never guessed. Nil prices
+	// nothing.
+	Prices map[string]Price
+	// CountTokensSampleRate is the fraction (0..1) of rewritten requests
+	// the upstream accepted for which the proxy calls the upstream's free
+	// countTokens on the original body, after the response, to export the
+	// exact original token count next to its estimate and to calibrate the
+	// estimate. Zero disables sampling. Vertex paths are never sampled.
+	CountTokensSampleRate float64
+	// CountTokensPerSecond caps those countTokens calls (a token bucket
+	// with bursts of max(1, rate)); at most 4 run at once. Zero means 1.
+	CountTokensPerSecond float64
 	// OnExchange, when set, is called synchronously after each generate
 	// response has been copied to the client (or has failed), on the
 	// request's goroutine. It must not block for long.

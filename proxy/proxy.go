@@ -51,6 +51,7 @@ type Handler struct {
 	rwOpts   rewrite.Options
 	secret   []byte
 	models   map[string]struct{}
+	sav      *savings
 	rp       *httputil.ReverseProxy // unary routes
 	rpStream *httputil.ReverseProxy // streaming routes: flush every write
 
@@ -115,6 +116,12 @@ func New(opts Options, logger *slog.Logger, m *metrics.Metrics) (*Handler, error
 	if base == nil {
 		base = newTransport(opts)
 	}
+	sav, err := newSavings(m, opts, h.modelLabel)
+	if err != nil {
+		return nil, err
+	}
+	sav.countTokens = func(ctx context.Context, s *sample) (int64, error) { return callCountTokens(ctx, base, s) }
+	h.sav = sav
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewriteRequest,
 		Transport:      &transport{h: h, base: base},
@@ -181,6 +188,8 @@ type reqState struct {
 	mode      string // metrics.Mode*
 	outcome   string // metrics.Outcome*, "" when no rewrite was attempted
 	orig      []byte // client body, when it was read
+	readDur   time.Duration
+	sentBody  []byte // the rewritten body, when it differs from orig
 	rewritten bool   // the body sent differs from orig
 	report    *rewrite.Report
 	repHeader string
@@ -303,7 +312,9 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		st.outcome, st.repHeader = metrics.OutcomeSkipped, "skipped"
 		return nil
 	}
+	readStart := time.Now()
 	buf, err := io.ReadAll(io.LimitReader(st.body, h.rwMax+1))
+	st.readDur = time.Since(readStart)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errReadBody, err)
 	}
@@ -335,13 +346,8 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		}
 		send = res
 		st.rewritten = !bytes.Equal(res, buf)
-		h.m.RewriteBytes.WithLabelValues(metrics.StageBefore).Add(float64(len(buf)))
-		h.m.RewriteBytes.WithLabelValues(metrics.StageAfter).Add(float64(len(res)))
-		for rule, s := range rep.ByRule() {
-			if s.BytesRemoved > 0 {
-				h.m.RewriteSavedBytes.WithLabelValues(string(rule)).Add(float64(s.BytesRemoved))
-			}
-			h.m.RewriteReplacements.WithLabelValues(string(rule)).Add(float64(s.Count))
+		if st.rewritten {
+			st.sentBody = res
 		}
 	}
 	out.Body = io.NopCloser(bytes.NewReader(send))
@@ -545,7 +551,10 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 	h.m.Requests.WithLabelValues(route, model, strconv.Itoa(code), stream).Inc()
 	h.m.RequestDuration.WithLabelValues(route, stream).Observe(dur.Seconds())
 	if !st.upstreamStart.IsZero() {
-		h.m.ProxyOverhead.WithLabelValues(route).Observe(st.upstreamStart.Sub(st.start).Seconds())
+		// The client's upload is not the proxy's time: reading the body is
+		// left out, as it is for bodies streamed through.
+		overhead := st.upstreamStart.Sub(st.start) - st.readDur
+		h.m.ProxyOverhead.WithLabelValues(route).Observe(max(overhead, 0).Seconds())
 		if st.upstreamDur > 0 {
 			h.m.UpstreamDuration.WithLabelValues(route).Observe(st.upstreamDur.Seconds())
 		}
@@ -574,16 +583,19 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 	}
 
 	var t *tap
+	var usage *Usage
+	priceModel, ml := st.info.model, model
 	if st.tb != nil {
 		t = st.tb.t
 		if st.tb.eof || !aborted {
 			t.finish()
 		}
+		if st.info.model == "" && t.modelVersion != "" {
+			priceModel = normalizeModel(t.modelVersion)
+			ml = h.modelLabel(priceModel)
+		}
 		if t.usage != nil {
-			ml := model
-			if st.info.model == "" && t.modelVersion != "" {
-				ml = h.modelLabel(normalizeModel(t.modelVersion))
-			}
+			usage = t.usage
 			u := t.usage
 			for _, kv := range [...]struct {
 				kind string
@@ -599,8 +611,10 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 					h.m.UsageTokens.WithLabelValues(ml, kv.kind).Add(float64(kv.n))
 				}
 			}
+			h.sav.spend(ml, priceModel, u)
 		}
 	}
+	h.recordRewrite(st, r, ml, priceModel, usage)
 
 	level := slog.LevelInfo
 	if code >= 500 && (st.pe != nil || aborted) {
@@ -663,6 +677,35 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 	}
 }
 
+// recordRewrite counts what a rewrite saved, only when the body it
+// produced is what the upstream accepted: a fallback sent the original
+// body, and a rejected or failed request saved nobody anything.
+func (h *Handler) recordRewrite(st *reqState, r *http.Request, label, model string, usage *Usage) {
+	if st.mode != metrics.ModeOn || st.report == nil || st.fallback || st.upStatus < 200 || st.upStatus > 299 {
+		return
+	}
+	after := len(st.orig)
+	if st.rewritten {
+		after = len(st.sentBody)
+	}
+	h.m.RewriteBytes.WithLabelValues(metrics.StageBefore).Add(float64(len(st.orig)))
+	h.m.RewriteBytes.WithLabelValues(metrics.StageAfter).Add(float64(after))
+	if !st.rewritten {
+		return
+	}
+	for rule, s := range st.report.ByRule() {
+		if s.BytesRemoved > 0 {
+			h.m.RewriteSavedBytes.WithLabelValues(string(rule)).Add(float64(s.BytesRemoved))
+		}
+		h.m.RewriteReplacements.WithLabelValues(string(rule)).Add(float64(s.Count))
+	}
+	job := &savingsJob{label: label, model: model, report: st.report, sent: st.sentBody, usage: usage}
+	if usage != nil && h.sav.sampled() {
+		job.sample = h.newSample(st, r)
+	}
+	h.sav.record(job)
+}
+
 // transport wraps the upstream RoundTripper: it times the upstream call and
 // retries a rewritten request once with the original body when the
 // upstream rejects it (DESIGN §3 fail-open). It runs before any byte of the
@@ -685,6 +728,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.sent += req.ContentLength
 	}
 	res, err := t.base.RoundTrip(req)
+	if err == nil {
+		t.h.m.UpstreamResponses.WithLabelValues(string(st.info.route), statusLabel(res.StatusCode)).Inc()
+	}
 	if err == nil && st.rewritten && (res.StatusCode == http.StatusBadRequest || res.StatusCode >= 500) {
 		io.CopyN(io.Discard, res.Body, 64<<10) //nolint:errcheck // only to reuse the connection
 		res.Body.Close()
@@ -696,6 +742,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		retry.GetBody = nil
 		st.sent += retry.ContentLength
 		res, err = t.base.RoundTrip(retry)
+		if err == nil {
+			t.h.m.UpstreamResponses.WithLabelValues(string(st.info.route), statusLabel(res.StatusCode)).Inc()
+		}
 	}
 	st.upstreamDur = time.Since(now)
 	return res, err

@@ -1,0 +1,538 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gemini-proxy/gemini-proxy/metrics"
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
+)
+
+// Token estimation constants.
+const (
+	// PriorTokensPerByte is the tokens-per-byte ratio used for a model
+	// before any calibration sample arrived: 1/3.5, source code and JSON
+	// with the Gemma 3 vocabulary (gemini-api.md §8.3 measured 3.1–3.7
+	// bytes per token on code, 4.4–4.9 on English prose).
+	PriorTokensPerByte = 1 / 3.5
+	// ImageTokens is what one replaced image part is estimated to have
+	// cost: 258 tokens, the API's price of an image up to 384 px (larger
+	// images cost 258 per 768 px tile, so this underestimates them).
+	ImageTokens = 258
+	// minCalibrationBytes is the smallest amount of text, in bytes, a
+	// calibration sample must cover; smaller ones are too noisy.
+	minCalibrationBytes = 256
+	// usageDecay and exactDecay are the weights of the past in the
+	// exponentially weighted sums: each sample multiplies the sums by
+	// 1-decay before adding itself, so a ratio follows roughly the last
+	// 1/decay samples, weighted by their size in bytes.
+	usageDecay = 0.05
+	exactDecay = 0.2
+	// maxCalibrations bounds the background calibrations running at once;
+	// a request finding none free is estimated with the current ratio.
+	maxCalibrations = 4
+	// maxCountTokens bounds the countTokens calls in flight.
+	maxCountTokens = 4
+	// countTokensTimeout bounds one countTokens call.
+	countTokensTimeout = 30 * time.Second
+	// maxCountTokensResponse bounds the countTokens response read.
+	maxCountTokensResponse = 1 << 20
+)
+
+// Price is one model's price in US dollars per million tokens.
+type Price struct {
+	// Input is the price of uncached prompt tokens (and tool-use prompt
+	// tokens).
+	Input float64
+	// CachedInput is the price of cached prompt tokens.
+	CachedInput float64
+	// Output is the price of output tokens, thinking included.
+	Output float64
+	// Checked is the date the price was checked, as YYYY-MM-DD. Empty
+	// means unknown; it is exported as
+	// gemini_proxy_price_checked_timestamp_seconds.
+	Checked string
+}
+
+// savings estimates what rewriting saved, calibrates the tokens-per-byte
+// ratio of each model, prices requests and samples exact token counts with
+// countTokens. Safe for concurrent use.
+type savings struct {
+	m      *metrics.Metrics
+	prices map[string]Price // by normalised model
+
+	mu     sync.Mutex
+	ratios map[string]*ratio // by model label
+
+	calSem     chan struct{}
+	ctSem      chan struct{}
+	sampleRate float64
+	limit      *limiter
+	// countTokens returns the exact token count of a sampled request.
+	countTokens func(context.Context, *sample) (int64, error)
+	// random returns a number in [0, 1); it decides sampling.
+	random func() float64
+
+	wg sync.WaitGroup // background jobs; tests wait on it
+}
+
+// ratio holds one model's exponentially weighted calibration sums.
+type ratio struct {
+	usageTokens, usageBytes float64
+	exactTokens, exactBytes float64
+}
+
+// value is the ratio in use: from exact samples when there are any, else
+// from usageMetadata, else the prior.
+func (r *ratio) value() float64 {
+	switch {
+	case r.exactBytes > 0 && r.exactTokens > 0:
+		return r.exactTokens / r.exactBytes
+	case r.usageBytes > 0 && r.usageTokens > 0:
+		return r.usageTokens / r.usageBytes
+	}
+	return PriorTokensPerByte
+}
+
+func newSavings(m *metrics.Metrics, opts Options, label func(string) string) (*savings, error) {
+	s := &savings{
+		m:          m,
+		prices:     make(map[string]Price, len(opts.Prices)),
+		ratios:     make(map[string]*ratio),
+		calSem:     make(chan struct{}, maxCalibrations),
+		ctSem:      make(chan struct{}, maxCountTokens),
+		sampleRate: opts.CountTokensSampleRate,
+		random:     rand.Float64,
+	}
+	if s.sampleRate < 0 || s.sampleRate > 1 || math.IsNaN(s.sampleRate) {
+		return nil, fmt.Errorf("proxy: count tokens sample rate %v is not in [0, 1]", s.sampleRate)
+	}
+	perSecond := opts.CountTokensPerSecond
+	if perSecond <= 0 {
+		perSecond = 1
+	}
+	s.limit = newLimiter(perSecond, time.Now)
+	var errs []error
+	for name, p := range opts.Prices {
+		model := normalizeModel(name)
+		s.prices[model] = p
+		if label(model) != model {
+			continue // not on the allowlist: no label of its own to export under
+		}
+		m.Price.WithLabelValues(model, metrics.PriceInput).Set(p.Input)
+		m.Price.WithLabelValues(model, metrics.PriceCachedInput).Set(p.CachedInput)
+		m.Price.WithLabelValues(model, metrics.PriceOutput).Set(p.Output)
+		if p.Checked != "" {
+			d, err := time.Parse(time.DateOnly, p.Checked)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("proxy: price of %s: checked date: %w", name, err))
+				continue
+			}
+			m.PriceChecked.WithLabelValues(model).Set(float64(d.Unix()))
+		}
+	}
+	return s, errors.Join(errs...)
+}
+
+// ratioFor returns the ratio in use for a model label and exports it.
+func (s *savings) ratioFor(label string) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ratioLocked(label).value()
+}
+
+func (s *savings) ratioLocked(label string) *ratio {
+	r := s.ratios[label]
+	if r == nil {
+		r = &ratio{}
+		s.ratios[label] = r
+		s.m.TokensPerByte.WithLabelValues(label).Set(r.value())
+	}
+	return r
+}
+
+// calibrate adds one sample of tokens for bytes of text to a model's ratio.
+func (s *savings) calibrate(label, source string, tokens, bytes float64) {
+	if bytes < minCalibrationBytes || tokens <= 0 {
+		return
+	}
+	s.mu.Lock()
+	r := s.ratioLocked(label)
+	if source == metrics.SourceCountTokens {
+		r.exactTokens = r.exactTokens*(1-exactDecay) + tokens
+		r.exactBytes = r.exactBytes*(1-exactDecay) + bytes
+	} else {
+		r.usageTokens = r.usageTokens*(1-usageDecay) + tokens
+		r.usageBytes = r.usageBytes*(1-usageDecay) + bytes
+	}
+	v := r.value()
+	s.mu.Unlock()
+	s.m.TokensPerByte.WithLabelValues(label).Set(v)
+	s.m.CalibrationSamples.WithLabelValues(label, source).Inc()
+}
+
+// savingsJob is one rewritten request that the upstream accepted.
+type savingsJob struct {
+	label  string // model label
+	model  string // normalised model name, for prices
+	report *rewrite.Report
+	sent   []byte // body sent upstream
+	usage  *Usage // nil when the response had none
+	sample *sample
+}
+
+// sample is what a countTokens call needs. It holds the caller's
+// credential in memory for the duration of the call only.
+type sample struct {
+	url    string
+	header http.Header
+	body   []byte // the original request body
+	model  string // model id from the path
+}
+
+// record estimates and records the savings of a rewritten request. With
+// usage it first calibrates the model's ratio from this very request, in
+// the background, so that even the first request of a model is estimated
+// from a measured ratio; with a sample it then asks countTokens for the
+// exact count of the original request.
+func (s *savings) record(j *savingsJob) {
+	if j.sample != nil && !s.reserveSample() {
+		j.sample = nil
+	}
+	calibrate := j.usage != nil && tryAcquire(s.calSem)
+	if !calibrate && j.sample == nil {
+		s.estimate(j)
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if calibrate {
+			s.calibrateUsage(j)
+			<-s.calSem
+		}
+		est := s.estimate(j)
+		if j.sample != nil {
+			defer func() { <-s.ctSem }()
+			s.exact(j, est)
+		}
+	}()
+}
+
+// wait blocks until every background job has finished.
+func (s *savings) wait() { s.wg.Wait() }
+
+// sampled reports whether a request is chosen for a countTokens sample.
+func (s *savings) sampled() bool {
+	return s.sampleRate > 0 && s.random() < s.sampleRate
+}
+
+// reserveSample takes a rate-limit token and a concurrency slot for a
+// sampled request, counting why when it cannot.
+func (s *savings) reserveSample() bool {
+	if !s.limit.allow() {
+		s.m.CountTokens.WithLabelValues(metrics.CountTokensRateLimited).Inc()
+		return false
+	}
+	if !tryAcquire(s.ctSem) {
+		s.m.CountTokens.WithLabelValues(metrics.CountTokensBusy).Inc()
+		return false
+	}
+	return true
+}
+
+func tryAcquire(sem chan struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// calibrateUsage calibrates from the sent body and its promptTokenCount:
+// prompt tokens minus one role token per content, over the bytes of text
+// sent. Requests with media, file references or cachedContent are left
+// out, since their tokens are not a function of text bytes.
+func (s *savings) calibrateUsage(j *savingsJob) {
+	text, contents, ok := promptText(j.sent)
+	if !ok {
+		return
+	}
+	s.calibrate(j.label, metrics.SourceUsage, float64(j.usage.PromptTokens-int64(contents)), float64(text))
+}
+
+// estimate records the estimated tokens and dollars saved by each rule
+// and returns the total tokens.
+func (s *savings) estimate(j *savingsJob) float64 {
+	r := s.ratioFor(j.label)
+	price, priced := s.prices[j.model]
+	total := 0.0
+	for rule, tokens := range estimateTokens(j.report, r) {
+		if tokens == 0 {
+			continue
+		}
+		total += tokens
+		s.m.TokensSaved.WithLabelValues(string(rule), j.label).Add(tokens)
+		if priced {
+			s.m.SavedDollars.WithLabelValues(string(rule), j.label).Add(tokens * price.Input / 1e6)
+		}
+	}
+	return total
+}
+
+// estimateTokens estimates the prompt tokens each rule removed: text bytes
+// removed times ratio, and for an image ImageTokens minus its reference.
+// Savings can be negative (a reference longer than what it replaced is
+// never produced, but un-flattening adds role tokens); they are floored at
+// zero per rule because counters only grow.
+func estimateTokens(rep *rewrite.Report, ratio float64) map[rewrite.Rule]float64 {
+	out := make(map[rewrite.Rule]float64, len(rewrite.Rules))
+	if rep == nil {
+		return out
+	}
+	for _, x := range rep.Replacements {
+		if x.Rule == rewrite.RuleImage {
+			out[x.Rule] += ImageTokens - float64(x.RefBytes)*ratio
+			continue
+		}
+		out[x.Rule] += float64(x.Bytes-x.RefBytes) * ratio
+	}
+	for rule, v := range out {
+		if v < 0 {
+			out[rule] = 0
+		}
+	}
+	return out
+}
+
+// textRemoved returns the text bytes removed by rules other than image, and
+// the estimated tokens of the replaced images.
+func textRemoved(rep *rewrite.Report, ratio float64) (textBytes int, imageTokens float64) {
+	for _, x := range rep.Replacements {
+		if x.Rule == rewrite.RuleImage {
+			imageTokens += ImageTokens - float64(x.RefBytes)*ratio
+			continue
+		}
+		textBytes += x.Bytes - x.RefBytes
+	}
+	return textBytes, imageTokens
+}
+
+// exact asks countTokens for the original request's token count, exports
+// it next to the estimate and calibrates the model's ratio from it: the
+// exact tokens saved (original minus sent) over the text bytes removed.
+func (s *savings) exact(j *savingsJob, estimated float64) {
+	ctx, cancel := context.WithTimeout(context.Background(), countTokensTimeout)
+	defer cancel()
+	orig, err := s.countTokens(ctx, j.sample)
+	if err != nil {
+		s.m.CountTokens.WithLabelValues(metrics.CountTokensError).Inc()
+		return
+	}
+	s.m.CountTokens.WithLabelValues(metrics.CountTokensOK).Inc()
+	sent := j.usage.PromptTokens
+	s.m.SampledTokens.WithLabelValues(j.label, metrics.SampledOriginalExact).Add(float64(orig))
+	s.m.SampledTokens.WithLabelValues(j.label, metrics.SampledOriginalEstimated).Add(float64(sent) + estimated)
+	s.m.SampledTokens.WithLabelValues(j.label, metrics.SampledSent).Add(float64(sent))
+	textBytes, imageTokens := textRemoved(j.report, s.ratioFor(j.label))
+	s.calibrate(j.label, metrics.SourceCountTokens, float64(orig-sent)-imageTokens, float64(textBytes))
+}
+
+// spend records the estimated dollars of one response from its usage, or
+// counts the request as unpriced.
+func (s *savings) spend(label, model string, u *Usage) {
+	p, ok := s.prices[model]
+	if !ok {
+		s.m.UnpricedRequests.WithLabelValues(label).Inc()
+		return
+	}
+	uncached := max(u.PromptTokens-u.CachedTokens, 0)
+	d := float64(uncached+u.ToolUsePromptTokens)*p.Input +
+		float64(u.CachedTokens)*p.CachedInput +
+		float64(u.CandidatesTokens+u.ThoughtsTokens)*p.Output
+	if d > 0 {
+		s.m.SpentDollars.WithLabelValues(label).Add(d / 1e6)
+	}
+}
+
+// promptText returns the bytes of text a request sends as prompt (text
+// parts, system instruction, function calls and responses, tools) and the
+// number of contents. ok is false when the request has parts whose tokens
+// do not follow from their bytes (inline data, file data) or references a
+// cachedContent.
+func promptText(body []byte) (textBytes, contents int, ok bool) {
+	var req struct {
+		Contents          []promptContent `json:"contents"`
+		SystemInstruction *promptContent  `json:"systemInstruction"`
+		SystemSnake       *promptContent  `json:"system_instruction"`
+		Tools             json.RawMessage `json:"tools"`
+		ToolConfig        json.RawMessage `json:"toolConfig"`
+		CachedContent     string          `json:"cachedContent"`
+		CachedSnake       string          `json:"cached_content"`
+	}
+	if json.Unmarshal(body, &req) != nil || req.CachedContent != "" || req.CachedSnake != "" {
+		return 0, 0, false
+	}
+	n := len(req.Tools) + len(req.ToolConfig)
+	for _, c := range append(req.Contents, deref(req.SystemInstruction), deref(req.SystemSnake)) {
+		for _, p := range c.Parts {
+			if p.Text == nil && len(p.FunctionCall)+len(p.FunctionResponse)+len(p.FunctionCallSnake)+len(p.FunctionResponseSnake) == 0 {
+				return 0, 0, false // media, file data, executable code…
+			}
+			if p.Text != nil {
+				n += len(*p.Text)
+			}
+			n += len(p.FunctionCall) + len(p.FunctionResponse) + len(p.FunctionCallSnake) + len(p.FunctionResponseSnake)
+		}
+	}
+	return n, len(req.Contents), true
+}
+
+type promptContent struct {
+	Parts []struct {
+		Text                  *string         `json:"text"`
+		FunctionCall          json.RawMessage `json:"functionCall"`
+		FunctionResponse      json.RawMessage `json:"functionResponse"`
+		FunctionCallSnake     json.RawMessage `json:"function_call"`
+		FunctionResponseSnake json.RawMessage `json:"function_response"`
+	} `json:"parts"`
+}
+
+func deref(c *promptContent) promptContent {
+	if c == nil {
+		return promptContent{}
+	}
+	return *c
+}
+
+// newSample prepares a countTokens call for the original body of r, or
+// returns nil when none can be made: Vertex paths (their countTokens takes
+// another shape), tuned models, and requests without a credential.
+func (h *Handler) newSample(st *reqState, r *http.Request) *sample {
+	if st.info.vertex || st.orig == nil {
+		return nil
+	}
+	path := r.URL.Path
+	i := strings.LastIndexByte(path, ':')
+	j := strings.LastIndex(path, "/models/")
+	if i < 0 || j < 0 || j > i {
+		return nil
+	}
+	s := &sample{model: path[j+len("/models/") : i], body: st.orig, header: http.Header{}}
+	u := *h.upstream
+	u.Path = strings.TrimSuffix(u.Path, "/") + path[:i] + ":countTokens"
+	u.RawPath, u.RawQuery, u.Fragment = "", "", ""
+	switch {
+	case h.opts.APIKey != "":
+		s.header.Set("X-Goog-Api-Key", string(h.opts.APIKey))
+	case r.Header.Get("X-Goog-Api-Key") != "":
+		s.header.Set("X-Goog-Api-Key", r.Header.Get("X-Goog-Api-Key"))
+	case r.URL.Query().Get("key") != "":
+		u.RawQuery = "key=" + url.QueryEscape(r.URL.Query().Get("key"))
+	case r.Header.Get("Authorization") != "":
+		s.header.Set("Authorization", r.Header.Get("Authorization"))
+	default:
+		return nil
+	}
+	s.url = u.String()
+	s.header.Set("Content-Type", "application/json")
+	return s
+}
+
+// countTokensBody wraps a generateContent body into a countTokens request:
+// {"generateContentRequest": {...the body..., "model": "models/M"}}.
+func countTokensBody(body []byte, model string) ([]byte, error) {
+	var req map[string]json.RawMessage
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, fmt.Errorf("decoding request: %w", err)
+	}
+	m, err := json.Marshal("models/" + model)
+	if err != nil {
+		return nil, err
+	}
+	req["model"] = m
+	return json.Marshal(map[string]any{"generateContentRequest": req})
+}
+
+// callCountTokens performs a sampled countTokens call through rt.
+func callCountTokens(ctx context.Context, rt http.RoundTripper, s *sample) (int64, error) {
+	body, err := countTokensBody(s.body, s.model)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header = s.header.Clone()
+	res, err := rt.RoundTrip(req)
+	if err != nil {
+		return 0, fmt.Errorf("count tokens: %w", err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, maxCountTokensResponse))
+	if err != nil {
+		return 0, fmt.Errorf("count tokens: reading response: %w", err)
+	}
+	if res.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("count tokens: status %d", res.StatusCode)
+	}
+	var out struct {
+		TotalTokens *int64 `json:"totalTokens"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || out.TotalTokens == nil {
+		return 0, errors.New("count tokens: response has no totalTokens")
+	}
+	return *out.TotalTokens, nil
+}
+
+// limiter is a token bucket: rate tokens per second, bursts up to
+// max(1, rate). Safe for concurrent use.
+type limiter struct {
+	mu     sync.Mutex
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+	now    func() time.Time
+}
+
+func newLimiter(rate float64, now func() time.Time) *limiter {
+	b := max(1, rate)
+	return &limiter{rate: rate, burst: b, tokens: b, last: now(), now: now}
+}
+
+// allow reports whether a call may be made now, taking a token if so.
+func (l *limiter) allow() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	l.tokens = min(l.burst, l.tokens+now.Sub(l.last).Seconds()*l.rate)
+	l.last = now
+	if l.tokens < 1 {
+		return false
+	}
+	l.tokens--
+	return true
+}
+
+// statusLabel bounds an HTTP status code for a label.
+func statusLabel(code int) string {
+	if code < 100 || code > 599 {
+		return "other"
+	}
+	return strconv.Itoa(code)
+}
