@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/bits"
-	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
@@ -271,7 +270,8 @@ func (s *scanner) str() (span, bool, error) {
 }
 
 // textStr is str for a text string the engine analyses: it decodes the
-// string in the same pass, recording line breaks and marks (decodeText).
+// string in the same pass into the arena, recording its line breaks and,
+// for strings with escapes, marks for rawOffsets.
 func (s *scanner) textStr() (span, bool, decoded, error) {
 	s.pos++ // '"'
 	start := s.pos
@@ -616,8 +616,8 @@ func hexVal(c byte) int {
 // Lone surrogates decode to U+FFFD, as in encoding/json; other bytes,
 // including invalid UTF-8, are copied unchanged.
 func unescape(raw []byte) string {
-	s, _ := unescapeMarks(raw, false)
-	return s
+	d, _ := decodeString(raw)
+	return d.text
 }
 
 // mark pairs an offset in an unescaped string with the offset in the raw
@@ -625,17 +625,10 @@ func unescape(raw []byte) string {
 type mark struct{ u, r int32 }
 
 // markEvery is the spacing, in unescaped bytes, of the marks recorded by
-// unescapeMarks, which bounds the walk of rawOffsets.
+// textStr, which bounds the walk of rawOffsets.
 const markEvery = 4096
 
-// unescapeMarks is unescape that also records marks every markEvery bytes
-// when withMarks is set.
-func unescapeMarks(raw []byte, withMarks bool) (string, []mark) {
-	d := decodeText(raw, withMarks, false)
-	return d.text, d.marks
-}
-
-// decoded is a text string decoded by decodeText.
+// decoded is a text string decoded by textStr.
 type decoded struct {
 	off          int // start of text in the scanner's arena
 	nlOff, nlEnd int // nl in the scanner's nls, set by textStr
@@ -644,65 +637,18 @@ type decoded struct {
 	nl           []int32 // offsets of "\n" in text, then len(text) (see lines)
 }
 
-// decodeText unescapes raw in one pass and, on request, records the marks
-// for rawOffsets and the line breaks of the text.
-func decodeText(raw []byte, withMarks, withLines bool) decoded {
-	var d decoded
-	var out strings.Builder
-	out.Grow(len(raw)) // decoding never grows the text
-	if withLines {
-		d.nl = make([]int32, 0, len(raw)/32+1)
+// decodeString decodes the contents of a JSON string (without quotes) with
+// the same decoder as the scanner.
+func decodeString(raw []byte) (decoded, error) {
+	s := &scanner{b: make([]byte, 0, len(raw)+2)}
+	s.b = append(append(append(s.b, '"'), raw...), '"')
+	_, _, d, err := s.textStr()
+	if err != nil {
+		return d, err
 	}
-	next := markEvery
-	i := 0
-	for i < len(raw) {
-		// Find the next backslash eight bytes at a time.
-		j := i
-		for j+8 <= len(raw) {
-			w := binary.LittleEndian.Uint64(raw[j:]) ^ (0x0101010101010101 * '\\')
-			if m := (w - 0x0101010101010101) &^ w & 0x8080808080808080; m != 0 {
-				j += bits.TrailingZeros64(m) >> 3
-				goto found
-			}
-			j += 8
-		}
-		for j < len(raw) && raw[j] != '\\' {
-			j++
-		}
-	found:
-		out.Write(raw[i:j])
-		i = j
-		if i >= len(raw) {
-			break
-		}
-		switch c := raw[i+1]; c {
-		case 'n':
-			if withLines {
-				d.nl = append(d.nl, int32(out.Len()))
-			}
-			out.WriteByte('\n')
-		case 't':
-			out.WriteByte('\t')
-		case '"', '\\', '/':
-			out.WriteByte(c)
-		case 'r':
-			out.WriteByte('\r')
-		default:
-			r, k := decodeEscape(raw[i:])
-			out.WriteRune(r)
-			i += k - 2
-		}
-		i += 2
-		if withMarks && out.Len() >= next {
-			d.marks = append(d.marks, mark{int32(out.Len()), int32(i)})
-			next = out.Len() + markEvery
-		}
-	}
-	d.text = out.String()
-	if withLines {
-		d.nl = append(d.nl, int32(len(d.text)))
-	}
-	return d
+	d.nl = s.nls[d.nlOff:d.nlEnd:d.nlEnd]
+	d.text = string(s.arena[:s.n])
+	return d, nil
 }
 
 // decodeEscape decodes the escape sequence at the start of raw, returning the
@@ -746,7 +692,7 @@ func hex4(b []byte) rune {
 // offsets in raw. Offsets must fall on escape boundaries, which line
 // boundaries always do.
 //
-// marks (from unescapeMarks) let the walk start near each offset.
+// marks (from textStr) let the walk start near each offset.
 func rawOffsets(raw []byte, offs []int, marks []mark) []int {
 	out := make([]int, len(offs))
 	k := 0

@@ -3,6 +3,7 @@ package rewrite
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -128,10 +129,22 @@ func TestRawOffsets(t *testing.T) {
 	if diff := cmp.Diff(want, rawOffsets(raw, offs, nil)); diff != "" {
 		t.Errorf("rawOffsets (-want +got):\n%s", diff)
 	}
-	// Marks give the same answer from a nearer start.
-	d := decodeText(raw, true, false)
-	if diff := cmp.Diff(want, rawOffsets(raw, offs, d.marks)); diff != "" {
-		t.Errorf("rawOffsets with marks (-want +got):\n%s", diff)
+	// On a long text, marks give the same answer from a nearer start.
+	long, _ := json.Marshal(strings.Repeat("line\t\"é\"\n", 3000))
+	long = long[1 : len(long)-1]
+	d, err := decodeString(long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.marks) == 0 {
+		t.Fatal("no marks on a long text")
+	}
+	var many []int
+	for _, nl := range d.nl {
+		many = append(many, int(nl))
+	}
+	if diff := cmp.Diff(rawOffsets(long, many, nil), rawOffsets(long, many, d.marks)); diff != "" {
+		t.Errorf("rawOffsets with marks (-without +with):\n%s", diff)
 	}
 }
 
