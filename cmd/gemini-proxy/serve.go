@@ -91,6 +91,10 @@ func proxyOptions(c config.Config) (proxy.Options, error) {
 	if len(c.Rewrite.Labels.User)+len(c.Rewrite.Labels.Model) > 0 {
 		rw.Lexicon = rewrite.DefaultLexicon().Extend(c.Rewrite.Labels.User, c.Rewrite.Labels.Model)
 	}
+	prices := make(map[string]proxy.Price, len(c.Metrics.Prices))
+	for _, p := range c.Metrics.Prices {
+		prices[p.Model] = proxy.Price{Input: p.Input, CachedInput: p.CachedInput, Output: p.Output, Checked: p.Checked}
+	}
 	var secret []byte
 	if c.Cache.TenantSecret != "" {
 		secret = []byte(c.Cache.TenantSecret)
@@ -113,5 +117,8 @@ func proxyOptions(c config.Config) (proxy.Options, error) {
 		ModelAllowlist:        c.Metrics.Models,
 		TenantSecret:          secret,
 		TenantHeader:          c.Server.TenantHeader,
+		Prices:                prices,
+		CountTokensSampleRate: c.Metrics.CountTokensSampleRate,
+		CountTokensPerSecond:  c.Metrics.CountTokensPerSecond,
 	}, nil
 }
