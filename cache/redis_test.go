@@ -1,0 +1,117 @@
+package cache_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gemini-proxy/gemini-proxy/cache"
+	"github.com/gemini-proxy/gemini-proxy/cache/cachetest"
+)
+
+// TestRedisShared: two Stores (two replicas) share the served index
+// through a real redis-server, tenants stay apart, keys hold no text, and a
+// stopped Redis degrades to local-only without failing or stalling.
+func TestRedisShared(t *testing.T) {
+	srv := cachetest.StartRedis(t)
+	a := newStore(t, cache.Options{RedisURL: srv.URL()})
+	b := newStore(t, cache.Options{RedisURL: srv.URL()})
+	full := words("Shared answer", 3000)
+	short := "Yes, it is."
+	a.RecordServed(tenantA, full, false)
+	a.RecordServed(tenantA, short, false)
+	a.Wait()
+
+	tests := []struct {
+		name   string
+		tenant string
+		text   string
+		want   bool
+	}{
+		{"full", tenantA, full, true},
+		{"short", tenantA, short, true},
+		{"prefix", tenantA, full[:2000], true},
+		{"extended", tenantA, full + " more", false},
+		{"other tenant", tenantB, full, false},
+		{"other tenant prefix", tenantB, full[:2000], false},
+	}
+	for _, tt := range tests {
+		// A fresh Store each time: nothing local, everything from Redis.
+		c := newStore(t, cache.Options{RedisURL: srv.URL()})
+		if got := c.Verifier(tt.tenant).Served(tt.text); got != tt.want {
+			t.Errorf("%s: replica C Served = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if !b.Verifier(tenantA).Served(full[:2500]) {
+		t.Fatal("replica B did not verify replica A's response")
+	}
+	if st := b.Stats().Redis; !st.Enabled || !st.Up || st.Hits == 0 {
+		t.Errorf("replica B redis stats = %+v, want enabled, up, hits", st)
+	}
+
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rc.Close()
+	keys, err := rc.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) == 0 {
+		t.Fatal("no keys in Redis")
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "gemini-proxy:"+tenantA+":") || strings.Contains(k, "Shared") {
+			t.Errorf("unexpected Redis key %q", k)
+		}
+		if ttl := rc.TTL(context.Background(), k).Val(); ttl <= 0 || ttl > cache.DefaultTTL {
+			t.Errorf("key %q TTL = %v, want within the cache TTL", k, ttl)
+		}
+	}
+
+	srv.Stop()
+	// Replica B keeps what it already verified (now local) and answers
+	// quickly for everything else.
+	start := time.Now()
+	for i := range 20 {
+		v := b.Verifier(tenantA)
+		if !v.Served(full) {
+			t.Fatal("replica B lost a locally cached response when Redis stopped")
+		}
+		if v.Served(words("unknown", 200+i)) {
+			t.Fatal("Served = true for an unknown text with Redis down")
+		}
+	}
+	if d := time.Since(start); d > 2*cache.DefaultRedisBudget+time.Second {
+		t.Errorf("40 lookups with Redis down took %v", d)
+	}
+	// Replica A keeps recording and verifying locally.
+	a.RecordServed(tenantA, "Recorded while Redis is down.", false)
+	a.Wait()
+	if !a.Verifier(tenantA).Served("Recorded while Redis is down.") {
+		t.Error("local verification failed with Redis down")
+	}
+	st := b.Stats().Redis
+	if st.Up || st.ReadErrors == 0 {
+		t.Errorf("replica B redis stats after stop = %+v, want down with read errors", st)
+	}
+}
+
+// TestRedisSlowBudget: a Redis that never answers adds at most about the
+// budget to one Verifier, however many lookups it makes.
+func TestRedisSlowBudget(t *testing.T) {
+	ln := blackhole(t)
+	s := newStore(t, cache.Options{RedisURL: "redis://" + ln + "/0", RedisTimeout: 30 * time.Millisecond, RedisBudget: 60 * time.Millisecond})
+	v := s.Verifier(tenantA)
+	start := time.Now()
+	for i := range 50 {
+		v.Served(words("nothing", 100+i))
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("50 lookups against a silent Redis took %v, want about the 60ms budget", d)
+	}
+	if st := s.Stats().Redis; st.ReadErrors == 0 || st.Up {
+		t.Errorf("redis stats = %+v, want a read error and down", st)
+	}
+}
