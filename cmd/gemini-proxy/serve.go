@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"sync/atomic"
 
+	"github.com/gemini-proxy/gemini-proxy/cache"
 	"github.com/gemini-proxy/gemini-proxy/config"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/proxy"
@@ -42,6 +44,27 @@ func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, star
 	opts, err := proxyOptions(c)
 	if err != nil {
 		return err
+	}
+	co := cache.Options{MaxBytes: int64(c.Cache.MaxBytes), TTL: c.Cache.TTL, Logger: logger.With("component", "cache")}
+	if c.Cache.Backend == "redis" {
+		co.RedisURL = c.Cache.RedisURL
+	}
+	store, err := cache.New(co)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	metrics.RegisterCache(reg, store.Stats)
+	opts.Verifier = func(tenant string) rewrite.Verifier { return store.Verifier(tenant) }
+	opts.OnExchange = func(ex proxy.Exchange) {
+		// Only what the client received in full counts as served.
+		if !ex.Complete || ex.Status != http.StatusOK {
+			return
+		}
+		store.RecordServed(ex.Tenant, ex.Text, ex.TextTruncated)
+		if ex.Request != nil {
+			store.RecordRequest(ex.Tenant, ex.Request)
+		}
 	}
 	h, err := proxy.New(opts, logger, m)
 	if err != nil {
