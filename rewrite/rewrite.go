@@ -7,7 +7,8 @@ import (
 
 // Request rewrites a generateContent request body. It returns the new body
 // and a report; on any error the caller forwards the original body. Request
-// is pure and safe for concurrent use; body is not modified.
+// is pure and safe for concurrent use; body is never modified, and when
+// nothing changes the returned slice is body itself.
 func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 	req, err := scan(body)
 	if err != nil {
@@ -135,9 +136,6 @@ func (e *engine) analyse() {
 			case partText:
 				tp := &e.parts[k]
 				for _, b := range tp.blocks {
-					if b.kind == kindRun {
-						continue // decided by findRuns
-					}
 					e.add(occ{tp: k, turn: ti, part: pi, b: b, content: normalize(tp.text[b.cstart:b.cend])})
 				}
 				k++

@@ -45,6 +45,7 @@ type content struct {
 	obj   span
 	role  string // "" when the role is omitted
 	parts []part
+	extra bool // members other than role and parts
 }
 
 // request is the result of scanning a generateContent body.
@@ -500,6 +501,7 @@ func (s *scanner) contents(req *request) error {
 					return err
 				})
 			}
+			c.extra = true
 			return s.value(3)
 		})
 		c.obj.end = s.pos

@@ -15,7 +15,9 @@ func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]b
 		return nil, 0
 	}
 	c := &req.contents[n-1]
-	if (c.role != "" && c.role != "user") || len(c.parts) != 1 || c.parts[0].kind != partText {
+	// The content is replaced as a whole, so it must hold nothing but its
+	// role and one text part (an unknown member would be lost).
+	if (c.role != "" && c.role != "user") || c.extra || len(c.parts) != 1 || c.parts[0].kind != partText {
 		return nil, 0
 	}
 	p := &c.parts[0]
