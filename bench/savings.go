@@ -1,0 +1,358 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"sync"
+
+	"google.golang.org/genai"
+
+	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+)
+
+// Replies is the bench's scripted model for the emulator
+// (emulator.Options.Reply): the n-th request of a registered API key gets
+// the n-th answer registered for it; any other request gets "OK.". Safe for
+// concurrent use; the zero value is ready to use.
+type Replies struct {
+	mu    sync.Mutex
+	byKey map[string]*replyState
+}
+
+type replyState struct {
+	answers []string
+	next    int
+}
+
+// Register scripts the answers for requests made with apiKey.
+func (r *Replies) Register(apiKey string, answers []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byKey == nil {
+		r.byKey = make(map[string]*replyState)
+	}
+	r.byKey[emulator.KeyID(apiKey)] = &replyState{answers: answers}
+}
+
+// Reply answers req; use it as emulator.Options.Reply.
+func (r *Replies) Reply(req emulator.ReplyRequest) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.byKey[req.KeyID]
+	if st == nil || st.next >= len(st.answers) {
+		return "OK."
+	}
+	st.next++
+	return st.answers[st.next-1]
+}
+
+// SavingsOptions configures RunSavings.
+type SavingsOptions struct {
+	// DirectURL is the upstream (the emulator) base URL; the naive and the
+	// ideal client talk to it directly. ProxyURL is the proxy in front of
+	// it. Both are required.
+	DirectURL, ProxyURL string
+	// Replies, when set, receives the scripted answers of every session
+	// under the API keys the run uses. Nil when the upstream is not the
+	// bench's emulator: then the upstream answers as it likes, and the
+	// clients still send their scripted histories.
+	Replies *Replies
+	// Sessions to replay. Nil means Sessions().
+	Sessions []*Session
+	// RunID makes the run's API keys unique, so that an upstream's
+	// implicit-cache history of an earlier run does not count. Empty means
+	// "run".
+	RunID string
+	// Parallel is the number of sessions replayed at once. Zero means 4.
+	Parallel int
+	// Progress, when set, receives one line per finished session.
+	Progress io.Writer
+}
+
+// Tokens are the totals of one replay of a session.
+type Tokens struct {
+	// Prompt and Cached sum promptTokenCount and cachedContentTokenCount
+	// (implicit cache) of the session's responses.
+	Prompt int `json:"prompt_tokens"`
+	Cached int `json:"cached_tokens"`
+	// Bytes is the request bytes the upstream received: for the proxy, the
+	// size after rewriting (from its X-Gemini-Proxy-Report header).
+	Bytes int `json:"bytes_uploaded"`
+	// ClientBytes is what the client sent.
+	ClientBytes int `json:"client_bytes"`
+}
+
+func (t *Tokens) add(o Tokens) {
+	t.Prompt += o.Prompt
+	t.Cached += o.Cached
+	t.Bytes += o.Bytes
+	t.ClientBytes += o.ClientBytes
+}
+
+// SessionResult is the savings of one session (or of a total).
+type SessionResult struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Kind        Kind   `json:"kind,omitempty"`
+	Requests    int    `json:"requests"`
+	Naive       Tokens `json:"naive"`
+	Proxy       Tokens `json:"proxy"`
+	Ideal       Tokens `json:"ideal"`
+	// Changed counts the requests the proxy rewrote; Unflattened the turns
+	// it created by un-flattening.
+	Changed     int `json:"changed_requests"`
+	Unflattened int `json:"unflattened_turns"`
+	// AnswersMatch reports whether the proxied replay received the same
+	// answers as the naive one.
+	AnswersMatch bool `json:"answers_match"`
+	// Errors lists request failures; a session with errors has partial
+	// figures.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// Saved is the share of naive prompt tokens the proxy saved.
+func (r SessionResult) Saved() float64 { return share(r.Naive.Prompt-r.Proxy.Prompt, r.Naive.Prompt) }
+
+// IdealSaved is the share of naive prompt tokens the ideal client saved.
+func (r SessionResult) IdealSaved() float64 { return share(r.Naive.Prompt-r.Ideal.Prompt, r.Naive.Prompt) }
+
+// ShareOfIdeal is the proxy's savings as a share of the ideal client's; 1
+// when neither saves anything.
+func (r SessionResult) ShareOfIdeal() float64 {
+	if r.Naive.Prompt-r.Ideal.Prompt <= 0 {
+		if r.Naive.Prompt-r.Proxy.Prompt == 0 {
+			return 1
+		}
+		return 0
+	}
+	return share(r.Naive.Prompt-r.Proxy.Prompt, r.Naive.Prompt-r.Ideal.Prompt)
+}
+
+func share(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// Savings is the result of RunSavings.
+type Savings struct {
+	Sessions []SessionResult `json:"sessions"`
+	// Total sums every session; ByKind sums the sessions of each kind.
+	Total  SessionResult          `json:"total"`
+	ByKind map[Kind]SessionResult `json:"by_kind"`
+}
+
+// RunSavings replays every session three times: naive directly against
+// the upstream, naive through the proxy, and ideal directly, each with its
+// own API key, and sums the usage the upstream reported.
+func RunSavings(ctx context.Context, o SavingsOptions) (*Savings, error) {
+	if o.DirectURL == "" || o.ProxyURL == "" {
+		return nil, fmt.Errorf("bench: savings need the upstream and the proxy URL")
+	}
+	sessions := o.Sessions
+	if sessions == nil {
+		sessions = Sessions()
+	}
+	if o.RunID == "" {
+		o.RunID = "run"
+	}
+	par := o.Parallel
+	if par <= 0 {
+		par = 4
+	}
+	results := make([]SessionResult, len(sessions))
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	var pmu sync.Mutex
+	for i, s := range sessions {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			results[i] = replaySession(ctx, o, s)
+			if o.Progress != nil {
+				pmu.Lock()
+				r := results[i]
+				fmt.Fprintf(o.Progress, "bench: session %-14s naive %8d  proxy %8d  ideal %8d prompt tokens\n", r.Name, r.Naive.Prompt, r.Proxy.Prompt, r.Ideal.Prompt)
+				pmu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := &Savings{Sessions: results, Total: SessionResult{Name: "total", AnswersMatch: true}, ByKind: map[Kind]SessionResult{}}
+	for _, r := range results {
+		addResult(&out.Total, r)
+		k := out.ByKind[r.Kind]
+		if k.Name == "" {
+			k = SessionResult{Name: "total " + string(r.Kind), Kind: r.Kind, AnswersMatch: true}
+		}
+		addResult(&k, r)
+		out.ByKind[r.Kind] = k
+	}
+	return out, nil
+}
+
+func addResult(t *SessionResult, r SessionResult) {
+	t.Requests += r.Requests
+	t.Naive.add(r.Naive)
+	t.Proxy.add(r.Proxy)
+	t.Ideal.add(r.Ideal)
+	t.Changed += r.Changed
+	t.Unflattened += r.Unflattened
+	t.AnswersMatch = t.AnswersMatch && r.AnswersMatch
+	t.Errors = append(t.Errors, r.Errors...)
+}
+
+// replaySession plays s naive, through the proxy and ideal.
+func replaySession(ctx context.Context, o SavingsOptions, s *Session) SessionResult {
+	r := SessionResult{Name: s.Name, Description: s.Description, Kind: s.Kind, Requests: len(s.Turns), AnswersMatch: true}
+	type mode struct {
+		name, url string
+		ideal     bool
+		tokens    *Tokens
+	}
+	modes := []mode{{"naive", o.DirectURL, false, &r.Naive}, {"proxy", o.ProxyURL, false, &r.Proxy}, {"ideal", o.DirectURL, true, &r.Ideal}}
+	var answers [3][]string
+	for mi, m := range modes {
+		key := fmt.Sprintf("bench-%s-%s-%s", o.RunID, s.Name, m.name)
+		if o.Replies != nil {
+			o.Replies.Register(key, s.Answers())
+		}
+		rec := &recordingTransport{base: http.DefaultTransport}
+		c, err := genai.NewClient(ctx, &genai.ClientConfig{
+			APIKey: key, Backend: genai.BackendGeminiAPI,
+			HTTPOptions: genai.HTTPOptions{BaseURL: m.url},
+			HTTPClient:  &http.Client{Transport: rec},
+		})
+		if err != nil {
+			r.Errors = append(r.Errors, fmt.Sprintf("%s: client: %v", m.name, err))
+			continue
+		}
+		for ti, t := range s.Turns {
+			contents := t.Naive
+			if m.ideal {
+				contents = t.Ideal
+			}
+			answer, u, err := send(ctx, c, s, contents)
+			if err != nil {
+				r.Errors = append(r.Errors, fmt.Sprintf("%s: %s turn %d: %v", s.Name, m.name, ti+1, err))
+				break
+			}
+			answers[mi] = append(answers[mi], answer)
+			sent, report := rec.last()
+			tk := Tokens{ClientBytes: sent, Bytes: sent}
+			if u != nil {
+				tk.Prompt, tk.Cached = int(u.PromptTokenCount), int(u.CachedContentTokenCount)
+			}
+			if m.name == "proxy" {
+				before, after, rules, ok := parseReport(report)
+				if ok {
+					tk.Bytes = after
+					if before != after || rules {
+						r.Changed++
+					}
+					r.Unflattened += unflattened(report)
+				}
+			}
+			m.tokens.add(tk)
+		}
+	}
+	if len(answers[0]) != len(answers[1]) {
+		r.AnswersMatch = false
+	}
+	for i := range answers[0] {
+		if i >= len(answers[1]) || answers[0][i] != answers[1][i] {
+			r.AnswersMatch = false
+		}
+	}
+	return r
+}
+
+// send makes one request of s and returns the answer text and the last
+// usageMetadata.
+func send(ctx context.Context, c *genai.Client, s *Session, contents []*genai.Content) (string, *genai.GenerateContentResponseUsageMetadata, error) {
+	if !s.Stream {
+		resp, err := c.Models.GenerateContent(ctx, s.Model, contents, s.Config)
+		if err != nil {
+			return "", nil, err
+		}
+		return resp.Text(), resp.UsageMetadata, nil
+	}
+	var text string
+	var u *genai.GenerateContentResponseUsageMetadata
+	for resp, err := range c.Models.GenerateContentStream(ctx, s.Model, contents, s.Config) {
+		if err != nil {
+			return "", nil, err
+		}
+		text += resp.Text()
+		if resp.UsageMetadata != nil {
+			u = resp.UsageMetadata
+		}
+	}
+	return text, u, nil
+}
+
+// recordingTransport remembers the size of the last request body and the
+// X-Gemini-Proxy-Report header of the last response. A replay sends one
+// request at a time per transport.
+type recordingTransport struct {
+	base   http.RoundTripper
+	mu     sync.Mutex
+	sent   int
+	report string
+}
+
+func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	n := int(req.ContentLength)
+	res, err := t.base.RoundTrip(req)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sent, t.report = n, ""
+	if res != nil {
+		t.report = res.Header.Get("X-Gemini-Proxy-Report")
+	}
+	return res, err
+}
+
+func (t *recordingTransport) last() (int, string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.sent, t.report
+}
+
+var (
+	reportBytesRE = regexp.MustCompile(`^bytes=(\d+)->(\d+)`)
+	unflattenRE   = regexp.MustCompile(`unflatten=(\d+)`)
+	ruleRE        = regexp.MustCompile(`; [a-z]+=\d+`)
+)
+
+// parseReport reads "bytes=BEFORE->AFTER; rule=N…"; rules reports whether
+// any rule was applied.
+func parseReport(h string) (before, after int, rules, ok bool) {
+	m := reportBytesRE.FindStringSubmatch(h)
+	if m == nil {
+		return 0, 0, false, false
+	}
+	before, _ = strconv.Atoi(m[1])
+	after, _ = strconv.Atoi(m[2])
+	rest := h[len(m[0]):]
+	return before, after, ruleRE.MatchString(rest), true
+}
+
+func unflattened(h string) int {
+	m := unflattenRE.FindStringSubmatch(h)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
