@@ -118,7 +118,9 @@ type SessionResult struct {
 func (r SessionResult) Saved() float64 { return share(r.Naive.Prompt-r.Proxy.Prompt, r.Naive.Prompt) }
 
 // IdealSaved is the share of naive prompt tokens the ideal client saved.
-func (r SessionResult) IdealSaved() float64 { return share(r.Naive.Prompt-r.Ideal.Prompt, r.Naive.Prompt) }
+func (r SessionResult) IdealSaved() float64 {
+	return share(r.Naive.Prompt-r.Ideal.Prompt, r.Naive.Prompt)
+}
 
 // ShareOfIdeal is the proxy's savings as a share of the ideal client's; 1
 // when neither saves anything.

@@ -84,8 +84,8 @@ type msg struct {
 }
 
 // txt, doc, img and raw build pieces.
-func txt(s string) piece                { return piece{text: s} }
-func doc(name, body string) piece       { return piece{doc: &docOcc{name: name, body: body}} }
+func txt(s string) piece                 { return piece{text: s} }
+func doc(name, body string) piece        { return piece{doc: &docOcc{name: name, body: body}} }
 func img(mime string, data []byte) piece { return piece{img: data, mime: mime} }
 func raw(p *genai.Part) piece            { return piece{raw: p} }
 
