@@ -14,8 +14,9 @@ import (
 // maxNameBytes bounds the document name inside a reference, so that a
 // reference never exceeds maxRefBytes.
 const (
-	maxNameBytes = 80
-	maxRefBytes  = 200
+	maxNameBytes    = 80
+	maxRunNameBytes = 40
+	maxRefBytes     = 200
 )
 
 // sha returns the hex SHA-256 of s, computing it once per distinct span.
@@ -109,10 +110,20 @@ func (e *engine) name(o *occ) string {
 			return "inline data"
 		}
 		return o.b.name
+	case o.b.kind == kindRun:
+		// An unnamed run is named by its first line, cut shorter than a
+		// file name so that the reference stays small.
+		name := firstLine(e.parts[o.tp].text[o.b.start:o.b.end])
+		if len(name) > maxRunNameBytes {
+			cut := maxRunNameBytes - 3
+			for cut > 0 && !utf8.RuneStart(name[cut]) {
+				cut--
+			}
+			name = name[:cut] + "..."
+		}
+		return name
 	case o.b.name != "":
 		return o.b.name
-	case o.b.kind == kindRun:
-		return firstLine(e.parts[o.tp].text[o.b.start:o.b.end])
 	}
 	return e.docs[o.doc].name
 }
