@@ -50,7 +50,8 @@
 //
 // NAME is the document's file name, or the first line of the block when it
 // has none ("project tree" and "open tabs" for secondary context), with
-// control characters and brackets turned into spaces and cut to 80 bytes.
+// control characters and brackets turned into spaces and cut to 80 bytes
+// (40 for an unwrapped run of repeated lines).
 // MIME is the inlineData mime type. HASH12 is the first 12 hex digits of the
 // SHA-256 of the exact replaced text (wrapper lines included, line endings
 // as sent), or of the decoded bytes for inlineData. WHERE is "in turn N"
