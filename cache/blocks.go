@@ -249,6 +249,9 @@ func (s *Store) countBlock(tenant, sha string, size int, conv []byte, now time.T
 		convs = nc[:min(len(nc), blockConvs*8)]
 	}
 	a.set(k, b.encode(convs), s.opts.TTL)
+	if !ok {
+		a.c.Wait() // see addCandidate: a new key's Set is asynchronous
+	}
 }
 
 // textBlocks returns the fenced code blocks and document-tag contents of

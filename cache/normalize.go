@@ -2,7 +2,6 @@ package cache
 
 import (
 	"crypto/sha256"
-	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -15,22 +14,46 @@ func normalize(s string) string {
 	if isNormalized(s) {
 		return s
 	}
-	var b strings.Builder
-	b.Grow(len(s))
+	b := make([]byte, 0, len(s))
 	space := false
-	for _, r := range s {
-		if unicode.IsSpace(r) {
-			space = b.Len() > 0
-			continue
+	for i := 0; i < len(s); {
+		c := s[i]
+		n := 1
+		if c < utf8.RuneSelf {
+			if asciiSpace[c] {
+				i++
+				space = len(b) > 0
+				continue
+			}
+		} else {
+			var r rune
+			r, n = utf8.DecodeRuneInString(s[i:])
+			if unicode.IsSpace(r) {
+				i += n
+				space = len(b) > 0
+				continue
+			}
 		}
 		if space {
-			b.WriteByte(' ')
+			b = append(b, ' ')
 			space = false
 		}
-		b.WriteRune(r)
+		// Copy the run of non-space ASCII bytes at once. Other runes keep
+		// their original bytes, so that invalid UTF-8 stays as it was on
+		// both the recording and the lookup side.
+		if c < utf8.RuneSelf {
+			for n < len(s)-i && s[i+n] < utf8.RuneSelf && !asciiSpace[s[i+n]] {
+				n++
+			}
+		}
+		b = append(b, s[i:i+n]...)
+		i += n
 	}
-	return b.String()
+	return string(b)
 }
+
+// asciiSpace marks the ASCII bytes unicode.IsSpace accepts.
+var asciiSpace = [utf8.RuneSelf]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
 
 // isNormalized reports whether normalize(s) == s.
 func isNormalized(s string) bool {

@@ -1,6 +1,11 @@
 package cache
 
-import "testing"
+import (
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+)
 
 func TestNormalize(t *testing.T) {
 	tests := []struct{ in, want string }{
@@ -40,4 +45,19 @@ func TestQueryCut(t *testing.T) {
 			t.Errorf("queryCut(%d) = %d, want %d", tt.q, got, tt.want)
 		}
 	}
+}
+
+func FuzzNormalize(f *testing.F) {
+	for _, s := range []string{"", " a  b ", "a\r\nb", "é\u00a0x", "\xff  \xfe"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n := normalize(s)
+		if normalize(n) != n || !isNormalized(n) {
+			t.Errorf("normalize(%q) = %q is not a fixed point", s, n)
+		}
+		if want := strings.Join(strings.FieldsFunc(s, unicode.IsSpace), " "); utf8.ValidString(s) && n != want {
+			t.Errorf("normalize(%q) = %q, want %q", s, n, want)
+		}
+	})
 }

@@ -75,7 +75,8 @@ func (s *Store) addCandidate(tenant string, p, id digest, more []byte) {
 	mu.Lock()
 	defer mu.Unlock()
 	old, _ := a.get(k)
-	list := make([]byte, 0, maxCandidates*sha256.Size)
+	// Sized exactly: the cost charged is the slice's length.
+	list := make([]byte, 0, min(len(old)+len(more)+sha256.Size, maxCandidates*sha256.Size))
 	if id != (digest{}) {
 		list = append(list, id[:]...)
 	}
@@ -87,7 +88,16 @@ func (s *Store) addCandidate(tenant string, p, id digest, more []byte) {
 			}
 		}
 	}
+	if len(list) == 0 {
+		return
+	}
 	a.set(k, list, s.opts.TTL)
+	if old == nil {
+		// Ristretto applies a new key's Set asynchronously; wait, still
+		// holding the lock, so that the next read-modify-write of this key
+		// sees it instead of starting a new list (an update is immediate).
+		a.c.Wait()
+	}
 }
 
 func containsID(list, id []byte) bool {

@@ -33,7 +33,7 @@ const (
 // bucket and policy map entries, the value's slice header and the
 // allocator's size-class rounding. BenchmarkServedMemory measures the
 // figure this approximates.
-const entryOverhead = 192
+const entryOverhead = 320
 
 // Area names a part of the cache. Each area has its own share of
 // Options.MaxBytes, so that one kind of entry cannot evict another.
@@ -306,11 +306,19 @@ func (s *Store) Stats() Stats {
 		used := a.max - a.c.RemainingCost()
 		st.Areas = append(st.Areas, AreaStats{
 			Area: name, Hits: a.hits.Load(), Misses: a.misses.Load(), Evictions: a.evictions.Load(),
-			Entries: m.KeysAdded() - m.KeysEvicted(), Bytes: uint64(max(used, 0)), MaxBytes: uint64(a.max),
+			Entries: sub(m.KeysAdded(), m.KeysEvicted()), Bytes: uint64(max(used, 0)), MaxBytes: uint64(a.max),
 		})
 	}
 	if s.redis != nil {
 		st.Redis = s.redis.stats()
 	}
 	return st
+}
+
+// sub returns a-b, or 0 when the counters, read one after the other, crossed.
+func sub(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
 }
