@@ -46,6 +46,19 @@
 //	gemini_proxy_upstream_responses_total                 counter    route, code                  upstream responses by HTTP status, including the rejected first attempt of a fallback
 //	gemini_proxy_client_cancels_total                     counter    -                            requests whose client went away before the response completed
 //	gemini_proxy_build_info                               gauge      version, goversion           always 1; identifies the running build
+//	gemini_proxy_cache_hits_total                         counter    area                         cache lookups that found an entry; area=served|blocks|conversations (cache.go)
+//	gemini_proxy_cache_misses_total                       counter    area                         cache lookups that found nothing
+//	gemini_proxy_cache_evictions_total                    counter    area                         entries removed for room or TTL
+//	gemini_proxy_cache_entries                            gauge      area                         entries held in the local cache
+//	gemini_proxy_cache_bytes                              gauge      area                         bytes held in the local cache (value plus per-entry overhead)
+//	gemini_proxy_cache_max_bytes                          gauge      area                         the local cache's bound in bytes
+//	gemini_proxy_cache_served_responses_total             counter    -                            model responses recorded in the served-response index
+//	gemini_proxy_cache_unflatten_checks_total             counter    result                       transcript segments checked against served responses: verified|rejected
+//	gemini_proxy_cache_redis_up                           gauge      -                            redis backend only: 1 when Redis answered its last call, 0 while local-only
+//	gemini_proxy_cache_redis_errors_total                 counter    op                           redis backend only: failed Redis calls, op=read|write
+//	gemini_proxy_cache_redis_writes_total                 counter    -                            redis backend only: served responses written to Redis
+//	gemini_proxy_cache_redis_dropped_writes_total         counter    -                            redis backend only: writes dropped (queue full or Redis down)
+//	gemini_proxy_cache_redis_hits_total                   counter    -                            redis backend only: lookups answered by Redis after a local miss
 //
 // # Estimating tokens saved
 //
