@@ -49,7 +49,7 @@ var Panels = []Panel{
 		Targets:     []Target{q(`sum(increase(gemini_proxy_tokens_saved_total{`+model+`}[`+rng+`]))`, "")}},
 	{Title: "Share of prompt tokens saved", Type: "stat", Unit: "percentunit", Width: 4, Height: 4,
 		Description: "Tokens saved ÷ (tokens saved + prompt tokens sent): how much of what the clients asked to send was not sent.",
-		Targets: []Target{q(`sum(increase(gemini_proxy_tokens_saved_total{`+model+`}[`+rng+`])) / (sum(increase(gemini_proxy_tokens_saved_total{`+model+`}[`+rng+`])) + sum(increase(gemini_proxy_usage_tokens_total{kind="prompt",`+model+`}[`+rng+`])))`, "")}},
+		Targets:     []Target{q(`sum(increase(gemini_proxy_tokens_saved_total{`+model+`}[`+rng+`])) / (sum(increase(gemini_proxy_tokens_saved_total{`+model+`}[`+rng+`])) + sum(increase(gemini_proxy_usage_tokens_total{kind="prompt",`+model+`}[`+rng+`])))`, "")}},
 	{Title: "Dollars saved", Type: "stat", Unit: "currencyUSD", Width: 4, Height: 4,
 		Description: "Tokens saved × the model's input price from the configured price table. An upper bound: implicit caching might have billed part of the naive prompt at the cached price.",
 		Targets:     []Target{q(`sum(increase(gemini_proxy_saved_dollars_total{`+model+`}[`+rng+`]))`, "")}},
@@ -79,7 +79,7 @@ var Panels = []Panel{
 		Targets:     []Target{q(`sum by (rule) (rate(gemini_proxy_saved_dollars_total{`+model+`}[`+rate+`])) * 3600`, "{{rule}}")}},
 	{Title: "Share of prompt tokens saved, by model", Type: "timeseries", Unit: "percentunit", Width: 8, Height: 8,
 		Description: "Tokens saved ÷ (tokens saved + prompt tokens sent), by model.",
-		Targets: []Target{q(`sum by (model) (rate(gemini_proxy_tokens_saved_total{`+model+`}[`+rate+`])) / (sum by (model) (rate(gemini_proxy_tokens_saved_total{`+model+`}[`+rate+`])) + sum by (model) (rate(gemini_proxy_usage_tokens_total{kind="prompt",`+model+`}[`+rate+`])))`, "{{model}}")}},
+		Targets:     []Target{q(`sum by (model) (rate(gemini_proxy_tokens_saved_total{`+model+`}[`+rate+`])) / (sum by (model) (rate(gemini_proxy_tokens_saved_total{`+model+`}[`+rate+`])) + sum by (model) (rate(gemini_proxy_usage_tokens_total{kind="prompt",`+model+`}[`+rate+`])))`, "{{model}}")}},
 	{Title: "Request bytes saved by rule", Type: "timeseries", Unit: "Bps", Width: 8, Height: 8,
 		Description: "Bytes removed per second by each rule, and the share of rewritten request bytes removed.",
 		Targets: []Target{
@@ -93,7 +93,7 @@ var Panels = []Panel{
 		Targets:     []Target{q(`max by (model) (gemini_proxy_tokens_per_byte{`+model+`})`, "{{model}}")}},
 	{Title: "Estimate ÷ exact (countTokens samples)", Type: "timeseries", Unit: "percentunit", Width: 8, Height: 8,
 		Description: "For sampled requests: the estimated original prompt tokens over the exact count from countTokens. 100% is a perfect estimate.",
-		Targets: []Target{q(`sum by (model) (rate(gemini_proxy_sampled_prompt_tokens_total{kind="original_estimated",`+model+`}[`+rate+`])) / sum by (model) (rate(gemini_proxy_sampled_prompt_tokens_total{kind="original_exact",`+model+`}[`+rate+`]))`, "{{model}}")}},
+		Targets:     []Target{q(`sum by (model) (rate(gemini_proxy_sampled_prompt_tokens_total{kind="original_estimated",`+model+`}[`+rate+`])) / sum by (model) (rate(gemini_proxy_sampled_prompt_tokens_total{kind="original_exact",`+model+`}[`+rate+`]))`, "{{model}}")}},
 	{Title: "Calibration samples", Type: "timeseries", Unit: "short", Width: 8, Height: 8,
 		Description: "Requests per second that calibrated the ratio, by source (usage, count_tokens), and countTokens calls by outcome.",
 		Targets: []Target{
