@@ -7,8 +7,12 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -395,5 +399,80 @@ func TestCountTokensLimits(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.CountTokens.WithLabelValues(metrics.CountTokensBusy)); got != 1 {
 		t.Errorf("busy = %v, want 1", got)
+	}
+}
+
+// TestEstimateUsageOnly plays a naive multi-turn conversation (a real Go
+// file re-sent in every turn, edited by the model three times) through
+// the proxy without countTokens sampling: the estimate then rests on
+// usageMetadata calibration alone and must be within 10% of the exact
+// saving the emulator's tokenizer gives.
+func TestEstimateUsageOnly(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "src", "container", "list", "list.go"))
+	if err != nil {
+		t.Skipf("no Go source to use as the workload: %v", err)
+	}
+	edits := map[string]string{
+		"Add a Contains method.": "\n// Contains reports whether l holds v.\nfunc (l *List) Contains(v any) bool {\n\tfor e := l.Front(); e != nil; e = e.Next() {\n\t\tif e.Value == v {\n\t\t\treturn true\n\t\t}\n\t}\n\treturn false\n}\n",
+		"Add a Clear method.":    "\n// Clear removes every element of l.\nfunc (l *List) Clear() { l.Init() }\n",
+		"Add a Sum method.":      "\n// Sum adds up the int values of l.\nfunc (l *List) Sum() (n int) {\n\tfor e := l.Front(); e != nil; e = e.Next() {\n\t\tn += e.Value.(int)\n\t}\n\treturn n\n}\n",
+	}
+	questions := []string{"Explain this file.", "Add a Contains method.", "Is Remove O(1)?", "Add a Clear method.", "What does lazyInit do?", "Add a Sum method.", "Summarise our changes."}
+	emu := emulator.New(emulator.Options{Reply: func(r emulator.ReplyRequest) string {
+		q := r.LastUserText()
+		q = q[strings.LastIndexByte(q, '\n')+1:]
+		if e, ok := edits[q]; ok {
+			return "Append this:\n\n```go\n" + e + "```\n"
+		}
+		return "About " + q + ": it is a doubly linked list."
+	}})
+	up := httptest.NewServer(emu)
+	t.Cleanup(up.Close)
+	var exchanges atomic.Int64
+	f := newFixture(t, up.URL, Options{Rewrite: RewriteOptions{Enabled: true}, OnExchange: func(Exchange) { exchanges.Add(1) }})
+
+	play := func(base string) (prompt int) {
+		file := string(src)
+		var contents []any
+		for _, q := range questions {
+			contents = append(contents, map[string]any{"role": "user", "parts": []any{map[string]any{"text": "My file:\n\n```go list.go\n" + file + "```\n\n" + q}}})
+			body, _ := json.Marshal(map[string]any{"contents": contents})
+			req, _ := http.NewRequest("POST", base+"/v1beta/models/gemini-2.5-flash:generateContent", bytes.NewReader(body))
+			req.Header.Set("X-Goog-Api-Key", "k")
+			res, raw := do(t, rawClient(), req)
+			var out struct {
+				Candidates []struct {
+					Content json.RawMessage `json:"content"`
+				} `json:"candidates"`
+				UsageMetadata struct {
+					PromptTokenCount int `json:"promptTokenCount"`
+				} `json:"usageMetadata"`
+			}
+			if res.StatusCode != 200 || json.Unmarshal(raw, &out) != nil || len(out.Candidates) == 0 {
+				t.Fatalf("%s: %d %s", q, res.StatusCode, raw)
+			}
+			prompt += out.UsageMetadata.PromptTokenCount
+			contents = append(contents, out.Candidates[0].Content)
+			if e, ok := edits[q]; ok {
+				file += e
+			}
+		}
+		return prompt
+	}
+	naive := play(up.URL)
+	sent := play(f.front.URL)
+	// OnExchange runs after the savings job of its request was started.
+	waitFor(t, "all exchanges", func() bool { return exchanges.Load() == int64(len(questions)) })
+	f.h.sav.wait()
+	exact := float64(naive - sent)
+	var est float64
+	for _, r := range rewrite.Rules {
+		est += testutil.ToFloat64(f.m.TokensSaved.WithLabelValues(string(r), "gemini-2.5-flash"))
+	}
+	t.Logf("naive %d, sent %d prompt tokens: exact saving %.0f, estimate %.0f (%+.1f%%), ratio %.4f tokens/byte from %v usage samples",
+		naive, sent, exact, est, 100*(est-exact)/exact, testutil.ToFloat64(f.m.TokensPerByte.WithLabelValues("gemini-2.5-flash")),
+		testutil.ToFloat64(f.m.CalibrationSamples.WithLabelValues("gemini-2.5-flash", metrics.SourceUsage)))
+	if exact <= 0 || math.Abs(est-exact) > 0.10*exact {
+		t.Errorf("estimate %.0f vs exact %.0f: off by more than 10%%", est, exact)
 	}
 }
