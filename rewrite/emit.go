@@ -236,7 +236,8 @@ func (e *engine) report(reps []*occ) []Replacement {
 		if o.b.kind == kindImage {
 			size = o.img.obj.end - o.img.obj.start
 		}
-		out[i] = Replacement{Rule: o.rule, Turn: o.turn, Part: o.part, Document: displayName(e.name(o)),
+		// The name may view the pooled decoding arena: copy it.
+		out[i] = Replacement{Rule: o.rule, Turn: o.turn, Part: o.part, Document: strings.Clone(displayName(e.name(o))),
 			SHA256: o.sha, Bytes: size, RefBytes: o.refBytes, Target: o.target, Reference: o.ref}
 	}
 	return out

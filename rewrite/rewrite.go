@@ -3,6 +3,7 @@ package rewrite
 import (
 	"encoding/base64"
 	"strings"
+	"sync"
 )
 
 // Request rewrites a generateContent request body. It returns the new body
@@ -10,7 +11,9 @@ import (
 // is pure and safe for concurrent use; body is never modified, and when
 // nothing changes the returned slice is body itself.
 func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
-	req, err := scan(body)
+	st := states.Get().(*state)
+	defer st.release()
+	req, err := scanWith(body, st)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -19,7 +22,7 @@ func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 		if nb, turns := unflattenRequest(body, req, &opts, v); turns > 0 {
 			rep.UnflattenedTurns = turns
 			body = nb
-			if req, err = scan(body); err != nil {
+			if req, err = scanWith(body, st); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -31,6 +34,30 @@ func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 	rep.Replacements = e.report(reps)
 	rep.BytesAfter = len(out)
 	return out, rep, nil
+}
+
+// state holds the buffers of one Request call. States are pooled so that a
+// request reuses the decoding arena of an earlier one instead of allocating
+// (and later collecting) a copy of its body; nothing in a returned body or
+// Report refers to them, so no output depends on the pool.
+type state struct {
+	arena []byte  // decoded texts (scanner.arena)
+	nls   []int32 // their line ends (scanner.nls)
+	marks []mark  // their offset marks (scanner.marks)
+}
+
+// maxPooled bounds the arena a pooled state keeps, so that one huge request
+// does not pin its size in memory.
+const maxPooled = 16 << 20
+
+var states = sync.Pool{New: func() any { return new(state) }}
+
+// release returns st to the pool.
+func (st *state) release() {
+	if cap(st.arena) > maxPooled {
+		st.arena, st.nls, st.marks = nil, nil, nil
+	}
+	states.Put(st)
 }
 
 // textPart is one analysable text part.

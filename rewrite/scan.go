@@ -66,13 +66,22 @@ type scanner struct {
 	n     int // bytes used in arena
 	// nls holds the line ends of every decoded text, back to back.
 	nls []int32
+	// marks holds the marks of every decoded text, back to back.
+	marks []mark
+	st    *state // buffers to reuse, or nil
 }
 
 var errSyntax = ErrInvalidJSON
 
 // scan validates body as one JSON object and locates the parts of contents.
 func scan(body []byte) (*request, error) {
-	s := &scanner{b: body}
+	return scanWith(body, &state{})
+}
+
+// scanWith is scan with the arena and line ends of st, which the returned
+// request's texts then view: st must not be reused while they are in use.
+func scanWith(body []byte, st *state) (*request, error) {
+	s := &scanner{b: body, st: st}
 	req := &request{}
 	s.ws()
 	if s.pos >= len(s.b) || s.b[s.pos] != '{' {
@@ -107,12 +116,16 @@ func scan(body []byte) (*request, error) {
 	if seen == 0 {
 		return nil, ErrNoContents
 	}
+	if st != nil && s.arena != nil {
+		st.arena, st.nls, st.marks = s.arena, s.nls, s.marks
+	}
 	// The arena is never written again: share it rather than copy it.
 	all := unsafe.String(unsafe.SliceData(s.arena), s.n)
 	for i := range req.contents {
 		for j := range req.contents[i].parts {
 			if d := &req.contents[i].parts[j].dec; d.nlEnd > 0 {
 				d.nl = s.nls[d.nlOff:d.nlEnd:d.nlEnd]
+				d.marks = s.marks[d.markOff:d.markEnd:d.markEnd]
 				d.text = all[d.off : d.off+int(d.nl[len(d.nl)-1])]
 			}
 		}
@@ -278,15 +291,14 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 	start := s.pos
 	b := s.b
 	if s.arena == nil {
-		s.arena = make([]byte, len(b))
-		s.nls = make([]int32, 0, len(b)/32+64)
+		s.grow()
 	}
 	// Local copies keep the hot loop free of heap writes. The arena offset
 	// n never passes the body offset i (decoding never grows a string), so
 	// eight-byte stores at n stay inside the arena whenever the eight-byte
 	// load at i stays inside the body.
 	out, n, nls := s.arena, s.n, s.nls
-	d := decoded{off: n, nlOff: len(nls)}
+	d := decoded{off: n, nlOff: len(nls), markOff: len(s.marks)}
 	esc := false
 	next := markEvery
 	i := start
@@ -320,61 +332,67 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 			s.n = n
 			s.nls = append(nls, int32(n-d.off))
 			d.nlEnd = len(s.nls)
+			d.markEnd = len(s.marks)
 			return span{start, i}, esc, d, nil
 		case c == '\\':
 			esc = true
 			if i+1 >= len(b) {
 				return span{}, false, d, errSyntax
 			}
-			switch e := b[i+1]; e {
-			case 'n':
-				nls = append(nls, int32(n-d.off))
-				out[n] = '\n'
+			// One table look-up for the one-byte escapes, which are almost
+			// all the escapes of real text (\n, \t, \", \\).
+			if v := escByte[b[i+1]]; v != 0 {
+				if v == '\n' {
+					nls = append(nls, int32(n-d.off))
+				}
+				out[n] = v
 				n++
 				i += 2
-			case 't':
-				out[n] = '\t'
-				n++
-				i += 2
-			case '"', '\\', '/':
-				out[n] = e
-				n++
-				i += 2
-			case 'r':
-				out[n] = '\r'
-				n++
-				i += 2
-			case 'b', 'f', 'u':
-				if e == 'u' {
-					if i+6 > len(b) {
+			} else if b[i+1] == 'u' {
+				if i+6 > len(b) {
+					return span{}, false, d, errSyntax
+				}
+				for _, h := range b[i+2 : i+6] {
+					if hexVal(h) < 0 {
 						return span{}, false, d, errSyntax
 					}
-					for _, h := range b[i+2 : i+6] {
+				}
+				if i+12 <= len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+					for _, h := range b[i+8 : i+12] {
 						if hexVal(h) < 0 {
 							return span{}, false, d, errSyntax
-						}
-					}
-					if i+12 <= len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
-						for _, h := range b[i+8 : i+12] {
-							if hexVal(h) < 0 {
-								return span{}, false, d, errSyntax
-							}
 						}
 					}
 				}
 				r, k := decodeEscape(b[i:])
 				n += utf8.EncodeRune(out[n:], r)
 				i += k
-			default:
+			} else {
 				return span{}, false, d, errSyntax
 			}
 			if u := n - d.off; u >= next {
-				d.marks = append(d.marks, mark{int32(u), int32(i - start)})
+				s.marks = append(s.marks, mark{int32(u), int32(i - start)})
 				next = u + markEvery
 			}
 		default: // a control byte
 			return span{}, false, d, errSyntax
 		}
+	}
+}
+
+// grow sets up the arena and line ends for a body, reusing the buffers of
+// s.st when they are large enough. Bytes past s.n are never read, so a
+// reused arena needs no clearing.
+func (s *scanner) grow() {
+	if st := s.st; st != nil && cap(st.arena) >= len(s.b) {
+		s.arena = st.arena[:len(s.b)]
+	} else {
+		s.arena = make([]byte, len(s.b))
+	}
+	if st := s.st; st != nil && cap(st.nls) >= len(s.b)/32+64 {
+		s.nls, s.marks = st.nls[:0], st.marks[:0]
+	} else {
+		s.nls = make([]int32, 0, len(s.b)/32+64)
 	}
 }
 
@@ -628,15 +646,20 @@ type mark struct{ u, r int32 }
 
 // markEvery is the spacing, in unescaped bytes, of the marks recorded by
 // textStr, which bounds the walk of rawOffsets.
-const markEvery = 4096
+const markEvery = 256
+
+// escByte maps the byte after a backslash to the byte it stands for, for
+// the one-byte JSON escapes; zero for "u" and invalid escapes.
+var escByte = [256]byte{'n': '\n', 't': '\t', '"': '"', '\\': '\\', '/': '/', 'r': '\r', 'b': '\b', 'f': '\f'}
 
 // decoded is a text string decoded by textStr.
 type decoded struct {
-	off          int // start of text in the scanner's arena
-	nlOff, nlEnd int // nl in the scanner's nls, set by textStr
-	text         string
-	marks        []mark
-	nl           []int32 // offsets of "\n" in text, then len(text) (see lines)
+	off              int // start of text in the scanner's arena
+	nlOff, nlEnd     int // nl in the scanner's nls, set by textStr
+	markOff, markEnd int // marks in the scanner's marks, set by textStr
+	text             string
+	marks            []mark
+	nl               []int32 // offsets of "\n" in text, then len(text) (see lines)
 }
 
 // decodeString decodes the contents of a JSON string (without quotes) with
@@ -649,6 +672,7 @@ func decodeString(raw []byte) (decoded, error) {
 		return d, err
 	}
 	d.nl = s.nls[d.nlOff:d.nlEnd:d.nlEnd]
+	d.marks = s.marks[d.markOff:d.markEnd:d.markEnd]
 	d.text = string(s.arena[:s.n])
 	return d, nil
 }
