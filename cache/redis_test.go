@@ -115,3 +115,26 @@ func TestRedisSlowBudget(t *testing.T) {
 		t.Errorf("redis stats = %+v, want a read error and down", st)
 	}
 }
+
+// TestRedisQueueFull: with a Redis that never answers, RecordServed never
+// blocks; what does not fit in the queue is dropped and counted.
+func TestRedisQueueFull(t *testing.T) {
+	ln := blackhole(t)
+	s := newStore(t, cache.Options{RedisURL: "redis://" + ln + "/0", RedisTimeout: 50 * time.Millisecond, RedisQueue: 2})
+	start := time.Now()
+	for i := range 100 {
+		s.RecordServed(tenantA, words("queued", 100+i), false)
+	}
+	if d := time.Since(start); d > 200*time.Millisecond {
+		t.Errorf("100 RecordServed calls with a silent Redis took %v", d)
+	}
+	s.Wait()
+	st := s.Stats().Redis
+	if st.Dropped < 90 || st.Writes != 0 || st.WriteErrors == 0 {
+		t.Errorf("redis stats = %+v, want most writes dropped, none written, a write error", st)
+	}
+	// Local verification is unaffected.
+	if !s.Verifier(tenantA).Served(words("queued", 150)) {
+		t.Error("local verification failed while Redis is silent")
+	}
+}

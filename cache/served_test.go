@@ -175,8 +175,8 @@ func TestByteBound(t *testing.T) {
 		if a.Bytes > a.MaxBytes {
 			t.Errorf("area %s: %d bytes, over its bound %d", a.Area, a.Bytes, a.MaxBytes)
 		}
-		if a.Area != cache.AreaBlocks && a.Evictions == 0 && a.Bytes < a.MaxBytes/2 {
-			t.Errorf("area %s: no evictions and only %d of %d bytes after 10x the budget", a.Area, a.Bytes, a.MaxBytes)
+		if a.Area != cache.AreaBlocks && (a.Evictions == 0 || a.Bytes < a.MaxBytes/2) {
+			t.Errorf("area %s: %d evictions, %d of %d bytes after 10x the budget; want evictions and a full area", a.Area, a.Evictions, a.Bytes, a.MaxBytes)
 		}
 	}
 	if total > maxBytes {
