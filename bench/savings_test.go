@@ -1,10 +1,14 @@
 package bench
 
 import (
+	"bytes"
 	"log/slog"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -40,5 +44,34 @@ func TestRunSavings(t *testing.T) {
 		t.Logf("%-14s %-9s naive %8d proxy %8d ideal %8d saved %5.1f%% ideal %5.1f%% share %5.1f%% changed %d unflat %d match %v cached n/p/i %d/%d/%d bytes %d/%d/%d err %v",
 			r.Name, r.Kind, r.Naive.Prompt, r.Proxy.Prompt, r.Ideal.Prompt, 100*r.Saved(), 100*r.IdealSaved(), 100*r.ShareOfIdeal(), r.Changed, r.Unflattened, r.AnswersMatch,
 			r.Naive.Cached, r.Proxy.Cached, r.Ideal.Cached, r.Naive.Bytes, r.Proxy.Bytes, r.Ideal.Bytes, r.Errors)
+	}
+}
+
+func TestRunOverheadAndChart(t *testing.T) {
+	emuURL, proxyURL, _ := stack(t)
+	up, _ := url.Parse(emuURL)
+	plain := httptest.NewServer(PlainProxy(up))
+	t.Cleanup(plain.Close)
+	targets := []Target{{Name: TargetDirect, URL: emuURL}, {Name: TargetPlain, URL: plain.URL}, {Name: TargetRewrite, URL: proxyURL}}
+	o, err := RunOverhead(t.Context(), OverheadOptions{Targets: targets, Sizes: Sizes()[:2], Concurrency: []int{2}, CellTime: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("RunOverhead: %v", err)
+	}
+	if want := 2 * 2 * len(targets); len(o.Cells) != want {
+		t.Fatalf("RunOverhead gave %d cells, want %d", len(o.Cells), want)
+	}
+	for _, c := range o.Cells {
+		if c.Errors > 0 || c.Requests == 0 || c.P50 <= 0 || c.P99 < c.P50 {
+			t.Errorf("cell %+v: want requests without errors and 0 < p50 <= p99", c)
+		}
+	}
+	s := &Savings{Sessions: []SessionResult{{Name: "a", Naive: Tokens{Prompt: 1000}, Proxy: Tokens{Prompt: 100}, Ideal: Tokens{Prompt: 90}}}}
+	path := filepath.Join(t.TempDir(), "chart.png")
+	if err := WriteChart(path, s, o); err != nil {
+		t.Fatalf("WriteChart: %v", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Errorf("chart is not a PNG (%d bytes, %v)", len(b), err)
 	}
 }

@@ -1,0 +1,453 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Target is one configuration the overhead runner sends requests to.
+type Target struct {
+	// Name labels the configuration, e.g. "direct" or "proxy-rewrite".
+	Name string `json:"name"`
+	// URL is its base URL.
+	URL string `json:"url"`
+	// PID, when non-zero, is the process serving it; its CPU time and
+	// resident memory are read from /proc.
+	PID int `json:"pid,omitempty"`
+}
+
+// Size is one request shape of the overhead runner.
+type Size struct {
+	// Name labels it ("small", "medium", "large").
+	Name string `json:"name"`
+	// Body is the generateContent request body.
+	Body []byte `json:"-"`
+	// Turns is the number of contents in Body.
+	Turns int `json:"turns"`
+}
+
+// Sizes returns the standard request shapes: small (about 1 KB, one turn),
+// medium (about 70 KB, six turns re-sending a file) and large (about 1 MB,
+// documents of the corpus re-sent over six turns).
+func Sizes() []Size {
+	small := []map[string]any{userText(strings.Repeat("Explain the difference between a slice and an array in Go. ", 17))}
+	scan := fence("go", "scan.go", Document("scan.go.txt"))
+	var medium []map[string]any
+	for i := range 3 {
+		medium = append(medium, userText("Here is my file:\n\n"+scan+fmt.Sprintf("\n\nQuestion %d about it?", i+1)))
+		if i < 2 {
+			medium = append(medium, modelText(fmt.Sprintf("Answer %d: the Scanner splits input into tokens.", i+1)))
+		}
+	}
+	var docs strings.Builder
+	for _, f := range []string{"reverseproxy.go.txt", "scan.go.txt", "sort.go.txt", "chats.go.txt", "HACKING.md", "wasm_exec.js", "memmove_amd64.s.txt", "gcc_libinit.c.txt", "MPL-2.0.txt", "Apache-2.0.txt"} {
+		docs.WriteString(fence("", f, Document(f)) + "\n")
+	}
+	var large []map[string]any
+	for i := range 6 {
+		if i%2 == 0 {
+			large = append(large, userText(fmt.Sprintf("Context:\n\n%s\nQuestion %d?", docs.String(), i/2+1)))
+		} else {
+			large = append(large, modelText("Noted."))
+		}
+	}
+	// Grow the last user turn with more real text until about 1 MB.
+	for body(large) < 1<<20-len(docs.String()) {
+		large[len(large)-1]["parts"].([]map[string]any)[0]["text"] = docs.String() + large[len(large)-1]["parts"].([]map[string]any)[0]["text"].(string)
+	}
+	return []Size{
+		{Name: "small", Body: mustJSON(map[string]any{"contents": small}), Turns: len(small)},
+		{Name: "medium", Body: mustJSON(map[string]any{"contents": medium}), Turns: len(medium)},
+		{Name: "large", Body: mustJSON(map[string]any{"contents": large}), Turns: len(large)},
+	}
+}
+
+func userText(s string) map[string]any {
+	return map[string]any{"role": "user", "parts": []map[string]any{{"text": s}}}
+}
+
+func modelText(s string) map[string]any {
+	return map[string]any{"role": "model", "parts": []map[string]any{{"text": s}}}
+}
+
+func body(contents []map[string]any) int { return len(mustJSON(map[string]any{"contents": contents})) }
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// OverheadOptions configures RunOverhead.
+type OverheadOptions struct {
+	// Targets are the configurations; the first is the baseline the added
+	// latency is measured against (direct to the upstream).
+	Targets []Target
+	// Sizes are the request shapes; nil means Sizes().
+	Sizes []Size
+	// Concurrency levels; nil means 1, 16 and 64.
+	Concurrency []int
+	// Model is the model in the request path; empty means gemini-2.5-flash.
+	Model string
+	// APIKey is sent as x-goog-api-key; empty means "bench-overhead".
+	APIKey string
+	// CellTime is the time spent on one (size, mode, concurrency) cell,
+	// shared by all targets; at least two rounds always run. Zero means 2s.
+	CellTime time.Duration
+	// Deadline, when set, ends the run: cells not started by then are
+	// skipped and reported as such.
+	Deadline time.Time
+	// Progress, when set, receives one line per cell.
+	Progress io.Writer
+}
+
+// Cell is the measurement of one target in one (size, mode, concurrency)
+// cell.
+type Cell struct {
+	Size        string `json:"size"`
+	Mode        string `json:"mode"` // "unary" or "sse"
+	Concurrency int    `json:"concurrency"`
+	Target      string `json:"target"`
+	Requests    int    `json:"requests"`
+	Errors      int    `json:"errors"`
+	// P50 and P99 are the latencies (request sent to last body byte read).
+	P50 time.Duration `json:"p50_ns"`
+	P99 time.Duration `json:"p99_ns"`
+	// AddedP50 and AddedP99 are P50 and P99 minus the baseline target's.
+	AddedP50 time.Duration `json:"added_p50_ns"`
+	AddedP99 time.Duration `json:"added_p99_ns"`
+	// Throughput is requests per second while this target was loaded.
+	Throughput float64 `json:"throughput_rps"`
+	// CPUPer1000 is the target process's CPU seconds per 1,000 requests;
+	// zero without a PID.
+	CPUPer1000 float64 `json:"cpu_seconds_per_1000,omitempty"`
+}
+
+// ProcessStats is the memory of a target process.
+type ProcessStats struct {
+	Target string `json:"target"`
+	// IdleRSS is the resident set before the first request, PeakRSS the
+	// high-water mark (VmHWM) at the end, in bytes.
+	IdleRSS int64 `json:"idle_rss_bytes"`
+	PeakRSS int64 `json:"peak_rss_bytes"`
+	// CPUPer1000 is CPU seconds per 1,000 requests over the whole run.
+	CPUPer1000 float64 `json:"cpu_seconds_per_1000"`
+	Requests   int     `json:"requests"`
+}
+
+// Overhead is the result of RunOverhead.
+type Overhead struct {
+	Cells     []Cell         `json:"cells"`
+	Processes []ProcessStats `json:"processes,omitempty"`
+	// Skipped lists the cells left out because the deadline passed.
+	Skipped []string `json:"skipped,omitempty"`
+}
+
+// RunOverhead measures every target in every cell, alternating targets
+// batch by batch (the starting target rotates each round), so that slow
+// phases of the machine hit every configuration alike.
+func RunOverhead(ctx context.Context, o OverheadOptions) (*Overhead, error) {
+	if len(o.Targets) == 0 {
+		return nil, fmt.Errorf("bench: overhead needs at least one target")
+	}
+	if o.Sizes == nil {
+		o.Sizes = Sizes()
+	}
+	if o.Concurrency == nil {
+		o.Concurrency = []int{1, 16, 64}
+	}
+	if o.Model == "" {
+		o.Model = defaultModel
+	}
+	if o.APIKey == "" {
+		o.APIKey = "bench-overhead"
+	}
+	if o.CellTime <= 0 {
+		o.CellTime = 2 * time.Second
+	}
+	clients := make([]*http.Client, len(o.Targets))
+	for i := range clients {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 256
+		tr.DisableCompression = true
+		clients[i] = &http.Client{Transport: tr}
+		defer tr.CloseIdleConnections()
+	}
+	out := &Overhead{}
+	cpu0 := make([]float64, len(o.Targets))
+	totalReqs := make([]int, len(o.Targets))
+	for i, t := range o.Targets {
+		if t.PID != 0 {
+			st, err := readProc(t.PID)
+			if err != nil {
+				return nil, err
+			}
+			out.Processes = append(out.Processes, ProcessStats{Target: t.Name, IdleRSS: st.rss})
+			cpu0[i] = st.cpu
+		}
+	}
+	for _, size := range o.Sizes {
+		for _, mode := range []string{"unary", "sse"} {
+			for _, conc := range o.Concurrency {
+				cellName := fmt.Sprintf("%s/%s/c%d", size.Name, mode, conc)
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				if !o.Deadline.IsZero() && time.Now().After(o.Deadline) {
+					out.Skipped = append(out.Skipped, cellName)
+					continue
+				}
+				cells := runCell(ctx, o, clients, size, mode, conc)
+				for i := range cells {
+					totalReqs[i] += cells[i].Requests
+				}
+				out.Cells = append(out.Cells, cells...)
+				if o.Progress != nil {
+					fmt.Fprintf(o.Progress, "bench: overhead %-16s", cellName)
+					for _, c := range cells {
+						fmt.Fprintf(o.Progress, "  %s p50 %s", c.Target, fmtDur(c.P50))
+					}
+					fmt.Fprintln(o.Progress)
+				}
+			}
+		}
+	}
+	pi := 0
+	for i, t := range o.Targets {
+		if t.PID == 0 {
+			continue
+		}
+		st, err := readProc(t.PID)
+		if err != nil {
+			return nil, err
+		}
+		p := &out.Processes[pi]
+		pi++
+		p.PeakRSS, p.Requests = st.hwm, totalReqs[i]
+		if totalReqs[i] > 0 {
+			p.CPUPer1000 = (st.cpu - cpu0[i]) * 1000 / float64(totalReqs[i])
+		}
+	}
+	return out, nil
+}
+
+// batch sizes per concurrency: enough requests that each connection is
+// reused, few enough that a round stays short.
+func batchSize(conc int, size Size) int {
+	n := max(4*conc, 16)
+	if len(size.Body) > 512<<10 {
+		n = max(conc, 4)
+	}
+	return n
+}
+
+func runCell(ctx context.Context, o OverheadOptions, clients []*http.Client, size Size, mode string, conc int) []Cell {
+	n := len(o.Targets)
+	lat := make([][]time.Duration, n)
+	busy := make([]time.Duration, n)
+	errs := make([]int, n)
+	cpu := make([]float64, n)
+	start := time.Now()
+	method := "generateContent"
+	query := ""
+	if mode == "sse" {
+		method, query = "streamGenerateContent", "?alt=sse"
+	}
+	bs := batchSize(conc, size)
+	for round := 0; round < 2 || time.Since(start) < o.CellTime; round++ {
+		if ctx.Err() != nil || (!o.Deadline.IsZero() && time.Now().After(o.Deadline) && round >= 1) {
+			break
+		}
+		for k := range n {
+			i := (k + round) % n
+			t := o.Targets[i]
+			url := strings.TrimSuffix(t.URL, "/") + "/v1beta/models/" + o.Model + ":" + method + query
+			var c0 float64
+			if t.PID != 0 {
+				if st, err := readProc(t.PID); err == nil {
+					c0 = st.cpu
+				}
+			}
+			l, e, d := loadBatch(ctx, clients[i], url, o.APIKey, size.Body, conc, bs)
+			if t.PID != 0 {
+				if st, err := readProc(t.PID); err == nil {
+					cpu[i] += st.cpu - c0
+				}
+			}
+			lat[i] = append(lat[i], l...)
+			errs[i] += e
+			busy[i] += d
+		}
+	}
+	cells := make([]Cell, n)
+	for i, t := range o.Targets {
+		c := Cell{Size: size.Name, Mode: mode, Concurrency: conc, Target: t.Name, Requests: len(lat[i]) + errs[i], Errors: errs[i]}
+		c.P50, c.P99 = percentile(lat[i], 0.50), percentile(lat[i], 0.99)
+		if busy[i] > 0 {
+			c.Throughput = float64(len(lat[i])) / busy[i].Seconds()
+		}
+		if t.PID != 0 && c.Requests > 0 {
+			c.CPUPer1000 = cpu[i] * 1000 / float64(c.Requests)
+		}
+		cells[i] = c
+	}
+	for i := range cells {
+		cells[i].AddedP50 = cells[i].P50 - cells[0].P50
+		cells[i].AddedP99 = cells[i].P99 - cells[0].P99
+	}
+	return cells
+}
+
+// loadBatch sends total requests with conc workers and returns the
+// latencies of the successful ones, the number of failures and the wall
+// time.
+func loadBatch(ctx context.Context, c *http.Client, url, key string, body []byte, conc, total int) ([]time.Duration, int, time.Duration) {
+	var mu sync.Mutex
+	var lat []time.Duration
+	errs := 0
+	next := make(chan struct{}, total)
+	for range total {
+		next <- struct{}{}
+	}
+	close(next)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			for range next {
+				t0 := time.Now()
+				err := do(ctx, c, url, key, body)
+				d := time.Since(t0)
+				mu.Lock()
+				if err != nil {
+					errs++
+				} else {
+					lat = append(lat, d)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return lat, errs, time.Since(start)
+}
+
+func do(ctx context.Context, c *http.Client, url, key string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Goog-Api-Key", key)
+	res, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if _, err := io.Copy(io.Discard, res.Body); err != nil {
+		return err
+	}
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", res.StatusCode)
+	}
+	return nil
+}
+
+// percentile returns the q-quantile of ds (nearest rank); 0 when empty.
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// procStat is what the bench reads of a process.
+type procStat struct {
+	cpu      float64 // user + system CPU seconds
+	rss, hwm int64   // bytes
+}
+
+// clockTicks is USER_HZ, 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// readProc reads /proc/PID/stat and /proc/PID/status.
+func readProc(pid int) (procStat, error) {
+	var st procStat
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return st, fmt.Errorf("reading process stats: %w", err)
+	}
+	cpu, err := parseStat(string(b))
+	if err != nil {
+		return st, err
+	}
+	st.cpu = cpu
+	b, err = os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return st, fmt.Errorf("reading process status: %w", err)
+	}
+	st.rss, st.hwm = parseStatus(string(b))
+	return st, nil
+}
+
+// parseStat returns utime+stime in seconds from a /proc/PID/stat line.
+// The command name (field 2) may contain spaces, so fields are counted
+// after its closing parenthesis.
+func parseStat(s string) (float64, error) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("bench: malformed /proc stat")
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("bench: short /proc stat")
+	}
+	u, err1 := strconv.ParseFloat(f[11], 64)
+	sy, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("bench: malformed /proc stat times")
+	}
+	return (u + sy) / clockTicks, nil
+}
+
+// parseStatus returns VmRSS and VmHWM in bytes from /proc/PID/status.
+func parseStatus(s string) (rss, hwm int64) {
+	for line := range strings.Lines(s) {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		n, _ := strconv.ParseInt(f[0], 10, 64)
+		switch k {
+		case "VmRSS":
+			rss = n << 10
+		case "VmHWM":
+			hwm = n << 10
+		}
+	}
+	return rss, hwm
+}
+
+func fmtDur(d time.Duration) string {
+	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+}

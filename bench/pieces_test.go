@@ -1,0 +1,123 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
+)
+
+func TestParseStat(t *testing.T) {
+	// Field 2 holds spaces and a parenthesis; utime=150, stime=50 ticks.
+	line := "4242 (gemini (x) proxy) S 1 2 3 4 5 6 7 8 9 10 150 50 0 0 20 0 8 0 100 0 0"
+	got, err := parseStat(line)
+	if err != nil || got != 2.0 {
+		t.Errorf("parseStat(%q) = %v, %v, want 2, nil", line, got, err)
+	}
+	if _, err := parseStat("garbage"); err == nil {
+		t.Errorf("parseStat(garbage) succeeded")
+	}
+	rss, hwm := parseStatus("Name:\tx\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n")
+	if rss != 1<<20 || hwm != 2<<20 {
+		t.Errorf("parseStatus = %d, %d, want %d, %d", rss, hwm, 1<<20, 2<<20)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var ds []time.Duration
+	for i := 1; i <= 100; i++ {
+		ds = append(ds, time.Duration(i))
+	}
+	for _, c := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 50}, {0.99, 99}, {1, 100}, {0, 1}} {
+		if got := percentile(ds, c.q); got != c.want {
+			t.Errorf("percentile(1..100, %v) = %v, want %v", c.q, got, c.want)
+		}
+	}
+	if got := percentile(nil, 0.5); got != 0 {
+		t.Errorf("percentile(nil) = %v, want 0", got)
+	}
+}
+
+func TestParseReport(t *testing.T) {
+	for _, c := range []struct {
+		h                string
+		before, after    int
+		rules, ok        bool
+		unflattenedTurns int
+	}{
+		{"bytes=100->40; unchanged=2", 100, 40, true, true, 0},
+		{"bytes=100->100", 100, 100, false, true, 0},
+		{"bytes=90->80; unchanged=1; unflatten=3; fallback", 90, 80, true, true, 3},
+		{"", 0, 0, false, false, 0},
+	} {
+		b, a, r, ok := parseReport(c.h)
+		if b != c.before || a != c.after || r != c.rules || ok != c.ok || unflattened(c.h) != c.unflattenedTurns {
+			t.Errorf("parseReport(%q) = %d, %d, %v, %v (unflatten %d)", c.h, b, a, r, ok, unflattened(c.h))
+		}
+	}
+}
+
+// The ideal client's reference for a re-sent file must be what the rewrite
+// engine writes for the same request, byte for byte.
+func TestIdealMatchesRewrite(t *testing.T) {
+	s := askSession()
+	turn := s.Turns[2]
+	body := mustJSON(map[string]any{"contents": turn.Naive})
+	out, _, err := rewrite.Request(body, rewrite.DefaultOptions(), nil)
+	if err != nil {
+		t.Fatalf("rewrite.Request: %v", err)
+	}
+	want := string(mustJSON(map[string]any{"contents": turn.Ideal}))
+	if diff := cmp.Diff(want, string(out)); diff != "" {
+		t.Errorf("ideal request differs from the proxy's rewrite (-ideal +proxy):\n%s", diff)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	good := SessionResult{Name: "a", Kind: KindDedup, Requests: 2, Naive: Tokens{Prompt: 1000}, Proxy: Tokens{Prompt: 100}, Ideal: Tokens{Prompt: 100}, AnswersMatch: true}
+	ctl := SessionResult{Name: "c", Kind: KindControl, Requests: 1, Naive: Tokens{Prompt: 10, Bytes: 50}, Proxy: Tokens{Prompt: 10, Bytes: 50}, Ideal: Tokens{Prompt: 10}, AnswersMatch: true}
+	mk := func(rs ...SessionResult) *Savings {
+		s := &Savings{Sessions: rs, Total: SessionResult{AnswersMatch: true}, ByKind: map[Kind]SessionResult{}}
+		for _, r := range rs {
+			addResult(&s.Total, r)
+		}
+		return s
+	}
+	if err := Check(mk(good, ctl), false); err != nil {
+		t.Errorf("Check(good) = %v, want nil", err)
+	}
+	changed := ctl
+	changed.Changed, changed.Proxy.Bytes = 1, 40
+	short := good
+	short.Proxy.Prompt = 300 // 7/9 of the ideal savings
+	for name, s := range map[string]*Savings{"control changed": mk(good, changed), "below ideal share": mk(short, ctl)} {
+		if err := Check(s, false); err == nil {
+			t.Errorf("Check(%s) = nil, want an error", name)
+		}
+	}
+}
+
+func TestReplay(t *testing.T) {
+	s := askSession()
+	var rec strings.Builder
+	for _, turn := range s.Turns[:3] {
+		rec.WriteString(string(mustJSON(Record{Path: "/v1beta/models/gemini-2.5-flash:generateContent", Body: mustJSON(map[string]any{"contents": turn.Naive})})) + "\n")
+	}
+	rec.WriteString(`{"path":"/v1beta/models/custom-model:streamGenerateContent?alt=sse","body":{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}}` + "\n")
+	models, total, err := Replay(strings.NewReader(rec.String()), rewrite.DefaultOptions(), nil)
+	if err != nil {
+		t.Fatalf("Replay: %v", err)
+	}
+	if len(models) != 2 || total.Requests != 4 || total.Rewritten != 2 || total.Uncounted != 0 {
+		t.Fatalf("Replay = %+v, total %+v; want 2 models, 4 requests, 2 rewritten, all counted", models, total)
+	}
+	if total.TokensAfter >= total.TokensBefore || models[1].Saved() <= 0.3 {
+		t.Errorf("Replay saved %d -> %d tokens (gemini-2.5-flash %.2f), want a saving", total.TokensBefore, total.TokensAfter, models[1].Saved())
+	}
+}
