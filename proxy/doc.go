@@ -37,6 +37,14 @@
 // no prompt, response or credential in it. Tenants are HMACs of the
 // caller's credential (see Options.TenantSecret).
 //
+// Savings are counted only for a rewritten body the upstream accepted
+// with a 2xx (never after a fallback): bytes removed per rule, and tokens
+// saved estimated as bytes removed × the model's tokens per byte, a ratio
+// calibrated in the background from the usageMetadata of rewritten
+// requests, or from exact countTokens samples of the original request
+// (Options.CountTokensSampleRate, rate-limited, off the request path).
+// Dollars saved and spent come from Options.Prices; see package metrics.
+//
 // AdminHandler serves /metrics, /healthz, /readyz and optionally pprof on
 // a separate listener; the proxy listener serves only the Gemini API.
 package proxy
