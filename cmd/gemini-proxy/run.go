@@ -26,6 +26,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the proxy", serveFlags, serve},
+		{"bench", "measure savings on a session corpus and the proxy's latency, CPU and memory; replay recorded requests", benchFlags, benchCommand},
 		{"demo", "run emulator and proxy in-process, drive a naive conversation through both, print the savings", demoFlags, demo},
 		{"emulator", "run the local Gemini API emulator (no API key or network needed)", emulatorFlags, runEmulator},
 		{"config", "print the effective configuration, secrets redacted", configFlags, printConfig},

@@ -19,7 +19,10 @@ import (
 	"github.com/spf13/pflag"
 )
 
-func serveFlags(fs *pflag.FlagSet) { config.BindFlags(fs) }
+func serveFlags(fs *pflag.FlagSet) {
+	config.BindFlags(fs)
+	fs.String("record", "", "append generate requests (path without key, JSON body; never headers) to this file, created 0600, for bench --replay")
+}
 
 func serve(ctx context.Context, fs *pflag.FlagSet, _, stderr io.Writer) error {
 	c, err := config.Load(fs)
@@ -27,12 +30,21 @@ func serve(ctx context.Context, fs *pflag.FlagSet, _, stderr io.Writer) error {
 		return err
 	}
 	logger := newLogger(c.Log, stderr)
+	if path, _ := fs.GetString("record"); path != "" {
+		rec, err := newRecorder(path, int64(c.Rewrite.MaxBodyBytes), logger)
+		if err != nil {
+			return err
+		}
+		defer rec.Close()
+		return serveConfig(ctx, c, logger, nil, rec.wrap)
+	}
 	return serveConfig(ctx, c, logger, nil)
 }
 
 // serveConfig runs the proxy and admin listeners for c until ctx is done.
 // started, when not nil, receives the bound addresses once both listen.
-func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, started func(proxyAddr, adminAddr string)) error {
+// wrap, applied in order, wraps the proxy handler (serve --record).
+func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, started func(proxyAddr, adminAddr string), wrap ...func(http.Handler) http.Handler) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -72,7 +84,11 @@ func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, star
 	}
 
 	var ready atomic.Bool
-	pl, err := listen("proxy", c.Server.Listen, h, c.Server, logger)
+	var ph http.Handler = h
+	for _, w := range wrap {
+		ph = w(ph)
+	}
+	pl, err := listen("proxy", c.Server.Listen, ph, c.Server, logger)
 	if err != nil {
 		return err
 	}

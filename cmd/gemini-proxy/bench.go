@@ -1,0 +1,330 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gemini-proxy/gemini-proxy/bench"
+	"github.com/gemini-proxy/gemini-proxy/config"
+	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+)
+
+func benchFlags(fs *pflag.FlagSet) {
+	fs.Bool("quick", false, "CI-sized run: short overhead cells, whole run under a minute")
+	fs.Bool("check", false, "exit non-zero unless the savings targets are met (total savings, share of the ideal, control sessions unchanged)")
+	fs.String("out", "", "directory for result.json, bench.md and chart.png")
+	fs.String("replay", "", "replay recorded requests (serve --record FILE) through the rewrite engine and report the savings per model")
+	fs.String("proxy-url", "", "measure a running proxy at this URL (with --upstream-url) instead of the in-process stack")
+	fs.String("upstream-url", "", "the upstream the running proxy forwards to (with --proxy-url)")
+	fs.Bool("savings", true, "measure savings on the session corpus")
+	fs.Bool("overhead", true, "measure latency, throughput, CPU and memory")
+	fs.Duration("time-limit", 0, "hard limit for the overhead measurement (0: 25s with --quick, 12m otherwise)")
+	fs.String("plain-proxy", "", "internal: serve a plain httputil.ReverseProxy to this upstream on loopback (the overhead reference)")
+	_ = fs.MarkHidden("plain-proxy")
+}
+
+// benchCommand runs `gemini-proxy bench`.
+func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writer) error {
+	if up, _ := fs.GetString("plain-proxy"); up != "" {
+		return servePlainProxy(ctx, up, stdout)
+	}
+	if path, _ := fs.GetString("replay"); path != "" {
+		return benchReplay(path, stdout)
+	}
+	quick, _ := fs.GetBool("quick")
+	check, _ := fs.GetBool("check")
+	outDir, _ := fs.GetString("out")
+	proxyURL, _ := fs.GetString("proxy-url")
+	upstreamURL, _ := fs.GetString("upstream-url")
+	doSavings, _ := fs.GetBool("savings")
+	doOverhead, _ := fs.GetBool("overhead")
+	limit, _ := fs.GetDuration("time-limit")
+	if (proxyURL == "") != (upstreamURL == "") {
+		fmt.Fprintln(stderr, "gemini-proxy bench: --proxy-url and --upstream-url go together")
+		return errUsage
+	}
+	if check && !doSavings {
+		fmt.Fprintln(stderr, "gemini-proxy bench: --check needs the savings measurement")
+		return errUsage
+	}
+	if limit == 0 {
+		limit = 12 * time.Minute
+		if quick {
+			limit = 25 * time.Second
+		}
+	}
+	start := time.Now()
+	res := &bench.Result{Command: "gemini-proxy bench " + strings.Join(benchArgs(fs), " "), Date: start.UTC(), Machine: machine()}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// The in-process stack: the emulator with the scripted replies, and the
+	// proxy built exactly as serve builds it (same cache and Verifier).
+	var replies *bench.Replies
+	runID := fmt.Sprintf("%x", start.UnixNano())
+	if proxyURL == "" {
+		replies = new(bench.Replies)
+		logger := slog.New(slog.DiscardHandler)
+		emu := emulator.New(emulator.Options{Reply: replies.Reply})
+		el, err := listen("emulator", "127.0.0.1:0", emu, config.Default().Server, logger)
+		if err != nil {
+			return err
+		}
+		done := make(chan error, 2)
+		defer func() {
+			cancel()
+			for range 2 {
+				<-done
+			}
+		}()
+		go func() { done <- serveUntil(ctx, []*listener{el}, time.Second, new(atomic.Bool), logger) }()
+		upstreamURL = "http://" + el.ln.Addr().String()
+		c := config.Default()
+		c.Server.Listen, c.Admin.Listen = "127.0.0.1:0", ""
+		c.Server.ShutdownGrace = time.Second
+		c.Upstream.URL = upstreamURL
+		addrs := make(chan string, 1)
+		go func() { done <- serveConfig(ctx, c, logger, func(p, _ string) { addrs <- p }) }()
+		select {
+		case a := <-addrs:
+			proxyURL = "http://" + a
+		case err := <-done:
+			done <- nil
+			return err
+		case <-time.After(10 * time.Second):
+			return errors.New("bench: in-process proxy did not start")
+		}
+		fmt.Fprintf(stderr, "bench: emulator %s, proxy %s (in-process)\n", upstreamURL, proxyURL)
+	}
+
+	if doSavings {
+		fmt.Fprintln(stderr, "bench: savings: replaying the session corpus naive, through the proxy and ideal")
+		s, err := bench.RunSavings(ctx, bench.SavingsOptions{DirectURL: upstreamURL, ProxyURL: proxyURL, Replies: replies, RunID: runID, Progress: stderr})
+		if err != nil {
+			return err
+		}
+		res.Savings = s
+		res.Verifier = s.ByKind[bench.KindFlattened].Unflattened > 0
+	}
+	if doOverhead {
+		o, err := runOverhead(ctx, quick, limit, upstreamURL, proxyURL, replies == nil, stderr)
+		if err != nil {
+			return err
+		}
+		res.Overhead = o
+	}
+	res.Duration = time.Since(start).Round(time.Millisecond)
+
+	var md bytes.Buffer
+	writeBenchMarkdown(&md, res)
+	stdout.Write(md.Bytes())
+	if outDir != "" {
+		if err := bench.WriteJSON(outDir, res); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(outDir, "bench.md"), md.Bytes(), 0o644); err != nil {
+			return err
+		}
+		if err := bench.WriteChart(filepath.Join(outDir, "chart.png"), res.Savings, res.Overhead); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "bench: wrote %s\n", outDir)
+	}
+	if check {
+		if err := bench.Check(res.Savings, res.Verifier); err != nil {
+			return fmt.Errorf("bench: savings targets missed:\n%w", err)
+		}
+		fmt.Fprintf(stderr, "bench: savings targets met (total ≥ %.0f%%, each dedup session ≥ %.0f%% of the ideal, flattened ≥ %.0f%% with a verifier, control sessions unchanged)\n", 100*bench.MinTotalSaved, 100*bench.MinShareOfIdeal, 100*bench.MinFlattenedShareOfIdeal)
+	}
+	return nil
+}
+
+// benchArgs lists the flags set on the command line, for the record.
+func benchArgs(fs *pflag.FlagSet) []string {
+	var out []string
+	fs.Visit(func(f *pflag.Flag) {
+		if f.Value.Type() == "bool" && f.Value.String() == "true" {
+			out = append(out, "--"+f.Name)
+			return
+		}
+		out = append(out, "--"+f.Name+"="+f.Value.String())
+	})
+	return out
+}
+
+func machine() string {
+	cpu := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		if m := regexp.MustCompile(`(?m)^model name\s*:\s*(.+)$`).FindSubmatch(b); m != nil {
+			cpu = string(m[1]) + ", "
+		}
+	}
+	return fmt.Sprintf("%s%d CPUs (GOMAXPROCS %d), %s/%s, %s", cpu, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+// runOverhead starts the plain Go proxy and the proxy with rewriting off
+// and on as child processes of this binary (so that their CPU time and
+// memory are their own), then measures them next to direct requests. With
+// external (a running proxy given by URL), that proxy replaces the two
+// child proxies.
+func runOverhead(ctx context.Context, quick bool, limit time.Duration, upstreamURL, proxyURL string, external bool, stderr io.Writer) (*bench.Overhead, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("bench: locating own binary: %w", err)
+	}
+	targets := []bench.Target{{Name: bench.TargetDirect, URL: upstreamURL}}
+	type child struct {
+		name string
+		args []string
+		env  []string
+	}
+	children := []child{{bench.TargetPlain, []string{"bench", "--plain-proxy", upstreamURL}, nil}}
+	if !external {
+		serveArgs := []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--upstream", upstreamURL}
+		children = append(children,
+			child{bench.TargetPassThrough, serveArgs, []string{"GEMINI_PROXY_REWRITE_ENABLED=false"}},
+			child{bench.TargetRewrite, serveArgs, []string{"GEMINI_PROXY_REWRITE_ENABLED=true"}})
+	}
+	for _, ch := range children {
+		addr, pid, stop, err := startChild(ctx, exe, ch.args, ch.env)
+		if err != nil {
+			return nil, fmt.Errorf("bench: starting %s: %w", ch.name, err)
+		}
+		defer stop()
+		targets = append(targets, bench.Target{Name: ch.name, URL: "http://" + addr, PID: pid})
+	}
+	if external {
+		targets = append(targets, bench.Target{Name: "proxy (" + proxyURL + ")", URL: proxyURL})
+	}
+	cell := 15 * time.Second
+	if quick {
+		cell = 500 * time.Millisecond
+	}
+	fmt.Fprintf(stderr, "bench: overhead: %d configurations alternating, %s per cell, time limit %s\n", len(targets), cell, limit)
+	return bench.RunOverhead(ctx, bench.OverheadOptions{Targets: targets, CellTime: cell, Deadline: time.Now().Add(limit), Progress: stderr})
+}
+
+var listenAddrRE = regexp.MustCompile(`listener=(?:proxy|plain) addr=(\S+)`)
+
+// startChild runs exe with args and waits for its "listening" log line.
+// stop interrupts the child and waits for it (killing it after 5s).
+func startChild(ctx context.Context, exe string, args, env []string) (addr string, pid int, stop func(), err error) {
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(cmd.Env, "GEMINI_PROXY_LOG_LEVEL=info", "GEMINI_PROXY_LOG_FORMAT=text")
+	pr, pw := io.Pipe()
+	cmd.Stderr, cmd.Stdout = pw, pw
+	if err := cmd.Start(); err != nil {
+		return "", 0, nil, err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); pw.Close(); close(exited) }()
+	stop = func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if m := listenAddrRE.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case found <- m[1]:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	select {
+	case addr = <-found:
+		return addr, cmd.Process.Pid, stop, nil
+	case <-exited:
+		return "", 0, nil, errors.New("exited before listening")
+	case <-ctx.Done():
+		stop()
+		return "", 0, nil, ctx.Err()
+	case <-time.After(15 * time.Second):
+		stop()
+		return "", 0, nil, errors.New("no listening line within 15s")
+	}
+}
+
+// servePlainProxy serves bench.PlainProxy on loopback until ctx is done,
+// announcing its address on w.
+func servePlainProxy(ctx context.Context, upstream string, w io.Writer) error {
+	up, err := url.Parse(upstream)
+	if err != nil {
+		return fmt.Errorf("--plain-proxy: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(w, nil))
+	l, err := listen("plain", "127.0.0.1:0", bench.PlainProxy(up), config.Default().Server, logger)
+	if err != nil {
+		return err
+	}
+	return serveUntil(ctx, []*listener{l}, time.Second, new(atomic.Bool), logger)
+}
+
+// benchReplay reports what the proxy would have saved on a recording.
+func benchReplay(path string, w io.Writer) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	opts, err := proxyOptions(config.Default())
+	if err != nil {
+		return err
+	}
+	// A fresh cache has served nothing, so it verifies nothing: nil.
+	models, total, err := bench.Replay(f, opts.Rewrite.Options, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "Replay of %s through the rewrite engine (default options, fresh cache: no transcript is verified, so none is un-flattened).\nTokens are counted by the emulator's tokenizer.\n\n", path)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "model\trequests\trewritten\trefused\tbytes before\tafter\ttokens before\tafter\tsaved\t")
+	for _, m := range append(models, total) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f%%\t\n", m.Model, m.Requests, m.Rewritten, m.Failed, m.BytesBefore, m.BytesAfter, m.TokensBefore, m.TokensAfter, 100*m.Saved())
+	}
+	return tw.Flush()
+}
+
+// writeBenchMarkdown prints the run's tables.
+func writeBenchMarkdown(w io.Writer, r *bench.Result) {
+	fmt.Fprintf(w, "Command: `%s`  \nDate: %s  \nMachine: %s  \nDuration: %s\n", r.Command, r.Date.Format(time.RFC3339), r.Machine, r.Duration)
+	if r.Savings != nil {
+		fmt.Fprintf(w, "\n### Savings (prompt tokens from the emulator's usageMetadata)\n\n")
+		if !r.Verifier {
+			fmt.Fprintln(w, "The proxy un-flattened no transcript (no Verifier of served responses): flattened sessions are reported, not checked.")
+			fmt.Fprintln(w)
+		}
+		bench.WriteSavingsTable(w, r.Savings, r.Verifier)
+	}
+	if r.Overhead != nil {
+		fmt.Fprintf(w, "\n### Overhead (added = minus direct to the emulator, same cell, measured alternately)\n\n")
+		bench.WriteOverheadTables(w, r.Overhead)
+	}
+}
