@@ -74,10 +74,32 @@ func DefaultOptions() Options {
 // Verifier reports whether a flattened transcript segment is a response this
 // proxy served to the same tenant. Implementations must be safe for
 // concurrent use. A nil Verifier verifies nothing.
+//
+// A Verifier that also implements Memo is used as the tenant's analysis
+// memo as well (see Request).
 type Verifier interface {
 	// Served reports whether text matches, in full or as a long prefix after
 	// whitespace normalisation, a response served to the tenant.
 	Served(text string) bool
+}
+
+// Memo stores analysis results between requests of one tenant. Values are
+// opaque to the caller. Implementations must be safe for concurrent use;
+// GetAnalysis may miss at any time (eviction).
+//
+// Request uses a Memo when its Verifier also implements this interface.
+// Keys are hex strings (64 digits) derived from hashes of the request, never
+// prompt text; values are at most a few bytes per block found in a turn.
+// The rewrite never depends on what a Memo returns: a value that is missing,
+// stale, truncated or corrupted only costs the analysis it would have
+// saved.
+type Memo interface {
+	// GetAnalysis returns the value last stored under key, if it is still
+	// held. The caller does not modify it.
+	GetAnalysis(key string) ([]byte, bool)
+	// SetAnalysis stores value under key; it may drop it. The memo may keep
+	// value without copying it.
+	SetAnalysis(key string, value []byte)
 }
 
 // Replacement describes one span that the rewrite replaced.

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -189,4 +190,58 @@ func idealSize(tb testing.TB, body []byte, refBytes int) int {
 		tb.Fatal(err)
 	}
 	return len(out)
+}
+
+// BenchmarkTurn50 rewrites turn 50 of a realistic session (a 300-line file
+// re-sent in every user turn, 51 contents) with the memo its previous
+// request left (49 turns known, 2 new) and with an empty memo, timed in
+// the same iterations, and reports both and their ratio (issue 4: turn N
+// only analyses what is new).
+func BenchmarkTurn50(b *testing.B) {
+	full := session(51, 300)
+	var req struct {
+		Contents         []json.RawMessage `json:"contents"`
+		GenerationConfig json.RawMessage   `json:"generationConfig"`
+	}
+	if err := json.Unmarshal(full, &req); err != nil {
+		b.Fatal(err)
+	}
+	prev, err := json.Marshal(map[string]any{"contents": req.Contents[:49], "generationConfig": req.GenerationConfig})
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts := DefaultOptions()
+	warm := newMapMemo()
+	if _, _, err := Request(prev, opts, memoVerifier{nil, warm}); err != nil {
+		b.Fatal(err)
+	}
+	warm.frozen = true // every iteration sees the state after the previous request
+	want, _, err := Request(full, opts, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if got, _, _ := Request(full, opts, memoVerifier{nil, warm}); !bytes.Equal(got, want) {
+		b.Fatal("warm memo changed the output")
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(full)))
+	var coldTime, warmTime time.Duration
+	n := 0
+	for b.Loop() {
+		cold := newMapMemo()
+		t0 := time.Now()
+		if _, _, err := Request(full, opts, memoVerifier{nil, cold}); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, _, err := Request(full, opts, memoVerifier{nil, warm}); err != nil {
+			b.Fatal(err)
+		}
+		coldTime += t1.Sub(t0)
+		warmTime += time.Since(t1)
+		n++
+	}
+	b.ReportMetric(float64(coldTime.Microseconds())/float64(n), "cold-µs/op")
+	b.ReportMetric(float64(warmTime.Microseconds())/float64(n), "warm-µs/op")
+	b.ReportMetric(float64(warmTime)/float64(coldTime), "warm/cold")
 }

@@ -10,6 +10,12 @@ import (
 // and a report; on any error the caller forwards the original body. Request
 // is pure and safe for concurrent use; body is never modified, and when
 // nothing changes the returned slice is body itself.
+//
+// When v also implements Memo, Request reads and stores the analysis of
+// each turn there, so that the turns a conversation re-sends are not
+// analysed again (pass one object per tenant that implements both). The
+// memo only saves work: the output is byte for byte the same with or
+// without it, whatever it returns.
 func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 	st := states.Get().(*state)
 	defer st.release()
@@ -28,6 +34,9 @@ func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 		}
 	}
 	e := newEngine(body, req, &opts)
+	if m, ok := v.(Memo); ok {
+		e.memo = m
+	}
 	e.analyse()
 	reps := e.final()
 	out := e.emit(reps)
@@ -110,6 +119,7 @@ type engine struct {
 	occs    []occ
 	docs    []*doc
 	runs    []occ
+	memo    Memo // nil: analyse every turn
 	byName  map[string]int
 	byText  map[string]int
 	shaMemo map[string]string
@@ -138,17 +148,47 @@ func (e *engine) analyse() {
 	}
 	e.parts = make([]textPart, 0, n)
 	e.occs = make([]occ, 0, n)
+	var tm *turnMemo
+	if e.memo != nil {
+		tm = newTurnMemo(e.memo, e.body, e.req, e.opts)
+	}
+	var texts []string
+	var found [][]block
 	for ti := range e.req.contents {
 		c := &e.req.contents[ti]
+		var memoed [][]block
+		hit := false
+		if tm != nil {
+			texts = texts[:0]
+			for pi := range c.parts {
+				if p := &c.parts[pi]; p.kind == partText {
+					texts = append(texts, p.dec.text)
+				}
+			}
+			memoed, hit = tm.get(ti, texts)
+		}
+		first := len(e.parts)
 		for pi := range c.parts {
 			p := &c.parts[pi]
 			switch p.kind {
 			case partText:
 				d := &p.dec
 				ls := lines{text: d.text, nl: d.nl}
-				blocks := segmentLines(ls, tags)
+				var blocks []block
+				if hit {
+					blocks = memoed[len(e.parts)-first]
+				} else {
+					blocks = segmentLines(ls, tags)
+				}
 				e.parts = append(e.parts, textPart{turn: ti, part: pi, p: p, text: d.text, marks: d.marks, lines: ls, blocks: blocks})
 			}
+		}
+		if tm != nil && !hit {
+			found = found[:0]
+			for _, tp := range e.parts[first:] {
+				found = append(found, tp.blocks)
+			}
+			tm.set(ti, texts, found)
 		}
 	}
 	e.findRuns()
