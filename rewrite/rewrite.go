@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"strings"
 	"sync"
+	"unsafe"
 )
 
 // Request rewrites a generateContent request body. It returns the new body
@@ -53,6 +54,10 @@ type state struct {
 	arena []byte  // decoded texts (scanner.arena)
 	nls   []int32 // their line ends (scanner.nls)
 	marks []mark  // their offset marks (scanner.marks)
+	// contents and parts are the request's contents and their parts
+	// (request.contents, scanner.parts).
+	contents []content
+	parts    []part
 }
 
 // maxPooled bounds the arena a pooled state keeps, so that one huge request
@@ -65,6 +70,9 @@ var states = sync.Pool{New: func() any { return new(state) }}
 func (st *state) release() {
 	if cap(st.arena) > maxPooled {
 		st.arena, st.nls, st.marks = nil, nil, nil
+	}
+	if cap(st.parts) > maxPooled/int(unsafe.Sizeof(part{})) {
+		st.contents, st.parts = nil, nil
 	}
 	states.Put(st)
 }

@@ -46,6 +46,8 @@ type content struct {
 	role  string // "" when the role is omitted
 	parts []part
 	extra bool // members other than role and parts
+	// pOff and pEnd locate parts in the scanner's parts while scanning.
+	pOff, pEnd int
 }
 
 // request is the result of scanning a generateContent body.
@@ -68,6 +70,8 @@ type scanner struct {
 	nls []int32
 	// marks holds the marks of every decoded text, back to back.
 	marks []mark
+	// parts holds the parts of every content, back to back.
+	parts []part
 	st    *state // buffers to reuse, or nil
 }
 
@@ -81,8 +85,8 @@ func scan(body []byte) (*request, error) {
 // scanWith is scan with the arena and line ends of st, which the returned
 // request's texts then view: st must not be reused while they are in use.
 func scanWith(body []byte, st *state) (*request, error) {
-	s := &scanner{b: body, st: st}
-	req := &request{}
+	s := &scanner{b: body, st: st, parts: st.parts[:0]}
+	req := &request{contents: st.contents[:0]}
 	s.ws()
 	if s.pos >= len(s.b) || s.b[s.pos] != '{' {
 		return nil, ErrInvalidJSON
@@ -116,12 +120,15 @@ func scanWith(body []byte, st *state) (*request, error) {
 	if seen == 0 {
 		return nil, ErrNoContents
 	}
-	if st != nil && s.arena != nil {
+	st.parts, st.contents = s.parts, req.contents
+	if s.arena != nil {
 		st.arena, st.nls, st.marks = s.arena, s.nls, s.marks
 	}
 	// The arena is never written again: share it rather than copy it.
 	all := unsafe.String(unsafe.SliceData(s.arena), s.n)
 	for i := range req.contents {
+		c := &req.contents[i]
+		c.parts = s.parts[c.pOff:c.pEnd:c.pEnd]
 		for j := range req.contents[i].parts {
 			if d := &req.contents[i].parts[j].dec; d.nlEnd > 0 {
 				d.nl = s.nls[d.nlOff:d.nlEnd:d.nlEnd]
@@ -481,7 +488,7 @@ func (s *scanner) contents(req *request) error {
 		if s.pos >= len(s.b) || s.b[s.pos] != '{' {
 			return ErrUnsupported
 		}
-		c := content{obj: span{start: s.pos}}
+		c := content{obj: span{start: s.pos}, pOff: len(s.parts), pEnd: len(s.parts)}
 		seenParts, seenRole := false, false
 		err := s.object(3, func(key string) error {
 			switch key {
@@ -515,7 +522,8 @@ func (s *scanner) contents(req *request) error {
 				}
 				return s.array(4, func() error {
 					p, err := s.part()
-					c.parts = append(c.parts, p)
+					s.parts = append(s.parts, p)
+					c.pEnd = len(s.parts)
 					return err
 				})
 			}
