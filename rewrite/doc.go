@@ -1,6 +1,9 @@
 // Package rewrite losslessly rewrites naive Gemini generateContent requests
 // into deduplicated contents (DESIGN §3). It is pure: bytes in, bytes and a
-// Report out; no I/O, no clock, no state between calls.
+// Report out; no I/O, no clock, no state between calls that an output could
+// depend on. Buffers are pooled between calls, and a caller may pass a Memo
+// (through its Verifier) so that the turns a conversation re-sends are not
+// segmented again; neither changes a single output byte.
 //
 // # How it works
 //
