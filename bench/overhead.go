@@ -37,18 +37,19 @@ type Size struct {
 }
 
 // Sizes returns the standard request shapes: small (about 1 KB, one turn),
-// medium (about 70 KB, six turns re-sending a file) and large (about 1 MB,
+// medium (about 70 KB, six turns re-sending two files) and large (about 1 MB,
 // documents of the corpus re-sent over six turns).
 func Sizes() []Size {
 	small := []map[string]any{userText(strings.Repeat("Explain the difference between a slice and an array in Go. ", 17))}
-	scan := fence("go", "scan.go", Document("scan.go.txt"))
+	files := fence("go", "scan.go", Document("scan.go.txt")) + "\n\n" + fence("go", "list.go", Document("list.go.txt"))
 	var medium []map[string]any
 	for i := range 3 {
-		medium = append(medium, userText("Here is my file:\n\n"+scan+fmt.Sprintf("\n\nQuestion %d about it?", i+1)))
+		medium = append(medium, userText("Here are my files:\n\n"+files))
 		if i < 2 {
 			medium = append(medium, modelText(fmt.Sprintf("Answer %d: the Scanner splits input into tokens.", i+1)))
 		}
 	}
+	medium = append(medium, userText("What changed since my last question?"))
 	var docs strings.Builder
 	for _, f := range []string{"reverseproxy.go.txt", "scan.go.txt", "sort.go.txt", "chats.go.txt", "HACKING.md", "wasm_exec.js", "memmove_amd64.s.txt", "gcc_libinit.c.txt", "MPL-2.0.txt", "Apache-2.0.txt"} {
 		docs.WriteString(fence("", f, Document(f)) + "\n")
