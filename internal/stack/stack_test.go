@@ -65,6 +65,9 @@ func TestPromtool(t *testing.T) {
 // package doc.
 func TestStack(t *testing.T) {
 	requirePrometheus(t)
+	start := time.Now()
+	bin := buildProxy(t, t.Context())
+	t.Logf("built gemini-proxy in %v", time.Since(start).Round(time.Millisecond))
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 
@@ -73,7 +76,6 @@ func TestStack(t *testing.T) {
 	up := httptest.NewServer(rec)
 	t.Cleanup(up.Close)
 
-	bin := buildProxy(t, ctx)
 	proxyAddr, adminAddr := startProxy(t, ctx, bin, up.URL, startRedis(t, ctx))
 	prom := startPrometheus(t, ctx, adminAddr)
 
@@ -106,6 +108,7 @@ func TestStack(t *testing.T) {
 	// Wait until Prometheus has scraped the final counters at least twice.
 	waitQuery(t, ctx, prom, fmt.Sprintf(`sum(gemini_proxy_requests_total{route=~"generate_content|stream_generate_content"}) == %d`, 2*w.requests))
 	time.Sleep(2100 * time.Millisecond)
+	t.Logf("workload and scrapes done %v after the test started", time.Since(start).Round(time.Millisecond))
 
 	t.Run("dashboard", func(t *testing.T) {
 		scraped := scrapedFamilies(t, ctx, adminAddr)
@@ -327,6 +330,8 @@ func buildProxy(t *testing.T, ctx context.Context) string {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	bin := filepath.Join(t.TempDir(), "gemini-proxy")
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "./cmd/gemini-proxy")
 	cmd.Dir = filepath.Join("..", "..")
 	if out, err := cmd.CombinedOutput(); err != nil {
