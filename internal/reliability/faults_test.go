@@ -10,10 +10,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
-	"syscall"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
