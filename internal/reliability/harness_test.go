@@ -151,6 +151,7 @@ type upstream struct {
 type seenReq struct {
 	Host, Path, RawPath, RawQuery string
 	Header                        http.Header
+	Body                          []byte
 }
 
 func newUpstream(t testing.TB, opts emulator.Options) *upstream {
@@ -166,7 +167,7 @@ func newUpstream(t testing.TB, opts emulator.Options) *upstream {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		u.mu.Lock()
-		u.seen = append(u.seen, seenReq{r.Host, r.URL.Path, r.URL.RawPath, r.URL.RawQuery, r.Header.Clone()})
+		u.seen = append(u.seen, seenReq{r.Host, r.URL.Path, r.URL.RawPath, r.URL.RawQuery, r.Header.Clone(), body})
 		u.mu.Unlock()
 		u.inFlight.Add(1)
 		defer u.inFlight.Add(-1)
