@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,11 +44,15 @@ func tenantKey(i int) string {
 // proxyBin is the gemini-proxy binary built by TestMain.
 var proxyBin string
 
-// outputs collects every log, scrape and response body the suite saw, for
-// the credential search in TestMain.
+// outputs counts every log, scrape and response body the suite saw, and
+// keeps the ones holding the canary key, for the credential check in
+// TestMain. Each is searched when collected, so that a long soak does not
+// keep its traffic in memory.
 var outputs struct {
 	mu    sync.Mutex
-	items []output
+	n     int
+	size  int64
+	leaks []output
 }
 
 type output struct {
@@ -55,11 +60,16 @@ type output struct {
 	data []byte
 }
 
-// collect records b, described by what, for the credential search.
+// collect searches b, described by what, for the canary key.
 func collect(what string, b []byte) {
+	f := findCanary(b)
 	outputs.mu.Lock()
 	defer outputs.mu.Unlock()
-	outputs.items = append(outputs.items, output{what, bytes.Clone(b)})
+	outputs.n++
+	outputs.size += int64(len(b))
+	if f != "" {
+		outputs.leaks = append(outputs.leaks, output{what, bytes.Clone(excerpt(b, f))})
+	}
 }
 
 // canaryForms returns the canary key as it could appear when encoded: raw,
@@ -114,18 +124,14 @@ func TestMain(m *testing.M) {
 	// The credential check over the whole suite: every log line of every
 	// proxy process, every response and every scrape.
 	outputs.mu.Lock()
-	n, size := len(outputs.items), 0
-	for _, o := range outputs.items {
-		size += len(o.data)
-		if f := findCanary(o.data); f != "" {
-			fmt.Fprintf(os.Stderr, "CREDENTIAL LEAK: %q found in %s:\n%s\n", f, o.what, excerpt(o.data, f))
-			code = 1
-		}
+	for _, o := range outputs.leaks {
+		fmt.Fprintf(os.Stderr, "CREDENTIAL LEAK: the canary key found in %s:\n%s\n", o.what, o.data)
+		code = 1
+	}
+	if testing.Verbose() || len(outputs.leaks) > 0 {
+		fmt.Fprintf(os.Stderr, "credential search: %d outputs, %d bytes, %d with the canary key\n", outputs.n, outputs.size, len(outputs.leaks))
 	}
 	outputs.mu.Unlock()
-	if testing.Verbose() {
-		fmt.Fprintf(os.Stderr, "credential search: %d outputs, %d bytes, no canary key\n", n, size)
-	}
 	os.Exit(code)
 }
 
@@ -247,6 +253,13 @@ func startStack(t testing.TB, upstreamURL string, env ...string) *stack {
 		"GOTRACEBACK=all",
 	)
 	cmd.Env = append(cmd.Env, env...)
+	// Above info level the addresses are not logged: choose them here.
+	quiet := slices.Contains(env, "GEMINI_PROXY_LOG_LEVEL=warn") || slices.Contains(env, "GEMINI_PROXY_LOG_LEVEL=error")
+	var fixed [2]string
+	if quiet {
+		fixed = [2]string{freeAddr(t), freeAddr(t)}
+		cmd.Env = append(cmd.Env, "GEMINI_PROXY_SERVER_LISTEN="+fixed[0], "GEMINI_PROXY_ADMIN_LISTEN="+fixed[1])
+	}
 	s := &stack{t: t, cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
 	pr, pw := io.Pipe()
 	cmd.Stderr = io.MultiWriter(s.logs, pw)
@@ -259,7 +272,7 @@ func startStack(t testing.TB, upstreamURL string, env ...string) *stack {
 		pw.Close()
 		close(s.exited)
 	}()
-	addrs := make(chan [2]string, 1)
+	addrs := make(chan [2]string, 2)
 	go func() {
 		var p, a string
 		sc := bufio.NewScanner(pr)
@@ -280,6 +293,19 @@ func startStack(t testing.TB, upstreamURL string, env ...string) *stack {
 		io.Copy(io.Discard, pr)
 	}()
 	t.Cleanup(s.cleanup)
+	if quiet {
+		go func() {
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if r, err := http.Get("http://" + fixed[1] + "/readyz"); err == nil {
+					r.Body.Close()
+					if r.StatusCode == http.StatusOK {
+						addrs <- fixed
+						return
+					}
+				}
+			}
+		}()
+	}
 	select {
 	case a := <-addrs:
 		s.proxyURL, s.adminURL = "http://"+a[0], "http://"+a[1]
