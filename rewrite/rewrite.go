@@ -35,6 +35,7 @@ func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 		}
 	}
 	e := newEngine(body, req, &opts)
+	e.st = st
 	if m, ok := v.(Memo); ok {
 		e.memo = m
 	}
@@ -58,6 +59,41 @@ type state struct {
 	// (request.contents, scanner.parts).
 	contents []content
 	parts    []part
+	// The buffers of findRuns: per-line flags, free-line flags per part,
+	// free-line hashes and where each part's end, and the hash table.
+	slab    []bool
+	free    [][]bool
+	hashes  []lineHash
+	hashEnd []int
+	tbl     lineTable
+}
+
+// flags returns n false flags.
+func (st *state) flags(n int) []bool {
+	if cap(st.slab) < n {
+		st.slab = make([]bool, n)
+		return st.slab
+	}
+	s := st.slab[:n]
+	clear(s)
+	return s
+}
+
+// table returns an empty lineTable for at least n keys.
+func (st *state) table(n int) *lineTable {
+	size := 16
+	for size < 2*n {
+		size *= 2
+	}
+	t := &st.tbl
+	if cap(t.keys) < size {
+		t.keys, t.vals = make([]uint64, size), make([]loc, size)
+	} else {
+		t.keys, t.vals = t.keys[:size], t.vals[:size]
+		clear(t.vals)
+	}
+	t.mask = uint64(size - 1)
+	return t
 }
 
 // maxPooled bounds the arena a pooled state keeps, so that one huge request
@@ -74,6 +110,10 @@ func (st *state) release() {
 	if cap(st.parts) > maxPooled/int(unsafe.Sizeof(part{})) {
 		st.contents, st.parts = nil, nil
 	}
+	if cap(st.slab) > maxPooled || cap(st.tbl.keys) > maxPooled/16 {
+		st.slab, st.free, st.hashes, st.hashEnd, st.tbl = nil, nil, nil, nil, lineTable{}
+	}
+	clear(st.free[:cap(st.free)]) // drop references to parts' flags
 	states.Put(st)
 }
 
@@ -128,6 +168,7 @@ type engine struct {
 	docs    []*doc
 	runs    []occ
 	memo    Memo // nil: analyse every turn
+	st      *state
 	byName  map[string]int
 	byText  map[string]int
 	shaMemo map[string]string

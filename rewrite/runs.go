@@ -11,57 +11,70 @@ package rewrite
 // match, so the turn a reference names always holds the whole copy. Cost is
 // linear in the text, plus at most one bounded comparison per line.
 func (e *engine) findRuns() {
-	type loc struct{ tp, line int32 }
 	minBytes := max(e.opts.MinBlockBytes, 1)
-	var first map[uint64]loc
-	type lineHash struct {
-		line int32
-		h    uint64
-	}
-	free := make([][]bool, len(e.parts))
-	hashes := make([][]lineHash, len(e.parts)) // free, non-blank lines only
-	// One slab for the per-line flags of every part: two allocations per
-	// request instead of two per part.
+	st := e.st
+	// One slab for the per-line flags of every part and one for the
+	// hashes of their free lines: a few allocations per request instead of
+	// a few per part.
 	total := 0
 	for k := range e.parts {
 		total += e.parts[k].lines.n()
 	}
-	slab := make([]bool, 2*total)
+	slab := st.flags(2 * total)
+	free := st.free[:0]
+	hashes := st.hashes[:0]
+	hashEnd := st.hashEnd[:0]
+	for k := range e.parts {
+		tp := &e.parts[k]
+		l := &tp.lines
+		fr := slab[:l.n():l.n()]
+		tp.gone = slab[l.n() : 2*l.n() : 2*l.n()]
+		slab = slab[2*l.n():]
+		// Lines outside every block are free: the gaps between blocks,
+		// found by binary search rather than by visiting every line.
+		from := 0
+		for _, b := range tp.blocks {
+			first := lineAt(l, b.start)
+			for i := from; i < first; i++ {
+				fr[i] = true
+			}
+			from = max(from, min(lineAt(l, b.end)+1, l.n()))
+		}
+		for i := from; i < l.n(); i++ {
+			fr[i] = true
+		}
+		for i, f := range fr {
+			if !f {
+				continue
+			}
+			if s := l.at(i); isRefLine(s) {
+				fr[i] = false
+			} else if !blank(s) {
+				hashes = append(hashes, lineHash{int32(i), hashLine(s)})
+			}
+		}
+		free = append(free, fr)
+		hashEnd = append(hashEnd, len(hashes))
+	}
+	st.free, st.hashes, st.hashEnd = free, hashes, hashEnd
+	first := st.table(len(hashes))
 	for k := 0; k < len(e.parts); {
 		turn := e.parts[k].turn
 		start := k
 		for ; k < len(e.parts) && e.parts[k].turn == turn; k++ {
+			if start == 0 {
+				continue // nothing earlier to repeat
+			}
 			tp := &e.parts[k]
 			l := &tp.lines
-			fr := slab[:l.n():l.n()]
-			tp.gone = slab[l.n() : 2*l.n() : 2*l.n()]
-			slab = slab[2*l.n():]
-			var hs []lineHash
-			bi := 0
-			for i := range fr {
-				for bi < len(tp.blocks) && tp.blocks[bi].end < l.s(i) {
-					bi++
-				}
-				fr[i] = bi >= len(tp.blocks) || tp.blocks[bi].start > l.e(i)
-				if fr[i] {
-					if s := l.at(i); isRefLine(s) {
-						fr[i] = false
-					} else if !blank(s) {
-						hs = append(hs, lineHash{int32(i), hashLine(s)})
-					}
-				}
-			}
-			free[k], hashes[k] = fr, hs
-			if first == nil {
-				continue
-			}
+			fr := free[k]
 			after := 0 // lines before this one are consumed by a run
-			for _, lh := range hs {
+			for _, lh := range hashes[hashStart(hashEnd, k):hashEnd[k]] {
 				i := int(lh.line)
 				if i < after || tp.gone[i] {
 					continue
 				}
-				at, ok := first[lh.h]
+				at, ok := first.get(lh.h)
 				if !ok {
 					continue
 				}
@@ -107,18 +120,80 @@ func (e *engine) findRuns() {
 				after = i1
 			}
 		}
-		if first == nil {
-			first = make(map[uint64]loc)
-		}
 		for j := start; j < k; j++ {
-			for _, lh := range hashes[j] {
-				if e.parts[j].gone[lh.line] {
-					continue
-				}
-				if _, ok := first[lh.h]; !ok {
-					first[lh.h] = loc{int32(j), lh.line}
+			gone := e.parts[j].gone
+			for _, lh := range hashes[hashStart(hashEnd, j):hashEnd[j]] {
+				if !gone[lh.line] {
+					first.add(lh.h, loc{int32(j), lh.line})
 				}
 			}
+		}
+	}
+}
+
+// lineHash is the hash of one free, non-blank line.
+type lineHash struct {
+	line int32
+	h    uint64
+}
+
+// loc locates a line: part index and line index.
+type loc struct{ tp, line int32 }
+
+func hashStart(ends []int, k int) int {
+	if k == 0 {
+		return 0
+	}
+	return ends[k-1]
+}
+
+// lineAt returns the index of the line holding offset off (the line whose
+// end, its "\n", is the first at or after off).
+func lineAt(l *lines, off int) int {
+	lo, hi := 0, len(l.nl)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if int(l.nl[m]) < off {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// lineTable maps a line hash to the first free line with that hash: open
+// addressing over a power-of-two table that the state keeps between
+// requests. Keys are the hashes themselves; a slot is empty when its tp is
+// zero (tp is stored plus one).
+type lineTable struct {
+	keys []uint64
+	vals []loc
+	mask uint64
+}
+
+func (t *lineTable) get(h uint64) (loc, bool) {
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		v := t.vals[i]
+		if v.tp == 0 {
+			return loc{}, false
+		}
+		if t.keys[i] == h {
+			return loc{v.tp - 1, v.line}, true
+		}
+	}
+}
+
+// add records at for h unless h is already present.
+func (t *lineTable) add(h uint64, at loc) {
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		v := t.vals[i]
+		if v.tp == 0 {
+			t.keys[i], t.vals[i] = h, loc{at.tp + 1, at.line}
+			return
+		}
+		if t.keys[i] == h {
+			return
 		}
 	}
 }

@@ -220,9 +220,14 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 		b.blob = banners > 0 && banners+refs >= 2
 		b.shell = !other && refs > 0
 	}
-	for j := i + 1; j < l.n(); j++ {
-		if memo.n > 0 && i >= memo.from && n >= memo.n {
-			break // known: no closing fence below
+	known := memo.n > 0 && i >= memo.from && n >= memo.n // known: no closing fence below
+	for j := i + 1; j < l.n() && !known; j++ {
+		// Fast path for the common code line: its first byte after the
+		// indent is neither the fence character nor one that flags or a
+		// blank line looks at, so it can only be "other" content.
+		if k, e := skipIndent(l.text, l.s(j), l.e(j)); k < e && !fenceFlagByte[l.text[k]] && l.text[k] != ch {
+			other, b.shell = true, false
+			continue
 		}
 		line := l.at(j)
 		if fenceClose(line, ch, n) {
@@ -814,6 +819,20 @@ func (sg *segmenter) secondary(i int) (block, int, bool) {
 		return block{}, 0, false
 	}
 	return block{kind: kindTree, name: "project tree", start: l.s(i), end: l.e(k - 1), cstart: l.s(i), cend: l.e(k - 1)}, k, true
+}
+
+// fenceFlagByte marks the bytes that, first after a line's indent, make the
+// fence scan look at the line closely: a line end, a comment banner's first
+// byte, or a reference's.
+var fenceFlagByte = [256]bool{'\r': true, '/': true, '#': true, '-': true, ';': true, '[': true}
+
+// skipIndent returns the offset of the first byte of text[s:e] that is not
+// a space or a tab, and e.
+func skipIndent(text string, s, e int) (int, int) {
+	for s < e && (text[s] == ' ' || text[s] == '\t') {
+		s++
+	}
+	return s, e
 }
 
 // trimIndent drops leading spaces and tabs.
