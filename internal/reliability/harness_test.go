@@ -151,6 +151,7 @@ type upstream struct {
 	mu       sync.Mutex
 	seen     []seenReq
 	inFlight atomic.Int64
+	noRecord atomic.Bool // the soak keeps no request (nor does the emulator, reset per interval)
 	canceled chan time.Time // one value per request whose context ended before the handler returned
 }
 
@@ -172,9 +173,11 @@ func newUpstream(t testing.TB, opts emulator.Options) *upstream {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		u.mu.Lock()
-		u.seen = append(u.seen, seenReq{r.Host, r.URL.Path, r.URL.RawPath, r.URL.RawQuery, r.Header.Clone(), body})
-		u.mu.Unlock()
+		if !u.noRecord.Load() {
+			u.mu.Lock()
+			u.seen = append(u.seen, seenReq{r.Host, r.URL.Path, r.URL.RawPath, r.URL.RawQuery, r.Header.Clone(), body})
+			u.mu.Unlock()
+		}
 		u.inFlight.Add(1)
 		defer u.inFlight.Add(-1)
 		u.emu.ServeHTTP(w, r)

@@ -233,6 +233,7 @@ func TestSoak(t *testing.T) {
 		"GEMINI_PROXY_UPSTREAM_RESPONSE_HEADER_TIMEOUT=30s",
 	)
 	pid := s.cmd.Process.Pid
+	up.noRecord.Store(true)
 	for i := range 20 {
 		send(t.Context(), "POST", s.proxyURL+generatePath, jsonHeader(), prompt(fmt.Sprintf("warm up %d", i)))
 	}
@@ -284,8 +285,12 @@ func TestSoak(t *testing.T) {
 	var ivs []*interval
 	cur := &interval{outcomes: map[string]int{}}
 	var curMu sync.Mutex
-	period := time.Duration(float64(time.Second) / cfg.rate)
+	// A ticker drops ticks it cannot deliver, so each tick sends however
+	// many requests the schedule is behind: the rate stays fixed unless
+	// maxInFlight is reached.
+	period := max(time.Duration(float64(time.Second)/cfg.rate), time.Millisecond)
 	tick := time.NewTicker(period)
+	dispatched := 0
 	defer tick.Stop()
 	report := time.NewTicker(step)
 	defer report.Stop()
@@ -300,6 +305,9 @@ func TestSoak(t *testing.T) {
 		cur = &interval{outcomes: map[string]int{}}
 		curMu.Unlock()
 		ivs = append(ivs, iv)
+		// The emulator keeps every request it received; forget them so
+		// that the load generator's memory stays flat too.
+		up.emu.Reset()
 		text := s.metrics(t)
 		r := rssBytes(pid)
 		rss = append(rss, r)
@@ -312,53 +320,60 @@ func TestSoak(t *testing.T) {
 			quantile(iv.added, 0.5).Round(10*time.Microsecond), quantile(iv.added, 0.99).Round(10*time.Microsecond), quantile(iv.streams, 0.99).Round(10*time.Microsecond),
 			float64(r)/(1<<20), metric(text, "go_goroutines"), metric(text, "gemini_proxy_cache_bytes")/(1<<20))
 		if iv.saturated > 0 {
-			fmt.Printf("         %d ticks skipped: %d requests were in flight\n", iv.saturated, maxInFlight)
+			fmt.Printf("         %d requests not sent: %d were in flight\n", iv.saturated, maxInFlight)
 		}
 		for _, e := range iv.examples {
 			fmt.Printf("         proxy error: %s\n", e)
 		}
 	}
+	dispatch := func(iv *interval) {
+		n := int(seq.Add(1))
+		q := makeSoakReq(n, cfg.tenants, rand.New(rand.NewPCG(uint64(n), 7)))
+		iv.mu.Lock()
+		iv.sent++
+		iv.mu.Unlock()
+		wg.Go(func() {
+			defer func() { <-sem }()
+			r, d := do(q)
+			iv.add(q, r, d, soakOutcome(q, r))
+			if q.direct {
+				// The control twin: the same request straight to the
+				// emulator, right after; added latency is the difference.
+				start := time.Now()
+				dr := send(context.Background(), "POST", up.URL+q.path, q.header, q.body)
+				dd := time.Since(start)
+				if dr.Err == nil && dr.Status == 200 {
+					iv.mu.Lock()
+					iv.direct = append(iv.direct, dd)
+					iv.added = append(iv.added, d-dd)
+					iv.mu.Unlock()
+				}
+			}
+		})
+	}
 loop:
 	for {
 		select {
-		case <-tick.C:
-			if time.Now().After(end) {
+		case now := <-tick.C:
+			if now.After(end) {
 				break loop
 			}
 			curMu.Lock()
 			iv := cur
 			curMu.Unlock()
-			select {
-			case sem <- struct{}{}:
-			default:
-				iv.mu.Lock()
-				iv.saturated++
-				iv.mu.Unlock()
-				continue
-			}
-			n := int(seq.Add(1))
-			q := makeSoakReq(n, cfg.tenants, rand.New(rand.NewPCG(uint64(n), 7)))
-			iv.mu.Lock()
-			iv.sent++
-			iv.mu.Unlock()
-			wg.Go(func() {
-				defer func() { <-sem }()
-				r, d := do(q)
-				iv.add(q, r, d, soakOutcome(q, r))
-				if q.direct {
-					// The control twin: the same request straight to the
-					// emulator, right after; added latency is the difference.
-					start := time.Now()
-					dr := send(context.Background(), "POST", up.URL+q.path, q.header, q.body)
-					dd := time.Since(start)
-					if dr.Err == nil && dr.Status == 200 {
-						iv.mu.Lock()
-						iv.direct = append(iv.direct, dd)
-						iv.added = append(iv.added, d-dd)
-						iv.mu.Unlock()
-					}
+			due := int(now.Sub(start).Seconds()*cfg.rate) - dispatched
+			for range due {
+				dispatched++
+				select {
+				case sem <- struct{}{}:
+				default:
+					iv.mu.Lock()
+					iv.saturated++
+					iv.mu.Unlock()
+					continue
 				}
-			})
+				dispatch(iv)
+			}
 		case <-report.C:
 			flush()
 		}
@@ -376,14 +391,17 @@ loop:
 		sent += iv.sent
 		saturated += iv.saturated
 	}
-	fmt.Printf("soak: %d requests in %v (%.0f req/s): ok %d, upstream faults passed through %d, proxy-caused errors %d, ticks skipped %d\n",
-		sent, time.Since(start).Round(time.Second), float64(sent)/time.Since(start).Seconds(), total["ok"], total["fault"], total["proxy_error"], saturated)
+	fmt.Printf("soak: %d requests in %v (%.0f req/s): ok %d, upstream faults passed through %d, proxy-caused errors %d, requests not sent because %d were in flight: %d\n",
+		sent, time.Since(start).Round(time.Second), float64(sent)/time.Since(start).Seconds(), total["ok"], total["fault"], total["proxy_error"], maxInFlight, saturated)
 	if total["proxy_error"] > 0 {
 		t.Errorf("%d proxy-caused errors", total["proxy_error"])
 	}
-	// Goroutines back to baseline once the load is gone (idle keep-alive
-	// connections of the test's client hold a few; allow 16).
+	// Goroutines back to baseline once the load is gone. Pooled keep-alive
+	// connections hold goroutines until their idle time-outs (2m client
+	// side, 90s upstream side); close them from both ends, as those
+	// time-outs would, and allow a few for the scrapes.
 	client.CloseIdleConnections()
+	up.CloseClientConnections()
 	s.waitGoroutines(t, baseG, 16)
 	fmt.Printf("soak: goroutines %v after the load, baseline %v; RSS %.1f MiB\n", s.goroutines(t), baseG, float64(rssBytes(pid))/(1<<20))
 	text := s.metrics(t)
