@@ -151,7 +151,7 @@ type upstream struct {
 	mu       sync.Mutex
 	seen     []seenReq
 	inFlight atomic.Int64
-	noRecord atomic.Bool // the soak keeps no request (nor does the emulator, reset per interval)
+	noRecord atomic.Bool    // the soak keeps no request (nor does the emulator, reset per interval)
 	canceled chan time.Time // one value per request whose context ended before the handler returned
 }
 
