@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Target is one configuration the overhead runner sends requests to.
@@ -36,9 +37,17 @@ type Size struct {
 	Turns int `json:"turns"`
 }
 
+// Request sizes of the issue "gemini-proxy bench": medium is 70 KB in six
+// turns, large 1 MB (binary units, the whole JSON body).
+const (
+	MediumBytes = 70 << 10
+	LargeBytes  = 1 << 20
+)
+
 // Sizes returns the standard request shapes: small (about 1 KB, one turn),
-// medium (about 70 KB, six turns re-sending two files) and large (about 1 MB,
-// documents of the corpus re-sent over six turns).
+// medium (exactly MediumBytes, six turns re-sending two files, the last turn
+// quoting a note) and large (exactly LargeBytes, documents of the corpus
+// re-sent over six turns).
 func Sizes() []Size {
 	small := []map[string]any{userText(strings.Repeat("Explain the difference between a slice and an array in Go. ", 17))}
 	files := fence("go", "scan.go", Document("scan.go.txt")) + "\n\n" + fence("go", "list.go", Document("list.go.txt"))
@@ -49,7 +58,8 @@ func Sizes() []Size {
 			medium = append(medium, modelText(fmt.Sprintf("Answer %d: the Scanner splits input into tokens.", i+1)))
 		}
 	}
-	medium = append(medium, userText("What changed since my last question?"))
+	medium = append(medium, userText("What changed since my last question? The team's notes say:\n\n"+Document("HACKING.md")))
+	fitBody(medium, MediumBytes)
 	var docs strings.Builder
 	for _, f := range []string{"reverseproxy.go.txt", "scan.go.txt", "sort.go.txt", "chats.go.txt", "HACKING.md", "wasm_exec.js", "memmove_amd64.s.txt", "gcc_libinit.c.txt", "MPL-2.0.txt", "Apache-2.0.txt"} {
 		docs.WriteString(fence("", f, Document(f)) + "\n")
@@ -62,16 +72,48 @@ func Sizes() []Size {
 			large = append(large, modelText("Noted."))
 		}
 	}
-	// Grow the last user turn with more real text until about 1 MB.
-	for body(large) < 1<<20-len(docs.String()) {
-		large[len(large)-1]["parts"].([]map[string]any)[0]["text"] = docs.String() + large[len(large)-1]["parts"].([]map[string]any)[0]["text"].(string)
+	// Grow the last user turn with more real text past 1 MB, then cut it.
+	for body(large) < LargeBytes {
+		setText(large[len(large)-1], docs.String()+text(large[len(large)-1]))
 	}
+	fitBody(large, LargeBytes)
 	return []Size{
 		{Name: "small", Body: mustJSON(map[string]any{"contents": small}), Turns: len(small)},
 		{Name: "medium", Body: mustJSON(map[string]any{"contents": medium}), Turns: len(medium)},
 		{Name: "large", Body: mustJSON(map[string]any{"contents": large}), Turns: len(large)},
 	}
 }
+
+// fitBody cuts the text of the last content so that the request body is
+// exactly n bytes, padding with ASCII (one byte each in JSON) where cutting
+// a multi-byte or escaped character overshoots.
+func fitBody(contents []map[string]any, n int) {
+	last := contents[len(contents)-1]
+	for range 8 {
+		size := body(contents)
+		t := text(last)
+		switch {
+		case size > n && t == "":
+			panic(fmt.Sprintf("bench: request body cannot be cut to %d bytes", n))
+		case size > n:
+			// Each byte of text is at least one byte of JSON.
+			cut := max(len(t)-(size-n), 0)
+			for cut > 0 && !utf8.RuneStart(t[cut]) {
+				cut--
+			}
+			setText(last, t[:cut])
+		case size < n:
+			setText(last, t+strings.Repeat(".", n-size))
+		default:
+			return
+		}
+	}
+	panic(fmt.Sprintf("bench: request body not fitted to %d bytes", n))
+}
+
+func text(c map[string]any) string { return c["parts"].([]map[string]any)[0]["text"].(string) }
+
+func setText(c map[string]any, s string) { c["parts"].([]map[string]any)[0]["text"] = s }
 
 func userText(s string) map[string]any {
 	return map[string]any{"role": "user", "parts": []map[string]any{{"text": s}}}
@@ -112,6 +154,11 @@ type OverheadOptions struct {
 	Deadline time.Time
 	// Progress, when set, receives one line per cell.
 	Progress io.Writer
+	// UpstreamPID, when non-zero, is the process serving the upstream (the
+	// fake Gemini of `gemini-proxy bench`). Every target's requests reach
+	// it, so its CPU time is reported per 1,000 requests of all targets,
+	// with its memory, as the process TargetUpstream.
+	UpstreamPID int
 }
 
 // Cell is the measurement of one target in one (size, mode, concurrency)
@@ -129,6 +176,11 @@ type Cell struct {
 	// AddedP50 and AddedP99 are P50 and P99 minus the baseline target's.
 	AddedP50 time.Duration `json:"added_p50_ns"`
 	AddedP99 time.Duration `json:"added_p99_ns"`
+	// RatioP50 and RatioP99 are P50 and P99 divided by the plain Go
+	// proxy's (TargetPlain) in the same cell, whose batches alternated with
+	// this target's; zero without that target.
+	RatioP50 float64 `json:"ratio_p50_vs_plain,omitempty"`
+	RatioP99 float64 `json:"ratio_p99_vs_plain,omitempty"`
 	// Throughput is requests per second while this target was loaded.
 	Throughput float64 `json:"throughput_rps"`
 	// CPUPer1000 is the target process's CPU seconds per 1,000 requests;
@@ -199,6 +251,14 @@ func RunOverhead(ctx context.Context, o OverheadOptions) (*Overhead, error) {
 			cpu0[i] = st.cpu
 		}
 	}
+	var up0 procStat
+	if o.UpstreamPID != 0 {
+		st, err := readProc(o.UpstreamPID)
+		if err != nil {
+			return nil, err
+		}
+		up0 = st
+	}
 	for _, size := range o.Sizes {
 		for _, mode := range []string{"unary", "sse"} {
 			for _, conc := range o.Concurrency {
@@ -240,6 +300,20 @@ func RunOverhead(ctx context.Context, o OverheadOptions) (*Overhead, error) {
 		if totalReqs[i] > 0 {
 			p.CPUPer1000 = (st.cpu - cpu0[i]) * 1000 / float64(totalReqs[i])
 		}
+	}
+	if o.UpstreamPID != 0 {
+		st, err := readProc(o.UpstreamPID)
+		if err != nil {
+			return nil, err
+		}
+		p := ProcessStats{Target: TargetUpstream, IdleRSS: up0.rss, PeakRSS: st.hwm}
+		for _, n := range totalReqs {
+			p.Requests += n
+		}
+		if p.Requests > 0 {
+			p.CPUPer1000 = (st.cpu - up0.cpu) * 1000 / float64(p.Requests)
+		}
+		out.Processes = append(out.Processes, p)
 	}
 	return out, nil
 }
@@ -304,11 +378,23 @@ func runCell(ctx context.Context, o OverheadOptions, clients []*http.Client, siz
 		}
 		cells[i] = c
 	}
+	plain := slices.IndexFunc(o.Targets, func(t Target) bool { return t.Name == TargetPlain })
 	for i := range cells {
 		cells[i].AddedP50 = cells[i].P50 - cells[0].P50
 		cells[i].AddedP99 = cells[i].P99 - cells[0].P99
+		if plain >= 0 {
+			cells[i].RatioP50 = ratio(cells[i].P50, cells[plain].P50)
+			cells[i].RatioP99 = ratio(cells[i].P99, cells[plain].P99)
+		}
 	}
 	return cells
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }
 
 // loadBatch sends total requests with conc workers and returns the

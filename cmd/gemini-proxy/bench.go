@@ -38,12 +38,17 @@ func benchFlags(fs *pflag.FlagSet) {
 	fs.Duration("time-limit", 0, "hard limit for the overhead measurement (0: 25s with --quick, 12m otherwise)")
 	fs.String("plain-proxy", "", "internal: serve a plain httputil.ReverseProxy to this upstream on loopback (the overhead reference)")
 	_ = fs.MarkHidden("plain-proxy")
+	fs.Bool("fake-upstream", false, "internal: serve the overhead runner's fixed-cost fake Gemini (bench.FakeGemini) on loopback")
+	_ = fs.MarkHidden("fake-upstream")
 }
 
 // benchCommand runs `gemini-proxy bench`.
 func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writer) error {
 	if up, _ := fs.GetString("plain-proxy"); up != "" {
 		return servePlainProxy(ctx, up, stdout)
+	}
+	if fake, _ := fs.GetBool("fake-upstream"); fake {
+		return serveFakeUpstream(ctx, stdout)
 	}
 	if path, _ := fs.GetString("replay"); path != "" {
 		return benchReplay(path, stdout)
@@ -179,15 +184,28 @@ func machine() string {
 	return fmt.Sprintf("%s%d CPUs (GOMAXPROCS %d), %s/%s, %s", cpu, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version())
 }
 
-// runOverhead starts the plain Go proxy and the proxy with rewriting off
-// and on as child processes of this binary (so that their CPU time and
-// memory are their own), then measures them next to direct requests. With
-// external (a running proxy given by URL), that proxy replaces the two
-// child proxies.
+// runOverhead starts the fake upstream (bench.FakeGemini), the plain Go
+// proxy and the proxy with rewriting off and on as child processes of this
+// binary (so that their CPU time and memory are their own and none competes
+// with the load generator's Go scheduler), then measures the proxies next to
+// direct requests to the fake upstream. The emulator is not measured here:
+// it parses and tokenizes every body, which would dominate medium and large
+// requests. With external (a running proxy given by URL), upstreamURL stays
+// the upstream and that proxy replaces the two child proxies.
 func runOverhead(ctx context.Context, quick bool, limit time.Duration, upstreamURL, proxyURL string, external bool, stderr io.Writer) (*bench.Overhead, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("bench: locating own binary: %w", err)
+	}
+	upstreamPID := 0
+	if !external {
+		addr, pid, stop, err := startChild(ctx, exe, []string{"bench", "--fake-upstream"}, nil)
+		if err != nil {
+			return nil, fmt.Errorf("bench: starting the fake upstream: %w", err)
+		}
+		defer stop()
+		upstreamURL, upstreamPID = "http://"+addr, pid
+		fmt.Fprintf(stderr, "bench: overhead upstream: fake Gemini %s (fixed answers, bench.FakeGemini)\n", upstreamURL)
 	}
 	targets := []bench.Target{{Name: bench.TargetDirect, URL: upstreamURL}}
 	type child struct {
@@ -218,10 +236,10 @@ func runOverhead(ctx context.Context, quick bool, limit time.Duration, upstreamU
 		cell = 500 * time.Millisecond
 	}
 	fmt.Fprintf(stderr, "bench: overhead: %d configurations alternating, %s per cell, time limit %s\n", len(targets), cell, limit)
-	return bench.RunOverhead(ctx, bench.OverheadOptions{Targets: targets, CellTime: cell, Deadline: time.Now().Add(limit), Progress: stderr})
+	return bench.RunOverhead(ctx, bench.OverheadOptions{Targets: targets, CellTime: cell, Deadline: time.Now().Add(limit), Progress: stderr, UpstreamPID: upstreamPID})
 }
 
-var listenAddrRE = regexp.MustCompile(`listener=(?:proxy|plain) addr=(\S+)`)
+var listenAddrRE = regexp.MustCompile(`listener=(?:proxy|plain|fake) addr=(\S+)`)
 
 // startChild runs exe with args and waits for its "listening" log line.
 // stop interrupts the child and waits for it (killing it after 5s).
@@ -287,6 +305,17 @@ func servePlainProxy(ctx context.Context, upstream string, w io.Writer) error {
 	return serveUntil(ctx, []*listener{l}, time.Second, new(atomic.Bool), logger)
 }
 
+// serveFakeUpstream serves bench.FakeGemini on loopback until ctx is done,
+// announcing its address on w.
+func serveFakeUpstream(ctx context.Context, w io.Writer) error {
+	logger := slog.New(slog.NewTextHandler(w, nil))
+	l, err := listen("fake", "127.0.0.1:0", bench.FakeGemini(), config.Default().Server, logger)
+	if err != nil {
+		return err
+	}
+	return serveUntil(ctx, []*listener{l}, time.Second, new(atomic.Bool), logger)
+}
+
 // benchReplay reports what the proxy would have saved on a recording.
 func benchReplay(path string, w io.Writer) error {
 	f, err := os.Open(path)
@@ -324,7 +353,7 @@ func writeBenchMarkdown(w io.Writer, r *bench.Result) {
 		bench.WriteSavingsTable(w, r.Savings, r.Verifier)
 	}
 	if r.Overhead != nil {
-		fmt.Fprintf(w, "\n### Overhead (added = minus direct to the emulator, same cell, measured alternately)\n\n")
+		fmt.Fprintf(w, "\n### Overhead (added = minus direct to the upstream, ÷ plain = ratio to the plain Go proxy; same cell, batches alternated)\n\n")
 		bench.WriteOverheadTables(w, r.Overhead)
 	}
 }

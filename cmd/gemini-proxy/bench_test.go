@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -88,5 +90,41 @@ func TestBenchSavingsCheckAndReplay(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "gemini-2.5-flash") || !strings.Contains(out.String(), "total") {
 		t.Errorf("replay output:\n%s", out.String())
+	}
+}
+
+// The hidden --fake-upstream flag serves bench.FakeGemini and announces its
+// address in the line startChild waits for.
+func TestBenchFakeUpstream(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"bench", "--fake-upstream"}, pw, io.Discard); pw.Close() }()
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if m := listenAddrRE.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+		close(addr)
+	}()
+	a, ok := <-addr
+	if !ok {
+		t.Fatalf("no listening line; run: %v", <-done)
+	}
+	res, err := http.Post("http://"+a+"/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", "application/json", strings.NewReader(`{"contents":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !bytes.HasPrefix(b, []byte("data: {")) || !bytes.HasSuffix(b, []byte("}\r\n\r\n")) {
+		t.Errorf("stream: status %d, body %.60q", res.StatusCode, b)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
 	}
 }

@@ -1,0 +1,62 @@
+package bench
+
+import (
+	_ "embed"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// The fake upstream's answers, in the shape of the recorded Gemini API
+// exchanges quoted in gemini-api.md §1.3.1 and §5.3 (see upstream/README.md).
+var (
+	//go:embed upstream/generate.json
+	fakeUnary []byte
+	//go:embed upstream/stream.sse
+	fakeStream []byte
+)
+
+// FakeGemini returns the upstream the overhead runner measures the proxies
+// in front of: a fixed-cost fake of the Gemini API. It reads and discards
+// the request body without parsing it, then answers every generateContent
+// with the same GenerateContentResponse (upstream/generate.json) and every
+// streamGenerateContent?alt=sse with the same six-event stream
+// (upstream/stream.sse: CRLF framing, cumulative usageMetadata, finishReason
+// on the last event), flushing after each event as the real API does.
+// Anything else gets a 404. Its cost per request depends only on the
+// request's size (the drain), so differences between configurations are
+// the configurations' own; the emulator, which parses, validates and
+// tokenizes every body, would dominate medium and large requests.
+func FakeGemini() http.Handler {
+	events := strings.SplitAfter(string(fakeStream), "\r\n\r\n")
+	events = events[:len(events)-1] // the empty tail after the last separator
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		h := w.Header()
+		h.Set("Vary", "Origin, X-Origin, Referer")
+		h.Set("X-Content-Type-Options", "nosniff")
+		switch {
+		case r.Method != http.MethodPost:
+			http.Error(w, `{"error":{"code":405,"message":"method not allowed","status":"INVALID_ARGUMENT"}}`, http.StatusMethodNotAllowed)
+		case strings.HasSuffix(r.URL.Path, ":generateContent"):
+			h.Set("Content-Type", "application/json; charset=UTF-8")
+			_, _ = w.Write(fakeUnary)
+		case strings.HasSuffix(r.URL.Path, ":streamGenerateContent") && r.URL.Query().Get("alt") == "sse":
+			h.Set("Content-Type", "text/event-stream")
+			h.Set("Content-Disposition", "attachment")
+			rc := http.NewResponseController(w)
+			for _, e := range events {
+				if _, err := io.WriteString(w, e); err != nil {
+					return
+				}
+				if err := rc.Flush(); err != nil {
+					return
+				}
+			}
+		default:
+			h.Set("Content-Type", "application/json; charset=UTF-8")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, `{"error":{"code":404,"message":"the bench's fake upstream serves only generateContent and streamGenerateContent?alt=sse","status":"NOT_FOUND"}}`)
+		}
+	})
+}

@@ -1,0 +1,154 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestSizesExact(t *testing.T) {
+	want := map[string]struct{ bytes, turns int }{"medium": {MediumBytes, 6}, "large": {LargeBytes, 6}}
+	for _, s := range Sizes() {
+		var req struct {
+			Contents []json.RawMessage `json:"contents"`
+		}
+		if err := json.Unmarshal(s.Body, &req); err != nil {
+			t.Fatalf("%s: %v", s.Name, err)
+		}
+		if len(req.Contents) != s.Turns {
+			t.Errorf("%s: %d contents, Turns says %d", s.Name, len(req.Contents), s.Turns)
+		}
+		w, ok := want[s.Name]
+		if !ok {
+			continue
+		}
+		if len(s.Body) != w.bytes || s.Turns != w.turns {
+			t.Errorf("%s: %d bytes in %d turns, want %d bytes in %d turns", s.Name, len(s.Body), s.Turns, w.bytes, w.turns)
+		}
+	}
+}
+
+func TestFitBody(t *testing.T) {
+	// Escaped and multi-byte characters at the cut still give exact sizes.
+	for _, n := range []int{60, 61, 62, 63, 64, 65, 80} {
+		c := []map[string]any{userText(strings.Repeat("é\n<\"x", 20))}
+		fitBody(c, n)
+		if got := body(c); got != n {
+			t.Errorf("fitBody(%d): body is %d bytes", n, got)
+		}
+	}
+}
+
+func TestFakeGemini(t *testing.T) {
+	srv := httptest.NewServer(FakeGemini())
+	defer srv.Close()
+	post := func(path string, body []byte) (*http.Response, []byte) {
+		t.Helper()
+		res, err := http.Post(srv.URL+path, "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, b
+	}
+	large := Sizes()[2].Body
+	res, b := post("/v1beta/models/gemini-2.5-flash:generateContent", large)
+	if res.StatusCode != http.StatusOK || !bytes.Equal(b, fakeUnary) {
+		t.Fatalf("unary: status %d, body %.80q", res.StatusCode, b)
+	}
+	var unary struct {
+		Candidates []struct{ FinishReason string }    `json:"candidates"`
+		Usage      struct{ CandidatesTokenCount int } `json:"usageMetadata"`
+	}
+	if err := json.Unmarshal(b, &unary); err != nil || len(unary.Candidates) != 1 || unary.Candidates[0].FinishReason != "STOP" {
+		t.Errorf("unary answer is not a finished GenerateContentResponse: %v %+v", err, unary)
+	}
+	res, b = post("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", []byte(`{"contents":[]}`))
+	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/event-stream" || !bytes.Equal(b, fakeStream) {
+		t.Fatalf("sse: status %d, %q, body %.80q", res.StatusCode, res.Header.Get("Content-Type"), b)
+	}
+	events := strings.Split(strings.TrimSuffix(string(b), "\r\n\r\n"), "\r\n\r\n")
+	var counts []int
+	var finish []string
+	for _, e := range events {
+		var ev struct {
+			Candidates []struct{ FinishReason string }    `json:"candidates"`
+			Usage      struct{ CandidatesTokenCount int } `json:"usageMetadata"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(e, "data: ")), &ev); err != nil || !strings.HasPrefix(e, "data: ") {
+			t.Fatalf("event %.60q: %v", e, err)
+		}
+		counts = append(counts, ev.Usage.CandidatesTokenCount)
+		finish = append(finish, ev.Candidates[0].FinishReason)
+	}
+	if len(events) < 3 {
+		t.Errorf("stream has %d events, want several", len(events))
+	}
+	for i := 1; i < len(counts); i++ {
+		if counts[i] <= counts[i-1] {
+			t.Errorf("usage not cumulative: %v", counts)
+		}
+	}
+	if counts[len(counts)-1] != unary.Usage.CandidatesTokenCount {
+		t.Errorf("stream's final usage %d, unary's %d", counts[len(counts)-1], unary.Usage.CandidatesTokenCount)
+	}
+	wantFinish := make([]string, len(events))
+	wantFinish[len(wantFinish)-1] = "STOP"
+	if diff := cmp.Diff(wantFinish, finish); diff != "" {
+		t.Errorf("finishReason per event (-want +got):\n%s", diff)
+	}
+	if res, _ := post("/v1beta/models/gemini-2.5-flash:countTokens", nil); res.StatusCode != http.StatusNotFound {
+		t.Errorf("countTokens: status %d, want 404", res.StatusCode)
+	}
+}
+
+// RunOverhead measures every target in every cell and divides by the plain
+// Go proxy of the same cell.
+func TestRunOverheadRatios(t *testing.T) {
+	up := httptest.NewServer(FakeGemini())
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	plain := httptest.NewServer(PlainProxy(u))
+	defer plain.Close()
+	o, err := RunOverhead(t.Context(), OverheadOptions{
+		Targets:     []Target{{Name: TargetDirect, URL: up.URL}, {Name: TargetPlain, URL: plain.URL}, {Name: TargetPassThrough, URL: plain.URL}},
+		Sizes:       Sizes()[:1],
+		Concurrency: []int{2},
+		CellTime:    20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Cells) != 2*3 {
+		t.Fatalf("%d cells, want 6 (unary and sse, three targets)", len(o.Cells))
+	}
+	for _, c := range o.Cells {
+		if c.Errors != 0 || c.Requests < 2*batchSize(2, Sizes()[0]) || c.P50 <= 0 {
+			t.Errorf("cell %+v: want two rounds without errors", c)
+		}
+		i := slices.IndexFunc(o.Cells, func(p Cell) bool { return p.Mode == c.Mode && p.Target == TargetPlain })
+		if want := float64(c.P50) / float64(o.Cells[i].P50); c.RatioP50 != want {
+			t.Errorf("%s/%s: RatioP50 %v, want %v", c.Mode, c.Target, c.RatioP50, want)
+		}
+	}
+	names := map[string]bool{}
+	for _, r := range Targets(o) {
+		names[r.Name] = true
+	}
+	if !names["pass-through p50 ≤ 1.3× plain Go proxy (worst cell)"] || !names["pass-through p99 ≤ 1.5× plain Go proxy (worst cell)"] {
+		t.Errorf("Targets lacks the pass-through ratios: %v", names)
+	}
+}
