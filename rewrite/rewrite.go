@@ -61,6 +61,7 @@ type state struct {
 	parts    []part
 	// The buffers of findRuns: per-line flags, free-line flags per part,
 	// free-line hashes and where each part's end, and the hash table.
+	blocks  []block // the blocks of every part, back to back
 	slab    []bool
 	free    [][]bool
 	hashes  []lineHash
@@ -109,6 +110,10 @@ func (st *state) release() {
 	}
 	if cap(st.parts) > maxPooled/int(unsafe.Sizeof(part{})) {
 		st.contents, st.parts = nil, nil
+	}
+	st.blocks = st.blocks[:0]
+	if cap(st.blocks) > maxPooled/int(unsafe.Sizeof(block{})) {
+		st.blocks = nil
 	}
 	if cap(st.slab) > maxPooled || cap(st.tbl.keys) > maxPooled/16 {
 		st.slab, st.free, st.hashes, st.hashEnd, st.tbl = nil, nil, nil, nil, lineTable{}
@@ -227,7 +232,9 @@ func (e *engine) analyse() {
 				if hit {
 					blocks = memoed[len(e.parts)-first]
 				} else {
-					blocks = segmentLines(ls, tags)
+					n := len(e.st.blocks)
+					e.st.blocks = appendBlocks(e.st.blocks, ls, tags)
+					blocks = e.st.blocks[n:len(e.st.blocks):len(e.st.blocks)]
 				}
 				e.parts = append(e.parts, textPart{turn: ti, part: pi, p: p, text: d.text, marks: d.marks, lines: ls, blocks: blocks})
 			}

@@ -2,9 +2,11 @@ package rewrite
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"math/bits"
+	"slices"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
@@ -73,6 +75,17 @@ type scanner struct {
 	// parts holds the parts of every content, back to back.
 	parts []part
 	st    *state // buffers to reuse, or nil
+	// recent holds the last texts decoded, newest at recent[(nrecent-1)%len],
+	// whose decoded prefixes a later text that starts with the same raw
+	// bytes copies instead of decoding again (see resume).
+	recent  [4]recentText
+	nrecent int
+}
+
+// recentText is a text decoded earlier in the same body.
+type recentText struct {
+	raw span // its raw string contents
+	d   decoded
 }
 
 var errSyntax = ErrInvalidJSON
@@ -309,6 +322,22 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 	esc := false
 	next := markEvery
 	i := start
+	if m, c, ok := s.resume(start); ok {
+		// The raw bytes up to mark m are those of the earlier text c, and
+		// the decoder's state at a mark depends on nothing else: take its
+		// decoded bytes, line ends and marks instead of decoding them.
+		copy(out[n:], out[c.off:c.off+int(m.u)])
+		cn := nls[c.nlOff:c.nlEnd]
+		k, _ := slices.BinarySearch(cn, m.u) // the line ends before the mark
+		nls = append(nls, cn[:k]...)
+		cm := s.marks[c.markOff:c.markEnd]
+		k, _ = slices.BinarySearchFunc(cm, m.u, func(x mark, u int32) int { return cmp.Compare(x.u, u) })
+		s.marks = append(s.marks, cm[:k+1]...) // m itself included
+		n += int(m.u)
+		i += int(m.r)
+		next = int(m.u) + markEvery
+		esc = true // marks follow escapes
+	}
 	for {
 		// Copy eight ordinary bytes at a time; stop at the first '"', '\\'
 		// or control byte (bytes stored past it are overwritten later).
@@ -340,6 +369,10 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 			s.nls = append(nls, int32(n-d.off))
 			d.nlEnd = len(s.nls)
 			d.markEnd = len(s.marks)
+			if d.markEnd > d.markOff {
+				s.recent[s.nrecent%len(s.recent)] = recentText{raw: span{start, i}, d: d}
+				s.nrecent++
+			}
 			return span{start, i}, esc, d, nil
 		case c == '\\':
 			esc = true
@@ -385,6 +418,58 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 			return span{}, false, d, errSyntax
 		}
 	}
+}
+
+// resume finds, among the recent texts, the one that shares the longest
+// raw prefix with the string whose contents start at start, and returns its
+// last mark inside that prefix. The prefix must extend past the mark by
+// the longest look-ahead of an escape (a surrogate pair), so that decoding
+// up to the mark cannot depend on the bytes after it.
+func (s *scanner) resume(start int) (mark, decoded, bool) {
+	const lookAhead = 12
+	var best mark
+	var bestText decoded
+	found := false
+	for k := range min(s.nrecent, len(s.recent)) {
+		c := &s.recent[k]
+		old := s.b[c.raw.start:c.raw.end]
+		marks := s.marks[c.d.markOff:c.d.markEnd]
+		if len(old) <= lookAhead || int(marks[0].r)+lookAhead > len(old) || (found && int(marks[len(marks)-1].u) <= int(best.u)) {
+			continue
+		}
+		l := commonPrefix(s.b[start:], old)
+		// The last mark with r+lookAhead <= l.
+		lo, hi := 0, len(marks)
+		for lo < hi {
+			m := int(uint(lo+hi) >> 1)
+			if int(marks[m].r)+lookAhead <= l {
+				lo = m + 1
+			} else {
+				hi = m
+			}
+		}
+		if lo > 0 && (!found || marks[lo-1].u > best.u) {
+			best, bestText, found = marks[lo-1], c.d, true
+		}
+	}
+	return best, bestText, found
+}
+
+// commonPrefix returns the length of the longest common prefix of a and b.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	const chunk = 512
+	i := 0
+	for i+chunk <= n && bytes.Equal(a[i:i+chunk], b[i:i+chunk]) {
+		i += chunk
+	}
+	for i+8 <= n && binary.LittleEndian.Uint64(a[i:]) == binary.LittleEndian.Uint64(b[i:]) {
+		i += 8
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
 }
 
 // grow sets up the arena and line ends for a body, reusing the buffers of
@@ -504,7 +589,15 @@ func (s *scanner) contents(req *request) error {
 				if err != nil {
 					return err
 				}
-				c.role = string(s.b[sp.start:sp.end])
+				// The usual roles need no allocation.
+				switch r := s.b[sp.start:sp.end]; string(r) {
+				case "user":
+					c.role = "user"
+				case "model":
+					c.role = "model"
+				default:
+					c.role = string(r)
+				}
 				if esc {
 					c.role = unescape(s.b[sp.start:sp.end])
 				}

@@ -3,10 +3,12 @@ package rewrite
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func TestScanParts(t *testing.T) {
@@ -201,4 +203,64 @@ func FuzzScanText(f *testing.F) {
 			t.Fatalf("line ends (-want +got):\n%s", diff)
 		}
 	})
+}
+
+// FuzzScanResume checks that a text whose raw bytes start like an earlier
+// text's (so that the scanner copies the earlier decoded prefix) decodes
+// exactly as it does on its own: same text, line ends and marks.
+func FuzzScanResume(f *testing.F) {
+	f.Add(`\tfmt.Println(\"a\\tb\")\n`, `x\ud83d`, `\ude00 tail\n`, `y`)
+	f.Add(`line \u00e9 \\ \/ \b\f\r\n`, `\ud83d`, `\ude00`, `\u0041`)
+	f.Add(`plain text without escapes `, `"`, `\"`, `\n`)
+	f.Fuzz(func(t *testing.T, unit, common, x, y string) {
+		for _, s := range []string{unit, common, x, y} {
+			if !json.Valid([]byte(`"` + s + `"`)) {
+				return
+			}
+		}
+		if unit == "" {
+			return
+		}
+		for pad := range 48 {
+			// Shift the marks (every markEvery decoded bytes) across the
+			// escapes of common, x and y.
+			prefix := strings.Repeat("a", pad) + strings.Repeat(unit, 600/len(unit)+1) + common
+			checkResume(t, []string{prefix + y, prefix + x, prefix, prefix + x + y, unit + x, prefix + x})
+		}
+	})
+}
+
+func checkResume(t *testing.T, texts []string) {
+	t.Helper()
+	{
+		var body strings.Builder
+		body.WriteString(`{"contents":[`)
+		for i, r := range texts {
+			if i > 0 {
+				body.WriteString(",")
+			}
+			fmt.Fprintf(&body, `{"parts":[{"text":"%s"}]}`, r)
+		}
+		body.WriteString(`]}`)
+		req, err := scan([]byte(body.String()))
+		if err != nil {
+			t.Fatalf("scan: %v", err)
+		}
+		for i, r := range texts {
+			want, err := decodeString([]byte(r))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := req.contents[i].parts[0].dec
+			if got.text != want.text {
+				t.Errorf("text %d: decoded %q, want %q", i, got.text, want.text)
+			}
+			if diff := cmp.Diff(want.nl, got.nl); diff != "" {
+				t.Errorf("text %d: line ends (-want +got):\n%s", i, diff)
+			}
+			if diff := cmp.Diff(want.marks, got.marks, cmp.AllowUnexported(mark{}), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("text %d: marks (-want +got):\n%s", i, diff)
+			}
+		}
+	}
 }

@@ -98,15 +98,20 @@ func segment(text string, tags []string) ([]block, lines) {
 
 // segmentLines is segment over a text already split into lines.
 func segmentLines(l lines, tags []string) []block {
-	if len(l.text) < 8 {
-		return nil
-	}
-	sg := segmenter{l: l, tags: tags}
-	return sg.run()
+	return appendBlocks(nil, l, tags)
 }
 
-func (sg *segmenter) run() []block {
-	var out []block
+// appendBlocks appends the blocks of a text already split into lines to
+// dst, so that the parts of a request can share one buffer.
+func appendBlocks(dst []block, l lines, tags []string) []block {
+	if len(l.text) < 8 {
+		return dst
+	}
+	sg := segmenter{l: l, tags: tags}
+	return sg.run(dst)
+}
+
+func (sg *segmenter) run(out []block) []block {
 	l := &sg.l
 	free := 0 // first line not consumed by a block
 	for i := 0; i < l.n(); {
