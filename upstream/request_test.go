@@ -200,8 +200,8 @@ func TestToInteractionErrors(t *testing.T) {
 	two := `{"contents":[{"parts":[{"text":"a"}]},{"role":"model","parts":[{"text":"b"}]},{"parts":[{"text":"c"}]}]}`
 	tests := []struct {
 		name, req, model, prev string
-		newTurns             int
-		turnsErr             bool
+		newTurns               int
+		turnsErr               bool
 	}{
 		{name: "invalid JSON", req: `{"contents":`, model: "m", prev: "p", newTurns: 1},
 		{name: "not an object", req: `[1]`, model: "m", prev: "p", newTurns: 1},
