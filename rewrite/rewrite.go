@@ -140,6 +140,7 @@ type occ struct {
 	part    int
 	b       block
 	content string // identity content: the block's content with CRLF → LF
+	cid     int32  // content's id: equal ids, equal contents (engine.ids)
 	doc     int
 	// decision
 	replace  bool
@@ -159,31 +160,40 @@ type doc struct {
 	kind     blockKind
 	occs     []int // indices into engine.occs, in request order
 	latest   string
+	latestID int32    // latest's content id; -1 before the first occurrence
 	set      []uint64 // lineSet(latest), computed lazily
 	hasSet   bool
-	versions map[string]int // content → first occurrence
+	id       int32 // index into engine.docs
 }
 
+// verKey names one version of a document: the document and a content id.
+type verKey struct{ doc, cid int32 }
+
 type engine struct {
-	body    []byte
-	req     *request
-	opts    *Options
-	parts   []textPart
-	occs    []occ
-	docs    []*doc
-	runs    []occ
-	memo    Memo // nil: analyse every turn
-	st      *state
-	byName  map[string]int
-	byText  map[string]int
-	shaMemo map[string]string
+	body   []byte
+	req    *request
+	opts   *Options
+	parts  []textPart
+	occs   []occ
+	docs   []*doc
+	runs   []occ
+	memo   Memo // nil: analyse every turn
+	st     *state
+	byName map[string]int
+	// ids numbers the distinct contents, so that each content is hashed
+	// once and the maps below are keyed by small integers.
+	ids      map[string]int32
+	byText   map[int32]int  // content id → document
+	versions map[verKey]int // a document's version → its first occurrence
+	shaMemo  map[string]string
 }
 
 func newEngine(body []byte, req *request, opts *Options) *engine {
 	if opts.MinBlockBytes < 0 {
 		opts.MinBlockBytes = 0
 	}
-	return &engine{body: body, req: req, opts: opts, byName: map[string]int{}, byText: map[string]int{}, shaMemo: map[string]string{}}
+	return &engine{body: body, req: req, opts: opts, byName: map[string]int{}, ids: map[string]int32{},
+		byText: map[int32]int{}, versions: map[verKey]int{}, shaMemo: map[string]string{}}
 }
 
 // role returns the effective role of turn i.
@@ -301,26 +311,32 @@ func decodeBase64(raw []byte, esc bool) (string, bool) {
 
 // add assigns an occurrence to a document (DESIGN §3 "Identity").
 func (e *engine) add(o occ) {
+	id, ok := e.ids[o.content]
+	if !ok {
+		id = int32(len(e.ids))
+		e.ids[o.content] = id
+	}
+	o.cid = id
 	o.doc = e.identify(&o)
 	d := e.docs[o.doc]
 	e.occs = append(e.occs, o)
 	idx := len(e.occs) - 1
 	d.occs = append(d.occs, idx)
-	if _, ok := d.versions[o.content]; !ok {
-		d.versions[o.content] = idx
+	if _, ok := e.versions[verKey{d.id, o.cid}]; !ok {
+		e.versions[verKey{d.id, o.cid}] = idx
 		if o.b.kind != kindImage && !o.b.kind.secondary() {
-			if _, ok := e.byText[o.content]; !ok {
-				e.byText[o.content] = o.doc
+			if _, ok := e.byText[o.cid]; !ok {
+				e.byText[o.cid] = o.doc
 			}
 		}
 	}
-	if d.latest != o.content {
-		d.latest, d.hasSet, d.set = o.content, false, nil
+	if d.latestID != o.cid {
+		d.latest, d.latestID, d.hasSet, d.set = o.content, o.cid, false, nil
 	}
 }
 
 func (e *engine) newDoc(name string, kind blockKind) int {
-	e.docs = append(e.docs, &doc{name: name, kind: kind, versions: map[string]int{}})
+	e.docs = append(e.docs, &doc{name: name, kind: kind, latestID: -1, id: int32(len(e.docs))})
 	return len(e.docs) - 1
 }
 
@@ -351,10 +367,10 @@ func (e *engine) identify(o *occ) int {
 			e.byName[key] = d
 			return d
 		}
-		if _, same := e.docs[d].versions[o.content]; same {
+		if _, same := e.versions[verKey{int32(d), o.cid}]; same {
 			return d
 		}
-		if td, ok := e.byText[o.content]; ok && cleanName(e.docs[td].name) == key {
+		if td, ok := e.byText[o.cid]; ok && cleanName(e.docs[td].name) == key {
 			return td // a repeat of a retrieval chunk of this file
 		}
 		switch chunk(e.docs[d].latest, o.content) {
@@ -366,7 +382,7 @@ func (e *engine) identify(o *occ) int {
 		}
 		return d
 	}
-	if d, ok := e.byText[o.content]; ok {
+	if d, ok := e.byText[o.cid]; ok {
 		return d
 	}
 	set := lineSet(o.content)
@@ -441,8 +457,7 @@ func firstLine(s string) string {
 // decide applies "keep once" to every document (DESIGN §3).
 func (e *engine) decide() {
 	for _, d := range e.docs {
-		active := d.latest
-		keep := d.versions[active]
+		keep := e.versions[verKey{d.id, d.latestID}]
 		for _, idx := range d.occs {
 			o := &e.occs[idx]
 			if idx == keep {
@@ -450,11 +465,11 @@ func (e *engine) decide() {
 			}
 			target := keep
 			switch {
-			case o.content == active:
+			case o.cid == d.latestID:
 			case e.opts.CompactSuperseded:
 				o.super = true
 			default:
-				target = d.versions[o.content]
+				target = e.versions[verKey{d.id, o.cid}]
 				if target == idx {
 					continue
 				}

@@ -230,7 +230,7 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 		// Fast path for the common code line: its first byte after the
 		// indent is neither the fence character nor one that flags or a
 		// blank line looks at, so it can only be "other" content.
-		if k, e := skipIndent(l.text, l.s(j), l.e(j)); k < e && !fenceFlagByte[l.text[k]] && l.text[k] != ch {
+		if k, e := skipIndent(l.text, l.s(j), l.e(j)); k < e && plainCodeLine(l.text, k, e, ch) {
 			other, b.shell = true, false
 			continue
 		}
@@ -514,7 +514,7 @@ func endBanner(t string) bool {
 
 func isRule(t string) bool {
 	t = strings.TrimSpace(t)
-	return len(t) >= 5 && strings.Trim(t, "=") == ""
+	return len(t) >= 5 && t[0] == '=' && strings.Trim(t, "=") == ""
 }
 
 // banner reads a text banner block starting at line i: "--- path ---" …
@@ -765,7 +765,8 @@ func childName(body string, limit int) string {
 // treeLine reports whether a line is part of a drawn project tree.
 func treeLine(s string) bool {
 	t := trimIndent(s)
-	if strings.Contains(t, "├") || strings.Contains(t, "└") || strings.HasPrefix(t, "│") {
+	// '├', '└' and '│' all start with the byte 0xE2.
+	if strings.IndexByte(t, 0xE2) >= 0 && (strings.Contains(t, "├") || strings.Contains(t, "└") || strings.HasPrefix(t, "│")) {
 		return true
 	}
 	return strings.HasPrefix(t, "|--") || strings.HasPrefix(t, "+--") || strings.HasPrefix(t, "`--") || strings.HasPrefix(t, "|   ")
@@ -773,6 +774,11 @@ func treeLine(s string) bool {
 
 // tabsHeader reports whether a line introduces a list of open tabs or files.
 func tabsHeader(s string) bool {
+	// Cheap test first: the first byte after the indent is a trimmed
+	// marker or the first letter of a header.
+	if u := trimIndent(s); u == "" || !tabsFirst[u[0]] {
+		return false
+	}
 	t := strings.TrimSpace(strings.Trim(strings.TrimSpace(s), "#*:"))
 	if len(t) < 9 || len(t) > 21 || !strings.ContainsRune("oOcCvV", rune(t[0])) {
 		return false
@@ -785,6 +791,10 @@ func tabsHeader(s string) bool {
 	}
 	return false
 }
+
+// tabsFirst marks the bytes a tabs header may start with after its indent.
+var tabsFirst = [256]bool{'#': true, '*': true, ':': true, 'o': true, 'O': true, 'c': true, 'C': true, 'v': true, 'V': true,
+	'\v': true, '\f': true, '\r': true, 0x85: true, 0xA0: true, 0xC2: true, 0xE1: true, 0xE2: true, 0xE3: true}
 
 func listItem(s string) bool {
 	t := strings.TrimSpace(s)
@@ -826,10 +836,26 @@ func (sg *segmenter) secondary(i int) (block, int, bool) {
 	return block{kind: kindTree, name: "project tree", start: l.s(i), end: l.e(k - 1), cstart: l.s(i), cend: l.e(k - 1)}, k, true
 }
 
-// fenceFlagByte marks the bytes that, first after a line's indent, make the
-// fence scan look at the line closely: a line end, a comment banner's first
-// byte, or a reference's.
-var fenceFlagByte = [256]bool{'\r': true, '/': true, '#': true, '-': true, ';': true, '[': true}
+// commentByte marks the bytes commentBanner skips after the indent.
+var commentByte = [256]bool{'/': true, '#': true, '-': true, ';': true, '*': true, ' ': true, '\t': true}
+
+// plainCodeLine reports, from the line's bytes text[k:e] after its indent,
+// that the fence scan would only count it as other content: it cannot
+// close a fence of ch, is not blank, and is neither a comment banner (after
+// the comment marker comes "file" or "path") nor a reference.
+func plainCodeLine(text string, k, e int, ch byte) bool {
+	c := text[k]
+	if c == ch || c == '[' || c == '\r' {
+		return false
+	}
+	if c != '/' && c != '#' && c != '-' && c != ';' {
+		return true
+	}
+	for k < e && commentByte[text[k]] {
+		k++
+	}
+	return k == e || (text[k]|0x20 != 'f' && text[k]|0x20 != 'p')
+}
 
 // skipIndent returns the offset of the first byte of text[s:e] that is not
 // a space or a tab, and e.
