@@ -109,7 +109,7 @@ func savingsPlot(s *Savings) (*plot.Plot, error) {
 // adds over direct, per cell.
 func latencyPlot(o *Overhead) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = "Added p50 latency over direct to the emulator, per cell (size/mode/concurrency)"
+	p.Title.Text = "Added p50 latency over direct to the fake upstream, per cell (size/mode/concurrency)"
 	p.Y.Label.Text = "ms"
 	var cells []string
 	seen := map[string]bool{}
