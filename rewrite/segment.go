@@ -3,6 +3,8 @@ package rewrite
 import (
 	"sort"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // blockKind says how a block was found.
@@ -384,8 +386,20 @@ func infoName(info string) string {
 			}
 		}
 	}
-	fields := strings.Fields(info)
-	for _, f := range fields {
+	// The fields of strings.Fields, without allocating them.
+	var first, second string
+	n := 0
+	for rest := info; ; n++ {
+		var f string
+		if f, rest = nextField(rest); f == "" {
+			break
+		}
+		switch n {
+		case 0:
+			first = f
+		case 1:
+			second = f
+		}
 		if k := strings.IndexByte(f, '='); k > 0 {
 			switch strings.ToLower(f[:k]) {
 			case "title", "file", "filename", "path", "name":
@@ -395,16 +409,44 @@ func infoName(info string) string {
 			}
 		}
 	}
-	if k := strings.IndexByte(fields[0], ':'); k > 0 && pathish(fields[0][k+1:]) {
-		return fields[0][k+1:]
+	if k := strings.IndexByte(first, ':'); k > 0 && pathish(first[k+1:]) {
+		return first[k+1:]
 	}
-	if len(fields) > 1 && pathish(fields[1]) {
-		return fields[1]
+	if n > 1 && pathish(second) {
+		return second
 	}
-	if pathish(fields[0]) && strings.ContainsAny(fields[0], "./") {
-		return fields[0]
+	if pathish(first) && strings.ContainsAny(first, "./") {
+		return first
 	}
 	return ""
+}
+
+// nextField returns the first field of s as strings.Fields splits it
+// (around Unicode white space) and what follows it; "" when none is left.
+func nextField(s string) (field, rest string) {
+	i := 0
+	for i < len(s) {
+		r, size := rune(s[i]), 1
+		if r >= utf8.RuneSelf {
+			r, size = utf8.DecodeRuneInString(s[i:])
+		}
+		if !unicode.IsSpace(r) {
+			break
+		}
+		i += size
+	}
+	j := i
+	for j < len(s) {
+		r, size := rune(s[j]), 1
+		if r >= utf8.RuneSelf {
+			r, size = utf8.DecodeRuneInString(s[j:])
+		}
+		if unicode.IsSpace(r) {
+			break
+		}
+		j += size
+	}
+	return s[i:j], s[j:]
 }
 
 // pathish reports whether s looks like a file path: one token with an

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // segBlock is a block as the tests see it: kind, name, replaced span and
@@ -142,5 +143,21 @@ func TestSimilarity(t *testing.T) {
 	}
 	if hashLine("abcdefghij") == hashLine("abcdefghik") {
 		t.Error("hashLine collides on a one-byte change")
+	}
+}
+
+func TestNextField(t *testing.T) {
+	for _, s := range []string{"", "  ", "go", " go  main.go ", "ts\ttitle=\"a b.ts\"", "a\u00a0b\u2003c\x85d", "\xff x\xc2", "go:main.go\v\fx\r\n y"} {
+		var got []string
+		for rest := s; ; {
+			var f string
+			if f, rest = nextField(rest); f == "" {
+				break
+			}
+			got = append(got, f)
+		}
+		if diff := cmp.Diff(strings.Fields(s), got, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("fields of %q (-want +got):\n%s", s, diff)
+		}
 	}
 }
