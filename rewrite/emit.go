@@ -170,20 +170,25 @@ func (e *engine) final() []*occ {
 
 // emit stitches the unchanged byte ranges of the body around the replaced
 // strings. Text kept in a part keeps its original escaping byte for byte.
+// The output is written once, into a buffer of its exact size.
 func (e *engine) emit(reps []*occ) []byte {
 	if len(reps) == 0 {
 		return e.body
 	}
-	type edit struct {
+	// cut replaces body[start:end] by ref (escaped), wrapped as a text part
+	// when it replaces an inlineData part.
+	type cut struct {
 		start, end int
-		text       []byte
+		ref        string
+		img        bool
 	}
-	var edits []edit
+	const textOpen, textClose = `{"text":"`, `"}`
+	cuts := make([]cut, 0, len(reps))
+	var offs []int
 	for i := 0; i < len(reps); {
 		o := reps[i]
 		if o.b.kind == kindImage {
-			t := append([]byte(`{"text":"`), appendEscaped(nil, o.ref)...)
-			edits = append(edits, edit{o.img.obj.start, o.img.obj.end, append(t, `"}`...)})
+			cuts = append(cuts, cut{o.img.obj.start, o.img.obj.end, o.ref, true})
 			i++
 			continue
 		}
@@ -193,36 +198,53 @@ func (e *engine) emit(reps []*occ) []byte {
 		}
 		tp := &e.parts[o.tp]
 		raw := e.body[tp.p.str.start:tp.p.str.end]
-		offs := make([]int, 0, 2*(j-i))
+		offs = offs[:0]
 		for _, r := range reps[i:j] {
 			offs = append(offs, r.b.start, r.b.end)
 		}
 		if tp.p.esc {
 			offs = rawOffsets(raw, offs, tp.marks)
 		}
-		t := make([]byte, 0, offs[0]+64*(j-i))
-		prev := 0
 		for k, r := range reps[i:j] {
-			t = append(t, raw[prev:offs[2*k]]...)
-			t = appendEscaped(t, r.ref)
-			prev = offs[2*k+1]
+			cuts = append(cuts, cut{tp.p.str.start + offs[2*k], tp.p.str.start + offs[2*k+1], r.ref, false})
 		}
-		t = append(t, raw[prev:]...)
-		edits = append(edits, edit{tp.p.str.start, tp.p.str.end, t})
 		i = j
 	}
 	n := len(e.body)
-	for _, ed := range edits {
-		n += len(ed.text) - (ed.end - ed.start)
+	for _, c := range cuts {
+		n += escapedLen(c.ref) - (c.end - c.start)
+		if c.img {
+			n += len(textOpen) + len(textClose)
+		}
 	}
 	out := make([]byte, 0, n)
 	prev := 0
-	for _, ed := range edits {
-		out = append(out, e.body[prev:ed.start]...)
-		out = append(out, ed.text...)
-		prev = ed.end
+	for _, c := range cuts {
+		out = append(out, e.body[prev:c.start]...)
+		if c.img {
+			out = append(out, textOpen...)
+		}
+		out = appendEscaped(out, c.ref)
+		if c.img {
+			out = append(out, textClose...)
+		}
+		prev = c.end
 	}
 	return append(out, e.body[prev:]...)
+}
+
+// escapedLen returns len(appendEscaped(nil, s)).
+func escapedLen(s string) int {
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			n++
+		case c < 0x20:
+			n += 5
+		}
+	}
+	return n
 }
 
 // report lists the replacements for the Report.

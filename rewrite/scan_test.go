@@ -264,3 +264,11 @@ func checkResume(t *testing.T, texts []string) {
 		}
 	}
 }
+
+func TestEscapedLen(t *testing.T) {
+	for _, s := range []string{"", "plain", "q\"b\\n\n\r\t\x01\x1f é 😀 </>", "[unchanged: a\\b.go sha256:0123456789ab, identical to the copy in turn 3]"} {
+		if got, want := escapedLen(s), len(appendEscaped(nil, s)); got != want {
+			t.Errorf("escapedLen(%q) = %d, want %d", s, got, want)
+		}
+	}
+}
