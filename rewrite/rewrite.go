@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"encoding/base64"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
@@ -44,6 +45,11 @@ func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 	out := e.emit(reps)
 	rep.Replacements = e.report(reps)
 	rep.BytesAfter = len(out)
+	// Keep the engine's slices for the next request, without the strings
+	// they hold (an image's decoded bytes may be large).
+	clear(e.parts)
+	clear(e.occs)
+	st.tparts, st.occs = e.parts[:0], e.occs[:0]
 	return out, rep, nil
 }
 
@@ -62,6 +68,8 @@ type state struct {
 	// The buffers of findRuns: per-line flags, free-line flags per part,
 	// free-line hashes and where each part's end, and the hash table.
 	blocks  []block // the blocks of every part, back to back
+	tparts  []textPart
+	occs    []occ
 	slab    []bool
 	free    [][]bool
 	hashes  []lineHash
@@ -110,6 +118,9 @@ func (st *state) release() {
 	}
 	if cap(st.parts) > maxPooled/int(unsafe.Sizeof(part{})) {
 		st.contents, st.parts = nil, nil
+	}
+	if cap(st.tparts) > maxPooled/int(unsafe.Sizeof(textPart{})) || cap(st.occs) > maxPooled/int(unsafe.Sizeof(occ{})) {
+		st.tparts, st.occs = nil, nil
 	}
 	st.blocks = st.blocks[:0]
 	if cap(st.blocks) > maxPooled/int(unsafe.Sizeof(block{})) {
@@ -210,8 +221,8 @@ func (e *engine) analyse() {
 	for ti := range e.req.contents {
 		n += len(e.req.contents[ti].parts)
 	}
-	e.parts = make([]textPart, 0, n)
-	e.occs = make([]occ, 0, n)
+	e.parts = slices.Grow(e.st.tparts[:0], n)
+	e.occs = slices.Grow(e.st.occs[:0], n)
 	var tm *turnMemo
 	if e.memo != nil {
 		tm = newTurnMemo(e.memo, e.body, e.req, e.opts)
