@@ -362,6 +362,31 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 			return span{}, false, d, errSyntax
 		}
 	special:
+		// Runs of one-byte escapes ("\n\t\t", "\\\"") are decoded here
+		// without a trip through the word loop.
+		for b[i] == '\\' && i+1 < len(b) {
+			v := escByte[b[i+1]]
+			if v == 0 {
+				break
+			}
+			esc = true
+			if v == '\n' {
+				nls = append(nls, int32(n-d.off))
+			}
+			out[n] = v
+			n++
+			i += 2
+			if u := n - d.off; u >= next {
+				s.marks = append(s.marks, mark{int32(u), int32(i - start)})
+				next = u + markEvery
+			}
+			if i >= len(b) {
+				return span{}, false, d, errSyntax
+			}
+		}
+		if c := b[i]; c != '"' && c != '\\' && c >= 0x20 {
+			continue // an ordinary byte after the escapes
+		}
 		switch c := b[i]; {
 		case c == '"':
 			s.pos = i + 1
