@@ -68,21 +68,21 @@ func (e *engine) refText(o *occ) string {
 		b.WriteString(" sha256:")
 		b.WriteString(h)
 		b.WriteString(" as ")
-		b.WriteString(e.where(o))
+		e.writeWhere(&b, o)
 	case o.super:
 		b.WriteString("[superseded: ")
 		b.WriteString(name)
 		b.WriteString(" sha256:")
 		b.WriteString(h)
 		b.WriteString(", replaced by the version ")
-		b.WriteString(e.where(o))
+		e.writeWhere(&b, o)
 	default:
 		b.WriteString("[unchanged: ")
 		b.WriteString(name)
 		b.WriteString(" sha256:")
 		b.WriteString(h)
 		b.WriteString(", identical to the copy ")
-		b.WriteString(e.where(o))
+		e.writeWhere(&b, o)
 	}
 	b.WriteByte(']')
 	return b.String()
@@ -100,6 +100,18 @@ func (e *engine) where(o *occ) string {
 		return "in your previous reply"
 	}
 	return "in turn " + strconv.Itoa(o.target+1)
+}
+
+// writeWhere writes e.where(o) to b without building the string first.
+func (e *engine) writeWhere(b *strings.Builder, o *occ) {
+	switch {
+	case o.target == o.turn, o.target == o.turn-1 && e.role(o.target) == "model" && e.role(o.turn) == "user":
+		b.WriteString(e.where(o))
+		return
+	}
+	var buf [20]byte
+	b.WriteString("in turn ")
+	b.Write(strconv.AppendInt(buf[:0], int64(o.target+1), 10))
 }
 
 // name is the document name shown for o: its own name, else its document's.
