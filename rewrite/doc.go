@@ -11,12 +11,17 @@
 // contents[i].parts[j] and of their text and inlineData.data strings;
 // everything else is copied as raw byte ranges, so fields the rewriter does
 // not change (unknown fields, snake_case keys, key order, white space,
-// thoughtSignature encodings) stay byte for byte. Only text parts whose
-// members are exactly "text", and parts whose only member is
-// inlineData/inline_data with data and mimeType, are analysed; any other
-// part (thoughtSignature, functionCall, functionResponse, executableCode,
-// codeExecutionResult, fileData, thought, unknown members) is never touched,
-// nor is anything outside contents.
+// thoughtSignature encodings) stay byte for byte. Decoding is one pass; a
+// text whose raw bytes begin like one of the few texts decoded just before
+// it (a naive client re-sending a file ahead of a new question) copies
+// their decoded form up to the last checkpoint inside the shared prefix
+// instead of decoding it again.
+//
+// Only text parts whose members are exactly "text", and parts whose only
+// member is inlineData/inline_data with data and mimeType, are analysed; any
+// other part (thoughtSignature, functionCall, functionResponse,
+// executableCode, codeExecutionResult, fileData, thought, unknown members)
+// is never touched, nor is anything outside contents.
 //
 // Each analysed text is segmented into blocks: fenced code (``` and ~~~,
 // CommonMark fence rules, a fence left open by truncation, a closing fence

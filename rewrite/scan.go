@@ -455,14 +455,26 @@ func (s *scanner) resume(start int) (mark, decoded, bool) {
 	var best mark
 	var bestText decoded
 	found := false
-	for k := range min(s.nrecent, len(s.recent)) {
-		c := &s.recent[k]
+	cur := s.b[start:]
+	// Newest first; once a prefix is found, an older text is compared only
+	// when it could give a mark an eighth further on, and only when its
+	// bytes just past that mark match, which rejects most texts in a few
+	// bytes instead of a whole comparison.
+	for j := range min(s.nrecent, len(s.recent)) {
+		c := &s.recent[(s.nrecent-1-j)%len(s.recent)]
 		old := s.b[c.raw.start:c.raw.end]
 		marks := s.marks[c.d.markOff:c.d.markEnd]
-		if len(old) <= lookAhead || int(marks[0].r)+lookAhead > len(old) || (found && int(marks[len(marks)-1].u) <= int(best.u)) {
-			continue
+		if found {
+			want := best.u + best.u/8
+			k, _ := slices.BinarySearchFunc(marks, want, func(x mark, u int32) int { return cmp.Compare(x.u, u+1) })
+			if k == len(marks) {
+				continue
+			}
+			if e := int(marks[k].r) + lookAhead; e > len(old) || e > len(cur) || !bytes.Equal(cur[e-lookAhead:e], old[e-lookAhead:e]) {
+				continue
+			}
 		}
-		l := commonPrefix(s.b[start:], old)
+		l := commonPrefix(cur, old)
 		// The last mark with r+lookAhead <= l.
 		lo, hi := 0, len(marks)
 		for lo < hi {
