@@ -228,11 +228,14 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 		b.shell = !other && refs > 0
 	}
 	known := memo.n > 0 && i >= memo.from && n >= memo.n // known: no closing fence below
-	for j := i + 1; j < l.n() && !known; j++ {
+	for j, prev := i+1, int(l.nl[i]); j < l.n() && !known; j++ {
 		// Fast path for the common code line: its first byte after the
 		// indent is neither the fence character nor one that flags or a
 		// blank line looks at, so it can only be "other" content.
-		if k, e := skipIndent(l.text, l.s(j), l.e(j)); k < e && plainCodeLine(l.text, k, e, ch) {
+		end := int(l.nl[j])
+		k, e := skipIndent(l.text, prev+1, end)
+		prev = end
+		if k < e && plainCodeLine(l.text, k, e, ch) {
 			other, b.shell = true, false
 			continue
 		}
