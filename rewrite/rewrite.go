@@ -203,8 +203,7 @@ func newEngine(body []byte, req *request, opts *Options) *engine {
 	if opts.MinBlockBytes < 0 {
 		opts.MinBlockBytes = 0
 	}
-	return &engine{body: body, req: req, opts: opts, byName: map[string]int{}, ids: map[string]int32{},
-		byText: map[int32]int{}, versions: map[verKey]int{}, shaMemo: map[string]string{}}
+	return &engine{body: body, req: req, opts: opts, byName: map[string]int{}, shaMemo: map[string]string{}}
 }
 
 // role returns the effective role of turn i.
@@ -223,6 +222,10 @@ func (e *engine) analyse() {
 	}
 	e.parts = slices.Grow(e.st.tparts[:0], n)
 	e.occs = slices.Grow(e.st.occs[:0], n)
+	// Sized once for about one block per part, so that they rarely grow.
+	e.ids = make(map[string]int32, n)
+	e.versions = make(map[verKey]int, n)
+	e.byText = make(map[int32]int, n)
 	var tm *turnMemo
 	if e.memo != nil {
 		tm = newTurnMemo(e.memo, e.body, e.req, e.opts)

@@ -455,8 +455,13 @@ func nextField(s string) (field, rest string) {
 // pathish reports whether s looks like a file path: one token with an
 // extension or a directory separator.
 func pathish(s string) bool {
-	if len(s) == 0 || len(s) > 200 || strings.ContainsAny(s, " \t\"'<>|*?`") {
+	if len(s) == 0 || len(s) > 200 {
 		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if notInPath[s[i]] {
+			return false
+		}
 	}
 	if strings.Contains(s, "://") || strings.HasSuffix(s, ".") || strings.HasSuffix(s, "/") {
 		return false
@@ -469,6 +474,10 @@ func pathish(s string) bool {
 	}
 	return strings.Contains(s, "/") && alnumAny(s)
 }
+
+// notInPath marks the bytes a path never holds (all ASCII, so a byte test
+// is the same as a rune test).
+var notInPath = [256]bool{' ': true, '\t': true, '"': true, '\'': true, '<': true, '>': true, '|': true, '*': true, '?': true, '`': true}
 
 func alnum(s string) bool {
 	for i := 0; i < len(s); i++ {
