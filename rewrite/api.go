@@ -132,6 +132,49 @@ type Report struct {
 	Replacements []Replacement
 	// UnflattenedTurns is the number of turns created by un-flattening.
 	UnflattenedTurns int
+
+	// The fields below describe the rewritten request (the request after
+	// un-flattening and replacement, whether or not the caller sends it)
+	// so that callers need not decode a body again.
+
+	// TextBytes is the decoded size of every text part of the rewritten
+	// contents: what the upstream tokenises as text.
+	TextBytes int
+	// OtherBytes is the raw JSON size of the rest of the prompt: the parts
+	// of the rewritten contents that are not text parts (function calls,
+	// text with a thought signature, media …) and the systemInstruction,
+	// tools and toolConfig values.
+	OtherBytes int
+	// Contents is the number of contents of the rewritten request.
+	Contents int
+	// Media reports whether the rewritten request still holds inline or
+	// file data or refers to a cachedContent, whose tokens do not follow
+	// from their bytes.
+	Media bool
+	// ConversationID is the hex SHA-256 of the raw JSON bytes of the
+	// original request's first content. Requests of one conversation
+	// re-send that content unchanged, so they share the id.
+	ConversationID string
+	// Blocks lists the distinct blocks (at least Options.MinBlockBytes)
+	// of the last content of the rewritten request, the new turn, in the
+	// order found; the earlier turns were the new turn of earlier requests.
+	// Only these are hashed, so the cost is bounded by the new turn's size.
+	Blocks []Block
+}
+
+// Block is one block of a request's new turn (Report.Blocks).
+type Block struct {
+	// SHA256 is the hex SHA-256 of the exact block content: the span a
+	// reference would replace (as Replacement.SHA256) or, for an
+	// inlineData part, the decoded data.
+	SHA256 string
+	// Bytes is the size of that content.
+	Bytes int
+	// Kind says what the block is: "code" (a fenced block), "document" (a
+	// document tag or a file banner), "secondary" (a project tree or tab
+	// list), "run" (lines repeating an earlier turn) or "image" (an
+	// inlineData part).
+	Kind string
 }
 
 // Changed reports whether the rewrite changed the request.

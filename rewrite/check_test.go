@@ -206,3 +206,65 @@ func checkSpans(tin, tout string, reps []Replacement) error {
 	}
 	return nil
 }
+
+// checkDescription verifies the fields of rep that describe the rewritten
+// request against a decoding of out, and ConversationID against in.
+func checkDescription(in, out []byte, rep *Report) error {
+	var bi, bo struct {
+		Contents []json.RawMessage `json:"contents"`
+	}
+	if err := json.Unmarshal(in, &bi); err != nil {
+		return fmt.Errorf("decoding input contents: %v", err)
+	}
+	if err := json.Unmarshal(out, &bo); err != nil {
+		return fmt.Errorf("decoding output contents: %v", err)
+	}
+	wantConv := ""
+	if len(bi.Contents) > 0 {
+		sum := sha256.Sum256(bi.Contents[0])
+		wantConv = hex.EncodeToString(sum[:])
+	}
+	if rep.ConversationID != wantConv {
+		return fmt.Errorf("ConversationID %q, want %q", rep.ConversationID, wantConv)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(out, &top); err != nil {
+		return err
+	}
+	var want Report
+	want.Contents = len(bo.Contents)
+	for _, k := range []string{"systemInstruction", "system_instruction", "tools", "toolConfig", "tool_config"} {
+		want.OtherBytes += len(top[k])
+	}
+	_, want.Media = top["cachedContent"]
+	for _, raw := range bo.Contents {
+		var c struct {
+			Parts []json.RawMessage `json:"parts"`
+		}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return err
+		}
+		for _, p := range c.Parts {
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(p, &m); err != nil {
+				return err
+			}
+			var text string
+			if _, ok := m["text"]; ok && len(m) == 1 && json.Unmarshal(m["text"], &text) == nil {
+				want.TextBytes += len(text)
+				continue
+			}
+			want.OtherBytes += len(p)
+			for _, k := range []string{"inlineData", "inline_data", "fileData", "file_data"} {
+				if _, ok := m[k]; ok {
+					want.Media = true
+				}
+			}
+		}
+	}
+	if rep.TextBytes != want.TextBytes || rep.OtherBytes != want.OtherBytes || rep.Contents != want.Contents || rep.Media != want.Media {
+		return fmt.Errorf("description: text %d, other %d, contents %d, media %v; want %d, %d, %d, %v",
+			rep.TextBytes, rep.OtherBytes, rep.Contents, rep.Media, want.TextBytes, want.OtherBytes, want.Contents, want.Media)
+	}
+	return nil
+}

@@ -113,6 +113,9 @@ func TestGolden(t *testing.T) {
 				if e := checkInvariants(in, out, rep, opts, v); e != nil {
 					t.Errorf("invariant: %v", e)
 				}
+				if e := checkDescription(in, out, rep); e != nil {
+					t.Errorf("report: %v", e)
+				}
 				again, rep2, err := Request(out, opts, v)
 				if err != nil {
 					t.Fatalf("second rewrite: %v", err)

@@ -1,7 +1,9 @@
 package rewrite
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"slices"
 	"strings"
 	"sync"
@@ -26,6 +28,11 @@ func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 		return nil, nil, err
 	}
 	rep := &Report{BytesBefore: len(body)}
+	if len(req.contents) > 0 {
+		c := req.contents[0].obj
+		sum := sha256.Sum256(body[c.start:c.end])
+		rep.ConversationID = hex.EncodeToString(sum[:])
+	}
 	if opts.Unflatten == UnflattenVerified && v != nil {
 		if nb, turns := unflattenRequest(body, req, &opts, v); turns > 0 {
 			rep.UnflattenedTurns = turns
@@ -45,6 +52,8 @@ func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 	out := e.emit(reps)
 	rep.Replacements = e.report(reps)
 	rep.BytesAfter = len(out)
+	e.describe(rep)
+	rep.Blocks = e.newTurnBlocks()
 	// Keep the engine's slices for the next request, without the strings
 	// they hold (an image's decoded bytes may be large).
 	clear(e.parts)

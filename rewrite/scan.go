@@ -40,6 +40,9 @@ type part struct {
 	esc  bool // the string contains a backslash escape
 	mime string
 	dec  decoded // text: the decoded string, its lines and marks
+	// media: the part holds inline or file data, whose tokens do not
+	// follow from its bytes.
+	media bool
 }
 
 // content is one element of contents as located by scan.
@@ -57,6 +60,11 @@ type request struct {
 	contents []content
 	// genConfig is the raw generationConfig (or generation_config) value, if any.
 	genConfig span
+	// otherBytes is the raw size of the prompt outside contents: the
+	// systemInstruction, tools and toolConfig values.
+	otherBytes int
+	// cached: the request refers to a cachedContent.
+	cached bool
 }
 
 // scanner is a validating, allocation-light JSON reader over one body.
@@ -120,6 +128,13 @@ func scanWith(body []byte, st *state) (*request, error) {
 			}
 			req.genConfig = span{start, s.pos}
 			return nil
+		case "systemInstruction", "system_instruction", "tools", "toolConfig", "tool_config":
+			start := s.pos
+			err := s.value(1)
+			req.otherBytes += s.pos - start
+			return err
+		case "cachedContent", "cached_content":
+			req.cached = true
 		}
 		return s.value(1)
 	})
@@ -686,6 +701,7 @@ func (s *scanner) part() (part, error) {
 			return err
 		case "inlineData", "inline_data":
 			inlines++
+			p.media = true
 			if s.pos >= len(s.b) || s.b[s.pos] != '{' {
 				others++
 				return s.value(5)
@@ -693,6 +709,9 @@ func (s *scanner) part() (part, error) {
 			return s.inline(&p)
 		case "thought":
 			// A thought summary is the model's private text: never edited.
+			others++
+		case "fileData", "file_data":
+			p.media = true
 			others++
 		default:
 			// Any other member (thoughtSignature, functionCall, fileData,

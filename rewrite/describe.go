@@ -1,0 +1,79 @@
+package rewrite
+
+// describe fills the fields of rep that describe the rewritten request
+// (TextBytes, OtherBytes, Contents, Media) from the request the engine
+// analysed and the replacements in rep, without emitting or decoding it
+// again.
+func (e *engine) describe(rep *Report) {
+	rep.Contents = len(e.req.contents)
+	rep.OtherBytes = e.req.otherBytes
+	media := 0
+	for i := range e.req.contents {
+		for j := range e.req.contents[i].parts {
+			switch p := &e.req.contents[i].parts[j]; p.kind {
+			case partText:
+				rep.TextBytes += len(p.dec.text)
+			default:
+				rep.OtherBytes += p.obj.end - p.obj.start
+				if p.media {
+					media++
+				}
+			}
+		}
+	}
+	for _, r := range rep.Replacements {
+		if r.Rule == RuleImage {
+			// An inlineData part became a text part holding the reference.
+			rep.OtherBytes -= r.Bytes
+			rep.TextBytes += len(r.Reference)
+			media--
+			continue
+		}
+		rep.TextBytes -= r.Bytes - r.RefBytes
+	}
+	rep.Media = media > 0 || e.req.cached
+}
+
+// blockKinds names each blockKind for Block.Kind.
+var blockKinds = [...]string{
+	kindFence:  "code",
+	kindTag:    "document",
+	kindBanner: "document",
+	kindTree:   "secondary",
+	kindTabs:   "secondary",
+	kindRun:    "run",
+	kindImage:  "image",
+}
+
+// newTurnBlocks returns the distinct blocks of the last content that are
+// at least MinBlockBytes, in request order, then the runs found there.
+func (e *engine) newTurnBlocks() []Block {
+	last := len(e.req.contents) - 1
+	var out []Block
+	seen := map[string]bool{}
+	add := func(o *occ) {
+		if o.turn != last || o.b.shell {
+			return
+		}
+		content := o.content
+		if o.b.kind != kindImage {
+			content = e.parts[o.tp].text[o.b.start:o.b.end]
+		}
+		if len(content) < e.opts.MinBlockBytes {
+			return
+		}
+		h := e.sha(content)
+		if seen[h] {
+			return
+		}
+		seen[h] = true
+		out = append(out, Block{SHA256: h, Bytes: len(content), Kind: blockKinds[o.b.kind]})
+	}
+	for i := range e.occs {
+		add(&e.occs[i])
+	}
+	for i := range e.runs {
+		add(&e.runs[i])
+	}
+	return out
+}

@@ -1,0 +1,74 @@
+package rewrite
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestReportBlocks(t *testing.T) {
+	code := strings.Repeat("func f() { return }\n", 40) // 800 bytes
+	other := strings.Repeat("func g() { panic(1) }\n", 40)
+	doc := strings.Repeat("some document text ", 40)
+	img := strings.Repeat("\x89PNG image bytes ", 64)
+	sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+	text := func(s string) map[string]any { return map[string]any{"text": s} }
+	turn := func(role string, parts ...map[string]any) map[string]any {
+		return map[string]any{"role": role, "parts": parts}
+	}
+	fenced := func(name, body string) string { return "```go " + name + "\n" + body + "```\n" }
+	// A block's span ends before its last line break.
+	blk := func(s, kind string) Block {
+		s = strings.TrimSuffix(s, "\n")
+		return Block{SHA256: sum(s), Bytes: len(s), Kind: kind}
+	}
+	image := map[string]any{"inlineData": map[string]any{"mimeType": "image/png", "data": base64.StdEncoding.EncodeToString([]byte(img))}}
+	tests := []struct {
+		name     string
+		contents []map[string]any
+		want     []Block
+	}{
+		{
+			name: "only the new turn, each block once",
+			contents: []map[string]any{
+				turn("user", text("Look:\n"+fenced("a.go", code))),
+				turn("model", text("ok")),
+				turn("user", text("Again:\n"+fenced("a.go", code)+"and\n"+fenced("b.go", other)+"<document>"+doc+"</document>\n"+fenced("a.go", code)), image),
+			},
+			want: []Block{
+				blk(fenced("a.go", code), "code"),
+				blk(fenced("b.go", other), "code"),
+				blk("<document>"+doc+"</document>", "document"),
+				{SHA256: sum(img), Bytes: len(img), Kind: "image"},
+			},
+		},
+		{
+			name: "blocks of earlier turns are not listed",
+			contents: []map[string]any{
+				turn("user", text("Look:\n"+fenced("a.go", code))),
+				turn("model", text("ok")),
+				turn("user", text("thanks")),
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body, err := json.Marshal(map[string]any{"contents": tt.contents})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, rep, err := Request(body, DefaultOptions(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, rep.Blocks); diff != "" {
+				t.Errorf("Blocks mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
