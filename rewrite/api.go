@@ -88,7 +88,7 @@ type Verifier interface {
 // GetAnalysis may miss at any time (eviction).
 //
 // Request uses a Memo when its Verifier also implements this interface.
-// Keys are hex strings (64 digits) derived from hashes of the request, never
+// Keys are hex strings (32 digits) derived from hashes of the request, never
 // prompt text; values are at most a few bytes per block found in a turn.
 // The rewrite never depends on what a Memo returns: a value that is missing,
 // stale, truncated or corrupted only costs the analysis it would have

@@ -5,6 +5,21 @@
 // (through its Verifier) so that the turns a conversation re-sends are not
 // segmented again; neither changes a single output byte.
 //
+// The Memo does not pay today. Its keys are a 128-bit seeded maphash chain
+// (a SHA-256 chain cost more than the whole analysis), yet on
+// BenchmarkTurn50 (turn 50, 51 contents, about 330 KB; -count 5 medians
+// on 2 busy cores) a warm memo takes 462 µs, a cold one 568 µs (0.84×),
+// and no memo 372 µs: warm is 1.27× slower than no memo, because
+// segmenting a turn is now cheaper than looking its analysis up and
+// checking it. The proxy therefore passes no Memo (cache.Verifier does not
+// implement it); the interface and its tests stay for a cheaper analysis
+// store or a costlier segmenter.
+//
+// The Report also describes the rewritten request (TextBytes, OtherBytes,
+// Contents, Media) and lists the blocks of its new turn (Blocks) with a
+// ConversationID, so that the proxy calibrates token estimates and feeds
+// the block index without decoding the body again.
+//
 // # How it works
 //
 // A small validating JSON scanner records the byte ranges of

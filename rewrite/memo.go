@@ -1,9 +1,9 @@
 package rewrite
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"hash/maphash"
 	"unsafe"
 )
 
@@ -19,38 +19,64 @@ const memoFormat = 1
 // memoCheckBytes is the size of the check that ends every memo value.
 const memoCheckBytes = 8
 
+// memoKeyBytes is the size of a turn's key before hex encoding: 128 bits.
+const memoKeyBytes = 16
+
+// memoSeeds seed the two independent 64-bit halves of the memo's hash
+// chain. They are the package's only global state, set once when the
+// program starts and never written again, and nothing that Request returns
+// depends on them: they only name memo entries. A per-process seed is
+// enough because a Memo is in memory, per replica, and never shared (keys
+// from another process are never looked up here), and it keeps the chain
+// keyed: a caller who cannot see the seed cannot build two requests whose
+// turns collide.
+var memoSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+
 // turnMemo reads and writes the per-turn analysis of one request (issue 4:
 // turn N of a conversation only analyses what is new). A turn's key is the
-// hex of a SHA-256 chain over the options that segmentation depends on and
-// the raw bytes of contents 0..i, so it names no prompt text, and two
-// requests that share a prefix of turns share their keys. A value is checked
-// against its key before use: whatever a Memo returns, the blocks used are
-// the ones segmentLines finds for that text, so the output never depends on
-// the memo.
+// hex of a 128-bit chain of two seeded maphash hashes (memoSeeds) over the
+// options that segmentation depends on and the raw bytes of contents
+// 0..i, so it names no prompt text, and two requests that share a prefix
+// of turns share their keys. The chain is not cryptographic: the memo is
+// never a security boundary, and a SHA-256 chain made hashing the body
+// cost more than the analysis the memo saves. A value is checked against
+// its key before use, and its blocks must lie inside the turn's texts.
 type turnMemo struct {
 	m     Memo
-	chain [][sha256.Size]byte // chain[i] covers contents 0..i
+	chain [][memoKeyBytes]byte // chain[i] covers contents 0..i
 }
 
 func newTurnMemo(m Memo, body []byte, req *request, opts *Options) *turnMemo {
-	tm := &turnMemo{m: m, chain: make([][sha256.Size]byte, len(req.contents))}
-	h := sha256.New()
-	var buf [binary.MaxVarintLen64]byte
-	h.Write([]byte("gemini-proxy rewrite analysis\x00"))
-	h.Write(binary.AppendUvarint(buf[:0], analysisVersion))
-	h.Write(binary.AppendUvarint(buf[:0], uint64(len(opts.DocumentTags))))
-	for _, t := range opts.DocumentTags {
-		h.Write(binary.AppendUvarint(buf[:0], uint64(len(t))))
-		h.Write([]byte(t))
+	tm := &turnMemo{m: m, chain: make([][memoKeyBytes]byte, len(req.contents))}
+	var hs [2]maphash.Hash
+	for k := range hs {
+		hs[k].SetSeed(memoSeeds[k])
 	}
-	var prev [sha256.Size]byte
-	h.Sum(prev[:0])
+	var buf [binary.MaxVarintLen64]byte
+	write := func(b []byte) {
+		hs[0].Write(b)
+		hs[1].Write(b)
+	}
+	write([]byte("gemini-proxy rewrite analysis\x00"))
+	write(binary.AppendUvarint(buf[:0], analysisVersion))
+	write(binary.AppendUvarint(buf[:0], uint64(len(opts.DocumentTags))))
+	for _, t := range opts.DocumentTags {
+		write(binary.AppendUvarint(buf[:0], uint64(len(t))))
+		write([]byte(t))
+	}
+	var prev [memoKeyBytes]byte
+	sum := func() {
+		binary.LittleEndian.PutUint64(prev[0:], hs[0].Sum64())
+		binary.LittleEndian.PutUint64(prev[8:], hs[1].Sum64())
+	}
+	sum()
 	for i := range req.contents {
 		c := &req.contents[i]
-		h.Reset()
-		h.Write(prev[:])
-		h.Write(body[c.obj.start:c.obj.end])
-		h.Sum(prev[:0])
+		hs[0].Reset()
+		hs[1].Reset()
+		write(prev[:])
+		write(body[c.obj.start:c.obj.end])
+		sum()
 		tm.chain[i] = prev
 	}
 	return tm
@@ -60,12 +86,12 @@ func (tm *turnMemo) key(turn int) string { return hex.EncodeToString(tm.chain[tu
 
 // check returns the check that binds a value's payload to the turn's key.
 func (tm *turnMemo) check(turn int, payload []byte) [memoCheckBytes]byte {
-	h := sha256.New()
+	var h maphash.Hash
+	h.SetSeed(memoSeeds[0])
 	h.Write(tm.chain[turn][:])
 	h.Write(payload)
-	var sum [sha256.Size]byte
 	var c [memoCheckBytes]byte
-	copy(c[:], h.Sum(sum[:0]))
+	binary.LittleEndian.PutUint64(c[:], h.Sum64())
 	return c
 }
 

@@ -85,7 +85,7 @@ var corruptions = map[string]func(key string, v []byte, all map[string][]byte) [
 // memo and a memo whose values are corrupted, and wants the output and
 // report of a rewrite without a memo every time.
 func TestMemoGolden(t *testing.T) {
-	hexKey := regexp.MustCompile(`^[0-9a-f]{64}$`)
+	hexKey := regexp.MustCompile(`^[0-9a-f]{32}$`)
 	totalHits := 0
 	for _, path := range goldenFiles(t) {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".txtar"), func(t *testing.T) {
@@ -120,7 +120,7 @@ func TestMemoGolden(t *testing.T) {
 			check("cold", m)
 			for k := range m.m {
 				if !hexKey.MatchString(k) {
-					t.Errorf("memo key %q is not 64 hex digits", k)
+					t.Errorf("memo key %q is not 32 hex digits", k)
 				}
 			}
 			if wantErr != nil {
