@@ -1,14 +1,13 @@
 package cache
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
 )
 
 // Block index bounds.
@@ -16,29 +15,31 @@ const (
 	// MinBlockBytes is the smallest block, in bytes, the block index
 	// records (DESIGN §3: smaller blocks are never replaced).
 	MinBlockBytes = 512
-	// maxBlockQueueBytes bounds the request bodies waiting to be indexed;
-	// more are dropped (the index is statistics, not correctness).
-	maxBlockQueueBytes = 64 << 20
-	// maxBlockQueue bounds their number.
-	maxBlockQueue = 64
+	// maxBlockQueue bounds the requests whose blocks wait to be indexed;
+	// more are dropped (the index is statistics, not correctness). Each
+	// holds only the hashes and sizes of its new turn's blocks.
+	maxBlockQueue = 1024
 	// blockConvs is how many recent conversation ids a block entry keeps
 	// to count distinct conversations.
 	blockConvs = 8
 )
 
-// BlockStats describe one block (a fenced code block, a document tag's
-// content, or an inlineData payload) seen in a tenant's requests.
+// BlockStats describe one block (a fenced code block, a document, a
+// project tree or tab list, a run of repeated lines, or an image, as the
+// rewriter finds them) seen in the new turn of a tenant's requests.
 type BlockStats struct {
-	// Size is the block's size in bytes.
+	// Size is the block's size in bytes (rewrite.Block.Bytes).
 	Size int
 	// FirstSeen is when the block was first recorded.
 	FirstSeen time.Time
-	// Seen counts the requests that contained it.
+	// Seen counts the requests whose new turn (last content) contained it.
+	// A block re-sent with the history of later requests counts once, in
+	// the request that added it.
 	Seen int
 	// Conversations counts the conversations (requests that share their
-	// first turn) that contained it. It is exact up to eight conversations
-	// and may overcount beyond, when requests interleave more than eight
-	// conversations.
+	// first content, rewrite.Report.ConversationID) that contained it. It
+	// is exact up to eight conversations and may overcount beyond, when
+	// requests interleave more than eight conversations.
 	Conversations int
 }
 
@@ -78,23 +79,43 @@ func (s *Store) Block(tenant, sha string) (BlockStats, bool) {
 	return b, ok
 }
 
-// RecordRequest queues a generateContent request body for the block index
-// and returns at once: a background worker decodes it. The body is copied.
-// When the queue is full the body is dropped (the index is statistics).
-func (s *Store) RecordRequest(tenant string, body []byte) {
-	s.blocks.enqueue(tenant, body)
+// RecordBlocks queues the blocks of a request's new turn
+// (rewrite.Report.Blocks) for the block index and returns at once: a
+// background worker counts them. conv is the request's
+// rewrite.Report.ConversationID. Blocks smaller than MinBlockBytes are
+// ignored. blocks is not copied and must not be modified after the call.
+// When the queue is full the blocks are dropped (the index is statistics).
+func (s *Store) RecordBlocks(tenant, conv string, blocks []rewrite.Block) {
+	if len(blocks) == 0 {
+		return
+	}
+	s.blocks.enqueue(blockJob{tenant: tenant, conv: convID(conv), blocks: blocks})
+}
+
+// convID returns the 8 bytes that identify a conversation in a block
+// entry: the first 8 bytes of the hex hash conv, or conv's first bytes
+// when it is not hex.
+func convID(conv string) [8]byte {
+	var id [8]byte
+	if len(conv) >= 16 {
+		if _, err := hex.Decode(id[:], []byte(conv[:16])); err == nil {
+			return id
+		}
+	}
+	copy(id[:], conv)
+	return id
 }
 
 type blockJob struct {
 	tenant string
-	body   []byte
+	conv   [8]byte
+	blocks []rewrite.Block
 }
 
-// blockWorker indexes request bodies off the request path.
+// blockWorker indexes blocks off the request path.
 type blockWorker struct {
 	s      *Store
 	queue  chan blockJob
-	bytes  atomic.Int64
 	done   chan struct{}
 	exited chan struct{}
 
@@ -112,25 +133,19 @@ func newBlockWorker(s *Store) *blockWorker {
 	return w
 }
 
-func (w *blockWorker) enqueue(tenant string, body []byte) {
-	if len(body) == 0 || w.bytes.Add(int64(len(body))) > maxBlockQueueBytes {
-		w.bytes.Add(-int64(len(body)))
-		w.dropped.Add(1)
-		return
-	}
+func (w *blockWorker) enqueue(j blockJob) {
 	w.mu.Lock()
 	w.pending++
 	w.mu.Unlock()
 	select {
-	case w.queue <- blockJob{tenant: tenant, body: append([]byte(nil), body...)}:
+	case w.queue <- j:
 	default:
 		w.dropped.Add(1)
-		w.finish(len(body))
+		w.finish()
 	}
 }
 
-func (w *blockWorker) finish(n int) {
-	w.bytes.Add(-int64(n))
+func (w *blockWorker) finish() {
 	w.mu.Lock()
 	w.pending--
 	if w.pending == 0 {
@@ -154,8 +169,13 @@ func (w *blockWorker) run() {
 		case <-w.done:
 			return
 		case j := <-w.queue:
-			w.s.indexBlocks(j.tenant, j.body, time.Now())
-			w.finish(len(j.body))
+			now := time.Now()
+			for _, b := range j.blocks {
+				if b.Bytes >= MinBlockBytes && b.SHA256 != "" {
+					w.s.countBlock(j.tenant, b.SHA256, b.Bytes, j.conv[:], now)
+				}
+			}
+			w.finish()
 		}
 	}
 }
@@ -165,59 +185,11 @@ func (w *blockWorker) close() {
 	<-w.exited
 	for {
 		select {
-		case j := <-w.queue:
-			w.finish(len(j.body))
+		case <-w.queue:
+			w.finish()
 		default:
 			return
 		}
-	}
-}
-
-// request is the part of a generateContent body the block index reads.
-type request struct {
-	Contents []json.RawMessage `json:"contents"`
-}
-
-type content struct {
-	Parts []struct {
-		Text       string `json:"text"`
-		InlineData *struct {
-			Data string `json:"data"`
-		} `json:"inlineData"`
-		InlineDataSnake *struct {
-			Data string `json:"data"`
-		} `json:"inline_data"`
-	} `json:"parts"`
-}
-
-// indexBlocks records every block of a request body once.
-func (s *Store) indexBlocks(tenant string, body []byte, now time.Time) {
-	var req request
-	if json.Unmarshal(body, &req) != nil || len(req.Contents) == 0 {
-		return
-	}
-	conv := sha256.Sum256(req.Contents[0])
-	seen := map[digest]int{}
-	for _, raw := range req.Contents {
-		var c content
-		if json.Unmarshal(raw, &c) != nil {
-			continue
-		}
-		for _, p := range c.Parts {
-			for _, b := range textBlocks(p.Text) {
-				seen[sha256.Sum256([]byte(b))] = len(b)
-			}
-			for _, d := range []*struct {
-				Data string `json:"data"`
-			}{p.InlineData, p.InlineDataSnake} {
-				if d != nil && len(d.Data) >= MinBlockBytes {
-					seen[sha256.Sum256([]byte(d.Data))] = len(d.Data)
-				}
-			}
-		}
-	}
-	for h, size := range seen {
-		s.countBlock(tenant, hex.EncodeToString(h[:]), size, conv[:8], now)
 	}
 }
 
@@ -252,81 +224,4 @@ func (s *Store) countBlock(tenant, sha string, size int, conv []byte, now time.T
 	if !ok {
 		a.c.Wait() // see addCandidate: a new key's Set is asynchronous
 	}
-}
-
-// textBlocks returns the fenced code blocks and document-tag contents of
-// text that are at least MinBlockBytes long.
-func textBlocks(text string) []string {
-	if len(text) < MinBlockBytes {
-		return nil
-	}
-	var out []string
-	lines := strings.SplitAfter(text, "\n")
-	for i := 0; i < len(lines); i++ {
-		fence, ok := openFence(lines[i])
-		if !ok {
-			continue
-		}
-		var body strings.Builder
-		j := i + 1
-		for ; j < len(lines); j++ {
-			if closesFence(lines[j], fence) {
-				break
-			}
-			body.WriteString(lines[j])
-		}
-		if body.Len() >= MinBlockBytes {
-			out = append(out, body.String())
-		}
-		i = j
-	}
-	for _, tag := range []string{"file", "document", "source", "context"} {
-		rest := text
-		for {
-			i := strings.Index(rest, "<"+tag)
-			if i < 0 {
-				break
-			}
-			rest = rest[i+1+len(tag):]
-			if rest == "" || (rest[0] != '>' && rest[0] != ' ') {
-				continue
-			}
-			gt := strings.IndexByte(rest, '>')
-			end := strings.Index(rest, "</"+tag+">")
-			if gt < 0 || end < gt {
-				break
-			}
-			if b := rest[gt+1 : end]; len(b) >= MinBlockBytes {
-				out = append(out, b)
-			}
-			rest = rest[end:]
-		}
-	}
-	return out
-}
-
-// openFence reports whether line opens a CommonMark fence (up to three
-// spaces, then at least three backticks or tildes) and returns the fence.
-func openFence(line string) (string, bool) {
-	t := strings.TrimLeft(line, " ")
-	if len(line)-len(t) > 3 || len(t) < 3 || (t[0] != '`' && t[0] != '~') {
-		return "", false
-	}
-	n := 0
-	for n < len(t) && t[n] == t[0] {
-		n++
-	}
-	if n < 3 {
-		return "", false
-	}
-	return t[:n], true
-}
-
-// closesFence reports whether line closes fence.
-func closesFence(line, fence string) bool {
-	t := strings.TrimLeft(line, " ")
-	if len(line)-len(t) > 3 || !strings.HasPrefix(t, fence) {
-		return false
-	}
-	return strings.TrimRight(strings.TrimLeft(t, fence[:1]), " \t\r\n") == ""
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gemini-proxy/gemini-proxy/cache"
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
 )
 
 const (
@@ -198,7 +199,7 @@ func TestConcurrent(t *testing.T) {
 				s.Set(cache.AreaConversations, tenant, txt[:20], []byte(txt))
 				s.Get(cache.AreaConversations, tenant, txt[:20])
 				if i%50 == 0 {
-					s.RecordRequest(tenant, []byte(`{"contents":[{"role":"user","parts":[{"text":"`+strings.Repeat("y", 600)+`"}]}]}`))
+					s.RecordBlocks(tenant, sha(tenant), []rewrite.Block{{SHA256: sha(txt), Bytes: 600, Kind: "code"}})
 					s.Stats()
 				}
 			}

@@ -42,7 +42,7 @@ type Area string
 const (
 	// AreaServed holds the served-response index used by Verifier.
 	AreaServed Area = "served"
-	// AreaBlocks holds the block index (RecordRequest, Block).
+	// AreaBlocks holds the block index (RecordBlocks, Block).
 	AreaBlocks Area = "blocks"
 	// AreaConversations is free for per-conversation analysis through
 	// Get and Set.

@@ -74,8 +74,9 @@ func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, star
 			return
 		}
 		store.RecordServed(ex.Tenant, ex.Text, ex.TextTruncated)
-		if ex.Request != nil {
-			store.RecordRequest(ex.Tenant, ex.Request)
+		if ex.Report != nil {
+			// The rewriter already hashed the new turn's blocks.
+			store.RecordBlocks(ex.Tenant, ex.Report.ConversationID, ex.Report.Blocks)
 		}
 	}
 	h, err := proxy.New(opts, logger, m)
