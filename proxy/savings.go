@@ -188,7 +188,7 @@ type savingsJob struct {
 	label  string // model label
 	model  string // normalised model name, for prices
 	report *rewrite.Report
-	sent   []byte // body sent upstream
+	sent   []byte // body sent upstream; calibration reads report instead
 	usage  *Usage // nil when the response had none
 	sample *sample
 }
@@ -262,16 +262,19 @@ func tryAcquire(sem chan struct{}) bool {
 	}
 }
 
-// calibrateUsage calibrates from the sent body and its promptTokenCount:
-// prompt tokens minus one role token per content, over the bytes of text
-// sent. Requests with media, file references or cachedContent are left
-// out, since their tokens are not a function of text bytes.
+// calibrateUsage calibrates from the rewrite report of the body sent and
+// its promptTokenCount: prompt tokens minus one role token per content,
+// over the text bytes of the rewritten contents plus the raw bytes of the
+// rest of the prompt (system instruction, tools, non-text parts). The
+// report describes exactly what was sent, so the body is not decoded
+// again. Requests with media, file references or cachedContent are left
+// out, since their tokens are not a function of bytes.
 func (s *savings) calibrateUsage(j *savingsJob) {
-	text, contents, ok := promptText(j.sent)
-	if !ok {
+	rep := j.report
+	if rep == nil || rep.Media || rep.TextBytes+rep.OtherBytes == 0 {
 		return
 	}
-	s.calibrate(j.label, metrics.SourceUsage, float64(j.usage.PromptTokens-int64(contents)), float64(text))
+	s.calibrate(j.label, metrics.SourceUsage, float64(j.usage.PromptTokens-int64(rep.Contents)), float64(rep.TextBytes+rep.OtherBytes))
 }
 
 // estimate records the estimated tokens and dollars saved by each rule
@@ -366,56 +369,6 @@ func (s *savings) spend(label, model string, u *Usage) {
 	if d > 0 {
 		s.m.SpentDollars.WithLabelValues(label).Add(d / 1e6)
 	}
-}
-
-// promptText returns the bytes of text a request sends as prompt (text
-// parts, system instruction, function calls and responses, tools) and the
-// number of contents. ok is false when the request has parts whose tokens
-// do not follow from their bytes (inline data, file data) or references a
-// cachedContent.
-func promptText(body []byte) (textBytes, contents int, ok bool) {
-	var req struct {
-		Contents          []promptContent `json:"contents"`
-		SystemInstruction *promptContent  `json:"systemInstruction"`
-		SystemSnake       *promptContent  `json:"system_instruction"`
-		Tools             json.RawMessage `json:"tools"`
-		ToolConfig        json.RawMessage `json:"toolConfig"`
-		CachedContent     string          `json:"cachedContent"`
-		CachedSnake       string          `json:"cached_content"`
-	}
-	if json.Unmarshal(body, &req) != nil || req.CachedContent != "" || req.CachedSnake != "" {
-		return 0, 0, false
-	}
-	n := len(req.Tools) + len(req.ToolConfig)
-	for _, c := range append(req.Contents, deref(req.SystemInstruction), deref(req.SystemSnake)) {
-		for _, p := range c.Parts {
-			if p.Text == nil && len(p.FunctionCall)+len(p.FunctionResponse)+len(p.FunctionCallSnake)+len(p.FunctionResponseSnake) == 0 {
-				return 0, 0, false // media, file data, executable code…
-			}
-			if p.Text != nil {
-				n += len(*p.Text)
-			}
-			n += len(p.FunctionCall) + len(p.FunctionResponse) + len(p.FunctionCallSnake) + len(p.FunctionResponseSnake)
-		}
-	}
-	return n, len(req.Contents), true
-}
-
-type promptContent struct {
-	Parts []struct {
-		Text                  *string         `json:"text"`
-		FunctionCall          json.RawMessage `json:"functionCall"`
-		FunctionResponse      json.RawMessage `json:"functionResponse"`
-		FunctionCallSnake     json.RawMessage `json:"function_call"`
-		FunctionResponseSnake json.RawMessage `json:"function_response"`
-	} `json:"parts"`
-}
-
-func deref(c *promptContent) promptContent {
-	if c == nil {
-		return promptContent{}
-	}
-	return *c
 }
 
 // newSample prepares a countTokens call for the original body of r, or

@@ -57,29 +57,49 @@ func TestEstimateTokens(t *testing.T) {
 	}
 }
 
-func TestPromptText(t *testing.T) {
+// TestCalibrateUsage calibrates from the Report of a real rewrite: prompt
+// tokens minus one per content, over the text and other prompt bytes the
+// Report describes, and never from a prompt with media or cachedContent.
+func TestCalibrateUsage(t *testing.T) {
+	const model = "gemini-2.5-flash"
+	long := strings.Repeat("a", 300)
+	sys := `{"parts":[{"text":"be brief"}]}`
+	call := `{"functionCall":{"name":"f"}}`
 	tests := []struct {
-		name     string
-		body     string
-		text     int
-		contents int
-		ok       bool
+		name      string
+		body      string
+		bytes     int // prompt bytes the sample divides by; 0: no sample
+		contents  int
+		wantRatio bool
 	}{
-		{"text", `{"contents":[{"role":"user","parts":[{"text":"hello"},{"text":"h\u00e9"}]},{"role":"model","parts":[{"text":"ok"}]}]}`, 5 + 3 + 2, 2, true},
-		{"escapes count decoded", `{"contents":[{"parts":[{"text":"a\nb\"c"}]}]}`, 5, 1, true},
-		{"system instruction and tools", `{"systemInstruction":{"parts":[{"text":"be brief"}]},"tools":[{"x":1}],"contents":[{"parts":[{"text":"hi"}]}]}`, 8 + len(`[{"x":1}]`) + 2, 1, true},
-		{"snake case system instruction", `{"system_instruction":{"parts":[{"text":"be brief"}]},"contents":[{"parts":[{"text":"hi"}]}]}`, 10, 1, true},
-		{"function call counts its JSON", `{"contents":[{"parts":[{"functionCall":{"name":"f"}}]}]}`, len(`{"name":"f"}`), 1, true},
-		{"inline data", `{"contents":[{"parts":[{"inlineData":{"mimeType":"image/png","data":"AAAA"}}]}]}`, 0, 0, false},
-		{"file data", `{"contents":[{"parts":[{"fileData":{"fileUri":"files/x"}}]}]}`, 0, 0, false},
-		{"cached content", `{"cachedContent":"cachedContents/x","contents":[{"parts":[{"text":"hi"}]}]}`, 0, 0, false},
-		{"not JSON", `{"contents":`, 0, 0, false},
+		{"text", `{"contents":[{"role":"user","parts":[{"text":"` + long + `"},{"text":"h\u00e9"}]},{"role":"model","parts":[{"text":"ok"}]}]}`, 300 + 3 + 2, 2, true},
+		{"escapes count decoded", `{"contents":[{"parts":[{"text":"a\nb\"c` + long + `"}]}]}`, 5 + 300, 1, true},
+		{"system instruction and tools count raw", `{"systemInstruction":` + sys + `,"tools":[{"x":1}],"contents":[{"parts":[{"text":"` + long + `"}]}]}`, len(sys) + len(`[{"x":1}]`) + 300, 1, true},
+		{"function call counts its part", `{"contents":[{"parts":[` + call + `,{"text":"` + long + `"}]}]}`, len(call) + 300, 1, true},
+		{"inline data", `{"contents":[{"parts":[{"inlineData":{"mimeType":"image/png","data":"AAAA"}},{"text":"` + long + `"}]}]}`, 0, 0, false},
+		{"file data", `{"contents":[{"parts":[{"fileData":{"fileUri":"files/x"}},{"text":"` + long + `"}]}]}`, 0, 0, false},
+		{"cached content", `{"cachedContent":"cachedContents/x","contents":[{"parts":[{"text":"` + long + `"}]}]}`, 0, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			text, contents, ok := promptText([]byte(tt.body))
-			if text != tt.text || contents != tt.contents || ok != tt.ok {
-				t.Errorf("promptText(%s) = %d, %d, %v; want %d, %d, %v", tt.body, text, contents, ok, tt.text, tt.contents, tt.ok)
+			_, rep, err := rewrite.Request([]byte(tt.body), rewrite.DefaultOptions(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, m := newTestSavings(t, Options{})
+			const tokensPerByte = 0.3
+			prompt := int64(tt.contents) + int64(math.Round(tokensPerByte*float64(max(tt.bytes, 300))))
+			s.calibrateUsage(&savingsJob{label: model, model: model, report: rep, usage: &Usage{PromptTokens: prompt}})
+			samples := testutil.ToFloat64(m.CalibrationSamples.WithLabelValues(model, metrics.SourceUsage))
+			if !tt.wantRatio {
+				if samples != 0 || s.ratioFor(model) != PriorTokensPerByte {
+					t.Errorf("calibrated from a prompt with media: %v samples, ratio %v", samples, s.ratioFor(model))
+				}
+				return
+			}
+			want := float64(prompt-int64(tt.contents)) / float64(tt.bytes)
+			if got := s.ratioFor(model); samples != 1 || math.Abs(got-want) > 1e-12 {
+				t.Errorf("after one sample: %v samples, ratio %v; want 1 sample, ratio %v (bytes %d)", samples, got, want, tt.bytes)
 			}
 		})
 	}
