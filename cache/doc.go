@@ -5,7 +5,7 @@
 // # Storage
 //
 // A Store holds one ristretto cache per Area, each with a fixed share of
-// Options.MaxBytes (served 1/2, conversations 3/8, blocks 1/8) so that one
+// Options.MaxBytes (served 6/8, blocks 1/8, conversations 1/8) so that one
 // kind of entry cannot evict another. Every entry costs its value's length
 // plus a fixed per-entry overhead that BenchmarkServedMemory measures, and
 // each area's admission counters are paid from its share, so the Store's
