@@ -699,7 +699,7 @@ func (h *Handler) recordRewrite(st *reqState, r *http.Request, label, model stri
 		}
 		h.m.RewriteReplacements.WithLabelValues(string(rule)).Add(float64(s.Count))
 	}
-	job := &savingsJob{label: label, model: model, report: st.report, sent: st.sentBody, usage: usage}
+	job := &savingsJob{label: label, model: model, report: st.report, usage: usage}
 	if usage != nil && h.sav.sampled() {
 		job.sample = h.newSample(st, r)
 	}

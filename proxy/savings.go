@@ -188,7 +188,6 @@ type savingsJob struct {
 	label  string // model label
 	model  string // normalised model name, for prices
 	report *rewrite.Report
-	sent   []byte // body sent upstream; calibration reads report instead
 	usage  *Usage // nil when the response had none
 	sample *sample
 }
