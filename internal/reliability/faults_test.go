@@ -84,12 +84,11 @@ func TestUpstreamErrorsUnchanged(t *testing.T) {
 			}
 		}
 	}
-	text := s.metrics(t)
 	for _, f := range faults {
-		if n := metric(text, "gemini_proxy_requests_total", "code", f.code); n != 6 {
+		if n := s.waitMetric(t, is(6), "gemini_proxy_requests_total", "code", f.code); n != 6 {
 			t.Errorf("gemini_proxy_requests_total{code=%q} = %v, want 6 (3 framings × rewrite on/off)", f.code, n)
 		}
-		if n := metric(text, "gemini_proxy_upstream_responses_total", "code", f.code); n < 6 {
+		if n := s.waitMetric(t, atLeast(6), "gemini_proxy_upstream_responses_total", "code", f.code); n < 6 {
 			t.Errorf("gemini_proxy_upstream_responses_total{code=%q} = %v, want at least 6", f.code, n)
 		}
 	}
@@ -138,7 +137,7 @@ func TestUpstreamTimeouts(t *testing.T) {
 				t.Errorf("%s: the upstream call was not cancelled after the time-out", path)
 			}
 		}
-		if n := metric(s.metrics(t), "gemini_proxy_upstream_errors_total", "kind", "timeout"); n != 2 {
+		if n := s.waitMetric(t, is(2), "gemini_proxy_upstream_errors_total", "kind", "timeout"); n != 2 {
 			t.Errorf("gemini_proxy_upstream_errors_total{kind=timeout} = %v, want 2", n)
 		}
 	})
@@ -203,12 +202,12 @@ func TestUpstreamDisconnectMidStream(t *testing.T) {
 			t.Errorf("%s: bytes before the cut differ:\nproxy  %q\ndirect %q", path, got.Body, direct.Body)
 		}
 	}
+	if n := s.waitMetric(t, atLeast(2), "gemini_proxy_upstream_errors_total", "kind", "aborted"); n < 2 {
+		t.Errorf("gemini_proxy_upstream_errors_total{kind=aborted} = %v, want the cut streams counted", n)
+	}
 	text := s.metrics(t)
 	if n := metric(text, "gemini_proxy_cache_served_responses_total"); n != served {
 		t.Errorf("served responses recorded went from %v to %v after cut responses; a cut answer must not be served", served, n)
-	}
-	if n := metric(text, "gemini_proxy_upstream_errors_total", "kind", "aborted"); n < 2 {
-		t.Errorf("gemini_proxy_upstream_errors_total{kind=aborted} = %v, want the cut streams counted", n)
 	}
 	s.waitGoroutines(t, base, 2)
 	ok := send(t.Context(), "POST", s.proxyURL+streamPath, jsonHeader(), prompt("a whole one"))
@@ -327,7 +326,7 @@ func TestUpstreamUnreachableAndTLS(t *testing.T) {
 					t.Errorf("502 body names the key: %s", got.Body)
 				}
 			}
-			if n := metric(s.metrics(t), "gemini_proxy_upstream_errors_total", "kind", tc.kind); n != 3 {
+			if n := s.waitMetric(t, is(3), "gemini_proxy_upstream_errors_total", "kind", tc.kind); n != 3 {
 				t.Errorf("gemini_proxy_upstream_errors_total{kind=%s} = %v, want 3", tc.kind, n)
 			}
 		})

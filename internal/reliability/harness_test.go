@@ -401,6 +401,26 @@ func metric(text, name string, labels ...string) float64 {
 	return sum
 }
 
+// waitMetric polls the proxy's metric (see metric) for up to 3 s until ok
+// accepts it, and returns the last value: the proxy records a request's
+// metrics just after its response ended, so a scrape right after the
+// client read the body may not see them yet.
+func (s *stack) waitMetric(t testing.TB, ok func(float64) bool, name string, labels ...string) float64 {
+	t.Helper()
+	var v float64
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if v = metric(s.metrics(t), name, labels...); ok(v) || time.Now().After(deadline) {
+			return v
+		}
+	}
+}
+
+// is returns a predicate for waitMetric.
+func is(want float64) func(float64) bool { return func(v float64) bool { return v == want } }
+
+// atLeast returns a predicate for waitMetric.
+func atLeast(want float64) func(float64) bool { return func(v float64) bool { return v >= want } }
+
 // goroutines returns the proxy's go_goroutines.
 func (s *stack) goroutines(t testing.TB) float64 { return metric(s.metrics(t), "go_goroutines") }
 
