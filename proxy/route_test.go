@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"testing"
 )
@@ -129,5 +130,36 @@ func TestRemoveQueryParam(t *testing.T) {
 		if got := removeQueryParam(in, "key"); got != want {
 			t.Errorf("removeQueryParam(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestTenantOfCredentials checks that each kind of credential gives its own
+// tenant, that an OAuth token in the query is not the anonymous tenant, and
+// that the same token in the header or the query is the same tenant.
+func TestTenantOfCredentials(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	mk := func(target string, hdr map[string]string) string {
+		r := httptest.NewRequest(http.MethodPost, target, nil)
+		for k, v := range hdr {
+			r.Header.Set(k, v)
+		}
+		return tenantOf(secret, "", r)
+	}
+	anon := mk("/v1beta/models/m:generateContent", nil)
+	tokQuery := mk("/v1beta/models/m:generateContent?access_token=ya29.a", nil)
+	tokHeader := mk("/v1beta/models/m:generateContent", map[string]string{"Authorization": "Bearer ya29.a"})
+	other := mk("/v1beta/models/m:generateContent?access_token=ya29.b", nil)
+	key := mk("/v1beta/models/m:generateContent?key=ya29.a", nil)
+	if tokQuery == anon {
+		t.Errorf("?access_token= callers share the anonymous tenant")
+	}
+	if tokQuery != tokHeader {
+		t.Errorf("the same OAuth token in the query and in Authorization gave different tenants")
+	}
+	if tokQuery == other {
+		t.Errorf("two different tokens gave the same tenant")
+	}
+	if key == tokQuery {
+		t.Errorf("an API key and an OAuth token with the same text gave the same tenant")
 	}
 }

@@ -26,6 +26,10 @@ func tenantOf(secret []byte, header string, r *http.Request) string {
 		material = "key:" + queryKey(r.URL.RawQuery)
 	case bearer(r.Header.Get("Authorization")) != "":
 		material = "bearer:" + bearer(r.Header.Get("Authorization"))
+	case queryParam(r.URL.RawQuery, "access_token") != "":
+		// Google APIs also take an OAuth token in the query; such callers
+		// must not share the anonymous tenant.
+		material = "bearer:" + queryParam(r.URL.RawQuery, "access_token")
 	default:
 		material = "anonymous:"
 	}
@@ -36,12 +40,17 @@ func tenantOf(secret []byte, header string, r *http.Request) string {
 }
 
 // queryKey returns the value of the first key= query parameter, or "".
-// It avoids url.ParseQuery, which allocates a map for every request.
-func queryKey(raw string) string {
+func queryKey(raw string) string { return queryParam(raw, "key") }
+
+// queryParam returns the unescaped value of the first name= query
+// parameter, or "". It avoids url.ParseQuery, which allocates a map for
+// every request.
+func queryParam(raw, name string) string {
+	prefix := name + "="
 	for raw != "" {
 		var part string
 		part, raw, _ = strings.Cut(raw, "&")
-		if v, ok := strings.CutPrefix(part, "key="); ok {
+		if v, ok := strings.CutPrefix(part, prefix); ok {
 			if u, err := url.QueryUnescape(v); err == nil {
 				return u
 			}

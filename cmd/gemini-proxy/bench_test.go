@@ -30,7 +30,7 @@ func TestRecorder(t *testing.T) {
 	}))
 	reqs := []struct{ path, body string }{
 		{"/v1beta/models/m:generateContent?key=SECRET", "{\n \"contents\": []\n}"},
-		{"/v1beta/models/m:streamGenerateContent?alt=sse&key=SECRET", `{"contents":[1]}`},
+		{"/v1beta/models/m:streamGenerateContent?alt=sse&key=SECRET&access_token=SECRET&upload_id=x", `{"contents":[1]}`},
 		{"/v1beta/models/m:countTokens", `{"contents":[2]}`},
 		{"/v1beta/models/m:generateContent", `{"contents":"` + strings.Repeat("x", 100) + `"}`},
 		{"/v1beta/models/m:generateContent", `not json`},

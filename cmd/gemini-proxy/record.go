@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -112,15 +113,25 @@ func (r *recorder) capture(req *http.Request) {
 	}
 }
 
-// recordLine formats one line: the path with its query minus the key
-// parameter, and the body compacted onto one line.
+// recordedQuery lists the only query parameters a recorded line keeps: a
+// query may carry credentials (key, access_token) and nothing else in it
+// matters to a replay.
+var recordedQuery = []string{"alt", "$alt"}
+
+// recordLine formats one line: the path with only the recordedQuery
+// parameters, and the body compacted onto one line.
 func recordLine(req *http.Request, body []byte) ([]byte, bool) {
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, body); err != nil {
 		return nil, false
 	}
-	q := req.URL.Query()
-	q.Del("key")
+	all := req.URL.Query()
+	q := url.Values{}
+	for _, name := range recordedQuery {
+		if v, ok := all[name]; ok {
+			q[name] = v
+		}
+	}
 	path := req.URL.Path
 	if len(q) > 0 {
 		path += "?" + q.Encode()
