@@ -135,7 +135,7 @@ cache:
 		{
 			name: "redis backend without URL, bad prices",
 			file: "cache:\n  backend: redis\nmetrics:\n  count_tokens_sample_rate: 2\n  prices:\n    - {model: m, input: -1}\n    - {model: m, checked: yesterday}\n",
-			want: []string{"cache.redis_url", "metrics.count_tokens_sample_rate", "prices must not be negative", `model "m" is listed twice`, "YYYY-MM-DD"},
+			want: []string{"cache.redis_url", "cache.tenant_secret: must be set", "metrics.count_tokens_sample_rate", "prices must not be negative", `model "m" is listed twice`, "YYYY-MM-DD"},
 		},
 		{
 			name: "bad size",

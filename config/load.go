@@ -262,6 +262,12 @@ func (c Config) Validate() error {
 		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
 			bad("cache.redis_url", "must be a redis:// or rediss:// URL when cache.backend is redis")
 		}
+		if c.Cache.TenantSecret == "" {
+			// Without a shared secret each replica hashes tenants with its
+			// own random key, so nothing it writes to Redis is ever found
+			// by another replica.
+			bad("cache.tenant_secret", "must be set (the same on every replica) when cache.backend is redis")
+		}
 	default:
 		bad("cache.backend", "%q must be local or redis", c.Cache.Backend)
 	}
