@@ -508,6 +508,12 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if st := stateFrom(r.Context()); st != nil {
 		st.pe, st.err = &pe, safeError(err)
 	}
+	if pe.code == StatusClientClosedRequest {
+		// Writing nothing would let the server answer 200 with an empty
+		// body to a client that half-closed but still listens: drop the
+		// connection instead (finish records the 499).
+		panic(http.ErrAbortHandler)
+	}
 	writeError(w, pe)
 }
 
