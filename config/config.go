@@ -26,6 +26,11 @@ type Server struct {
 	// "/gemini" when clients use http://host/gemini/ as base URL). It is
 	// stripped before forwarding. Empty means the root.
 	BasePath string `mapstructure:"base_path"`
+	// PublicURL is the proxy's address as clients reach it, when that
+	// differs from what the proxy sees (a TLS-terminating load balancer:
+	// https://gemini-proxy.example.com/gemini). Resumable-upload URLs are
+	// pointed there. Empty means the request's own scheme and Host.
+	PublicURL string `mapstructure:"public_url"`
 	// MaxBodyBytes is the hard limit on a request body; larger bodies get 413.
 	MaxBodyBytes ByteSize `mapstructure:"max_body_bytes"`
 	// ReadHeaderTimeout bounds reading a request's headers. It never limits

@@ -208,6 +208,9 @@ func (c Config) Validate() error {
 	if p := c.Server.BasePath; p != "" && (!strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/")) {
 		bad("server.base_path", "%q must start with / and not end with /", p)
 	}
+	if c.Server.PublicURL != "" {
+		checkURL("server.public_url", c.Server.PublicURL)
+	}
 	if c.Server.MaxBodyBytes <= 0 {
 		bad("server.max_body_bytes", "must be positive")
 	}

@@ -50,3 +50,19 @@ func TestTruncatedBodyHalfClose(t *testing.T) {
 		t.Errorf("client_cancels_total = %v, want 1", got)
 	}
 }
+
+// TestUploadURLPublicURL: behind a TLS-terminating load balancer the proxy
+// sees plain http; with Options.PublicURL the upload URL points at the
+// public https address (and its path prefix), not at http://<Host>.
+func TestUploadURLPublicURL(t *testing.T) {
+	be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Goog-Upload-Url", "http://"+r.Host+"/upload/v1beta/files?upload_id=AB%2Fc&upload_protocol=resumable")
+	})
+	f := newFixture(t, be.URL, Options{BasePath: "/gemini", PublicURL: mustURL(t, "https://gemini-proxy.example.com/gemini/")})
+	req, _ := http.NewRequest("POST", f.front.URL+"/gemini/upload/v1beta/files", strings.NewReader(`{}`))
+	res, _ := do(t, rawClient(), req)
+	want := "https://gemini-proxy.example.com/gemini/upload/v1beta/files?upload_id=AB%2Fc&upload_protocol=resumable"
+	if got := res.Header.Get("X-Goog-Upload-Url"); got != want {
+		t.Errorf("X-Goog-Upload-Url = %q, want %q", got, want)
+	}
+}

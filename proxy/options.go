@@ -45,6 +45,12 @@ type Options struct {
 	// added back to rewritten X-Goog-Upload-Url headers. Paths outside it
 	// are forwarded unchanged. Empty means the proxy serves the root.
 	BasePath string
+	// PublicURL, when set, is the proxy's address as clients reach it (for
+	// example https://gemini-proxy.example.com behind a TLS-terminating load
+	// balancer); rewritten X-Goog-Upload-Url headers point there. Nil means
+	// the scheme and Host of each request (plain http unless the proxy
+	// itself served TLS) followed by BasePath.
+	PublicURL *url.URL
 	// MaxBodyBytes is the hard limit on a request body, in bytes; larger
 	// bodies get a 413. Zero means DefaultMaxBodyBytes; negative, no limit.
 	MaxBodyBytes int64

@@ -486,6 +486,10 @@ func (h *Handler) uploadURL(v string, st *reqState) string {
 			p = rest
 		}
 	}
+	if pub := h.opts.PublicURL; pub != nil && pub.Host != "" {
+		u.Scheme, u.Host, u.Path, u.RawPath = pub.Scheme, pub.Host, strings.TrimSuffix(pub.Path, "/")+p, ""
+		return u.String()
+	}
 	u.Scheme, u.Host, u.Path, u.RawPath = st.inScheme, st.inHost, h.basePath+p, ""
 	return u.String()
 }

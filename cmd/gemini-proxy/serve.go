@@ -122,6 +122,12 @@ func proxyOptions(c config.Config) (proxy.Options, error) {
 	if err != nil {
 		return proxy.Options{}, fmt.Errorf("upstream.vertex_url: %w", err)
 	}
+	var public *url.URL
+	if c.Server.PublicURL != "" {
+		if public, err = url.Parse(c.Server.PublicURL); err != nil {
+			return proxy.Options{}, fmt.Errorf("server.public_url: %w", err)
+		}
+	}
 	rw := rewrite.DefaultOptions()
 	rw.MinBlockBytes = c.Rewrite.MinBlockBytes
 	rw.Similarity = c.Rewrite.Similarity
@@ -144,6 +150,7 @@ func proxyOptions(c config.Config) (proxy.Options, error) {
 		VertexUpstream: vx,
 		APIKey:         proxy.APIKey(c.Upstream.APIKey),
 		BasePath:       c.Server.BasePath,
+		PublicURL:      public,
 		MaxBodyBytes:   int64(c.Server.MaxBodyBytes),
 		Rewrite: proxy.RewriteOptions{
 			Enabled:      c.Rewrite.Enabled,
