@@ -36,6 +36,10 @@ type Server struct {
 	// ReadHeaderTimeout bounds reading a request's headers. It never limits
 	// a body or a response, so it cannot cut a stream.
 	ReadHeaderTimeout time.Duration `mapstructure:"read_header_timeout"`
+	// BodyIdleTimeout bounds the wait for each piece of a request body: a
+	// client that stops sending its body this long gets 408. It never
+	// limits a slow but moving upload or the response. Zero means no limit.
+	BodyIdleTimeout time.Duration `mapstructure:"body_idle_timeout"`
 	// IdleTimeout closes idle keep-alive client connections.
 	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
 	// ShutdownGrace is how long in-flight requests and streams may run after
@@ -203,6 +207,7 @@ func Default() Config {
 			Listen:            ":8080",
 			MaxBodyBytes:      128 << 20,
 			ReadHeaderTimeout: 10 * time.Second,
+			BodyIdleTimeout:   time.Minute,
 			IdleTimeout:       120 * time.Second,
 			ShutdownGrace:     30 * time.Second,
 		},

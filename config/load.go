@@ -215,6 +215,7 @@ func (c Config) Validate() error {
 		bad("server.max_body_bytes", "must be positive")
 	}
 	nonNegative("server.read_header_timeout", c.Server.ReadHeaderTimeout)
+	nonNegative("server.body_idle_timeout", c.Server.BodyIdleTimeout)
 	nonNegative("server.idle_timeout", c.Server.IdleTimeout)
 	nonNegative("server.shutdown_grace", c.Server.ShutdownGrace)
 	if h := c.Server.TenantHeader; h != "" && strings.ContainsAny(h, " :\t\r\n") {

@@ -22,6 +22,10 @@ const StatusClientClosedRequest = 499
 // errBodyTooLarge is the error for a request body above Options.MaxBodyBytes.
 var errBodyTooLarge = errors.New("request body too large")
 
+// errBodyIdle answers a client whose request body stalled for longer than
+// Options.BodyIdleTimeout.
+var errBodyIdle = proxyError{code: http.StatusRequestTimeout, status: "DEADLINE_EXCEEDED", message: "The client did not send the request body in time."}
+
 // errReadBody wraps a failure to read the client's request body.
 var errReadBody = errors.New("reading request body")
 

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -65,4 +66,70 @@ func TestUploadURLPublicURL(t *testing.T) {
 	if got := res.Header.Get("X-Goog-Upload-Url"); got != want {
 		t.Errorf("X-Goog-Upload-Url = %q, want %q", got, want)
 	}
+}
+
+// TestBodyIdleTimeout: a client that sends headers and part of its body,
+// then stalls, gets 408 after Options.BodyIdleTimeout on a rewritten route
+// and on a pass-through route; a slow body that keeps moving, and a
+// response streamed for longer than the timeout after the body ended, are
+// not cut.
+func TestBodyIdleTimeout(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if strings.Contains(r.URL.Path, "stream") {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for i := range 4 {
+				fmt.Fprintf(w, "data: {\"n\":%d}\r\n\r\n", i)
+				w.(http.Flusher).Flush()
+				time.Sleep(idle / 2)
+			}
+			return
+		}
+		w.Write([]byte(`{}`))
+	}))
+	defer up.Close()
+	f := newFixture(t, up.URL, Options{BodyIdleTimeout: idle, Rewrite: RewriteOptions{Enabled: true}})
+	addr := strings.TrimPrefix(f.front.URL, "http://")
+
+	for _, path := range []string{"/v1beta/models/gemini-2.5-flash:generateContent", "/v1beta/models/gemini-2.5-flash:countTokens"} {
+		t.Run("stalled "+path, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			start := time.Now()
+			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"contents\":", path)
+			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no response to a stalled body: %v", err)
+			}
+			if res.StatusCode != http.StatusRequestTimeout {
+				t.Errorf("status = %d, want 408", res.StatusCode)
+			}
+			if d := time.Since(start); d < idle || d > 5*time.Second {
+				t.Errorf("answered after %v, want about %v", d, idle)
+			}
+		})
+	}
+
+	t.Run("slow but moving body, then a long stream", func(t *testing.T) {
+		pr, pw := io.Pipe()
+		go func() {
+			body := `{"contents":[{"role":"user","parts":[{"text":"hello there"}]}]}`
+			for i := range len(body) / 8 {
+				pw.Write([]byte(body[i*8 : i*8+8]))
+				time.Sleep(idle / 3)
+			}
+			pw.Write([]byte(body[len(body)/8*8:]))
+			pw.Close()
+		}()
+		req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", pr)
+		res, body := do(t, rawClient(), req)
+		if res.StatusCode != http.StatusOK || strings.Count(string(body), "data: ") != 4 {
+			t.Errorf("status %d, body %q: want 200 and all 4 events", res.StatusCode, body)
+		}
+	})
 }

@@ -54,6 +54,11 @@ type Options struct {
 	// MaxBodyBytes is the hard limit on a request body, in bytes; larger
 	// bodies get a 413. Zero means DefaultMaxBodyBytes; negative, no limit.
 	MaxBodyBytes int64
+	// BodyIdleTimeout bounds the wait for each piece of a request body: a
+	// client that stops sending its body for this long gets 408 and its
+	// connection closed. It never limits a slow but moving upload, nor the
+	// response. Zero means no limit.
+	BodyIdleTimeout time.Duration
 	// Rewrite configures the rewriting of generateContent and
 	// streamGenerateContent requests.
 	Rewrite RewriteOptions

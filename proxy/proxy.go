@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -244,6 +245,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rc = http.MaxBytesReader(w, rc, h.maxBody)
 		}
 		st.body = &countingBody{rc: rc, size: r.ContentLength}
+		st.body.startIdle(h.opts.BodyIdleTimeout, http.NewResponseController(w))
 		out.Body = st.body
 	}
 	if st.info.route.isGenerate() {
@@ -509,7 +511,11 @@ func (h *Handler) errorHandler(w http.ResponseWriter, r *http.Request, err error
 // fail answers a request the proxy could not forward.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	pe := statusError(r.Context(), err)
-	if st := stateFrom(r.Context()); st != nil {
+	st := stateFrom(r.Context())
+	if st != nil && st.body != nil && bodyTimedOut(st.body.error()) {
+		pe = errBodyIdle
+	}
+	if st != nil {
 		st.pe, st.err = &pe, safeError(err)
 	}
 	if pe.code == StatusClientClosedRequest {
@@ -779,12 +785,58 @@ type countingBody struct {
 	n    atomic.Int64
 	done error // sticky io.EOF or error; only the reading goroutine uses it
 	err  atomic.Pointer[error]
+
+	// idle, when positive, bounds the wait for each read of the client's
+	// body through deadline (the connection's read deadline): a client that
+	// sends headers and then stalls cannot hold the request forever. The
+	// deadline is cleared once the body ends, so that it can never cut the
+	// response that follows.
+	idle     time.Duration
+	deadline func(time.Time) error
+}
+
+// startIdle arms the body's idle deadline; it reports whether the
+// connection supports one.
+func (b *countingBody) startIdle(idle time.Duration, rc *http.ResponseController) bool {
+	if idle <= 0 || rc.SetReadDeadline(time.Now().Add(idle)) != nil {
+		return false
+	}
+	b.idle, b.deadline = idle, rc.SetReadDeadline
+	return true
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
 	if b.done != nil {
 		return 0, b.done
 	}
+	if b.deadline != nil {
+		// Measured from each read, so that time the proxy spends writing
+		// to a slow upstream between reads never counts against the client.
+		b.deadline(time.Now().Add(b.idle)) //nolint:errcheck // armed once already
+	}
+	n, err := b.read(p)
+	if b.deadline != nil {
+		switch {
+		case err == io.EOF:
+			b.deadline(time.Time{}) //nolint:errcheck // best effort: the body is over
+			b.deadline = nil
+		case err != nil:
+			// Leave an expired deadline in place: the server drains the
+			// rest of an unread body before it writes the response, and
+			// without a deadline it would wait for the stalled client.
+			b.deadline = nil
+		}
+	}
+	return n, err
+}
+
+// bodyTimedOut reports whether err is the body's idle deadline expiring.
+func bodyTimedOut(err error) bool {
+	var ne net.Error
+	return err != nil && (errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()))
+}
+
+func (b *countingBody) read(p []byte) (int, error) {
 	if b.size >= 0 {
 		left := b.size - b.n.Load()
 		if left <= 0 {

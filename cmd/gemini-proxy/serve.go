@@ -146,12 +146,13 @@ func proxyOptions(c config.Config) (proxy.Options, error) {
 		secret = []byte(c.Cache.TenantSecret)
 	}
 	return proxy.Options{
-		Upstream:       up,
-		VertexUpstream: vx,
-		APIKey:         proxy.APIKey(c.Upstream.APIKey),
-		BasePath:       c.Server.BasePath,
-		PublicURL:      public,
-		MaxBodyBytes:   int64(c.Server.MaxBodyBytes),
+		Upstream:        up,
+		VertexUpstream:  vx,
+		APIKey:          proxy.APIKey(c.Upstream.APIKey),
+		BasePath:        c.Server.BasePath,
+		PublicURL:       public,
+		MaxBodyBytes:    int64(c.Server.MaxBodyBytes),
+		BodyIdleTimeout: c.Server.BodyIdleTimeout,
 		Rewrite: proxy.RewriteOptions{
 			Enabled:      c.Rewrite.Enabled,
 			MaxBodyBytes: int64(c.Rewrite.MaxBodyBytes),
