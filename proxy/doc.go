@@ -25,7 +25,8 @@
 //
 // Errors the proxy itself causes are answered in the API's own shape,
 // {"error":{"code":…,"message":…,"status":…}}: 413 for a body over
-// Options.MaxBodyBytes, 504 DEADLINE_EXCEEDED when the upstream's headers
+// Options.MaxBodyBytes, 408 for a body that stalls longer than
+// Options.BodyIdleTimeout, 504 DEADLINE_EXCEEDED when the upstream's headers
 // do not arrive in time, 502 UNAVAILABLE when it cannot be reached. A
 // client that goes away is recorded as 499. Once response headers were
 // sent, a failure cuts the connection (http.ErrAbortHandler); the proxy

@@ -42,6 +42,7 @@ type proxyError struct {
 // place that maps errors to HTTP statuses:
 //
 //	body over Options.MaxBodyBytes        413 (no Google status: the API sends none)
+//	body stalled (Options.BodyIdleTimeout) 408 DEADLINE_EXCEEDED (decided in Handler.fail)
 //	client gone                           499, metrics and log only
 //	upstream response header timeout      504 DEADLINE_EXCEEDED
 //	upstream unreachable, TLS, other      502 UNAVAILABLE
