@@ -117,35 +117,28 @@ func classify(path string) routeInfo {
 	case method != "":
 		info.route = RouteOther
 	default:
-		switch strings.TrimSuffix(rest[0], ":"+method) {
-		case "models", "tunedModels":
-			info.route = RouteModels
-		case "cachedContents":
-			info.route = RouteCachedContents
-		case "files":
-			info.route = RouteFiles
-		case "interactions":
-			info.route = RouteInteractions
-		case "batches":
-			info.route = RouteBatches
-		default:
-			info.route = RouteOther
+		info.route = RouteOther
+		if r, ok := collectionRoutes[strings.TrimSuffix(rest[0], ":"+method)]; ok {
+			info.route = r
 		}
 	}
 	if method != "" && info.route == RouteOther {
 		// Resource methods such as files/{id}:download or batches/{id}:cancel.
-		switch rest[0] {
-		case "files":
-			info.route = RouteFiles
-		case "batches":
-			info.route = RouteBatches
-		case "cachedContents":
-			info.route = RouteCachedContents
-		case "interactions":
-			info.route = RouteInteractions
+		if r, ok := collectionRoutes[rest[0]]; ok && r != RouteModels {
+			info.route = r
 		}
 	}
 	return info
+}
+
+// collectionRoutes maps a top-level API collection to its route.
+var collectionRoutes = map[string]Route{
+	"models":         RouteModels,
+	"tunedModels":    RouteModels,
+	"cachedContents": RouteCachedContents,
+	"files":          RouteFiles,
+	"interactions":   RouteInteractions,
+	"batches":        RouteBatches,
 }
 
 // normalizeModel turns "models/gemini-2.5-flash-001",
