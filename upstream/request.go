@@ -374,32 +374,9 @@ func mediaType(mime string) string { return mediaTypes[mime] }
 // step. The id is required: it is what ties the result to the stored
 // function_call step.
 func functionResult(raw json.RawMessage) (json.RawMessage, error) {
-	fs, err := object(raw)
+	id, name, resp, err := idNameObject(raw, "response")
 	if err != nil {
 		return nil, err
-	}
-	var id, name string
-	var resp json.RawMessage
-	for _, f := range fs {
-		switch f.name {
-		case "id":
-			if id, err = str(f.raw); err != nil {
-				return nil, err
-			}
-		case "name":
-			if name, err = str(f.raw); err != nil {
-				return nil, err
-			}
-		case "response":
-			if t := strings.TrimSpace(string(f.raw)); !strings.HasPrefix(t, "{") {
-				return nil, untranslatable("response is not an object")
-			}
-			if resp, err = compact(f.raw); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, untranslatable("field %q", f.name)
-		}
 	}
 	if id == "" || name == "" || resp == nil {
 		return nil, untranslatable("functionResponse needs id, name and response")
@@ -410,6 +387,35 @@ func functionResult(raw json.RawMessage) (json.RawMessage, error) {
 	o.set("name", name)
 	o.set("result", resp)
 	return o.raw(), nil
+}
+
+// idNameObject reads a functionCall or functionResponse part value: its
+// "id" and "name" strings and the object member named field, compacted
+// (nil when absent). Any other member makes it untranslatable.
+func idNameObject(raw json.RawMessage, field string) (id, name string, obj json.RawMessage, err error) {
+	fs, err := object(raw)
+	if err != nil {
+		return "", "", nil, err
+	}
+	for _, f := range fs {
+		switch f.name {
+		case "id":
+			id, err = str(f.raw)
+		case "name":
+			name, err = str(f.raw)
+		case field:
+			if t := strings.TrimSpace(string(f.raw)); !strings.HasPrefix(t, "{") {
+				return "", "", nil, untranslatable("%s is not an object", field)
+			}
+			obj, err = compact(f.raw)
+		default:
+			return "", "", nil, untranslatable("field %q", f.name)
+		}
+		if err != nil {
+			return "", "", nil, err
+		}
+	}
+	return id, name, obj, nil
 }
 
 // modelSteps translates a model content: runs of text parts become one
@@ -460,32 +466,12 @@ func modelSteps(parts []json.RawMessage) ([]json.RawMessage, error) {
 }
 
 func callStep(raw json.RawMessage) (json.RawMessage, error) {
-	fs, err := object(raw)
+	id, name, args, err := idNameObject(raw, "args")
 	if err != nil {
 		return nil, err
 	}
-	var id, name string
-	args := json.RawMessage("{}")
-	for _, f := range fs {
-		switch f.name {
-		case "id":
-			if id, err = str(f.raw); err != nil {
-				return nil, err
-			}
-		case "name":
-			if name, err = str(f.raw); err != nil {
-				return nil, err
-			}
-		case "args":
-			if t := strings.TrimSpace(string(f.raw)); !strings.HasPrefix(t, "{") {
-				return nil, untranslatable("args is not an object")
-			}
-			if args, err = compact(f.raw); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, untranslatable("field %q", f.name)
-		}
+	if args == nil {
+		args = json.RawMessage("{}")
 	}
 	if id == "" || name == "" {
 		return nil, untranslatable("functionCall needs id and name")
