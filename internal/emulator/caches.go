@@ -213,7 +213,14 @@ func (s *Server) listCaches(c *call) {
 	}
 	s.mu.Unlock()
 	slices.SortFunc(all, func(a, b *cachedContent) int { return a.created.Compare(b.created) })
-	page, next, e := paginate(c.r, len(all), 100, 1000)
+	writeList(c, "cachedContents", all, 100, 1000, s.cacheJSON)
+}
+
+// writeList answers a list call with one page of all (the request's
+// pageSize, default def, at most max; pageToken), each item rendered by
+// render, under key, with nextPageToken when more remain.
+func writeList[T any](c *call, key string, all []T, def, max int, render func(T) any) {
+	page, next, e := paginate(c.r, len(all), def, max)
 	if e != nil {
 		writeError(c.w, c.r, e, modeUnary)
 		return
@@ -222,9 +229,9 @@ func (s *Server) listCaches(c *call) {
 	if len(page) > 0 {
 		items := make([]any, 0, len(page))
 		for _, i := range page {
-			items = append(items, s.cacheJSON(all[i]))
+			items = append(items, render(all[i]))
 		}
-		out["cachedContents"] = items
+		out[key] = items
 	}
 	if next != "" {
 		out["nextPageToken"] = next

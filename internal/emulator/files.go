@@ -223,24 +223,7 @@ func (s *Server) listFiles(c *call) {
 		}
 		return strings.Compare(a.id, b.id)
 	})
-	page, next, e := paginate(c.r, len(all), 10, 100)
-	if e != nil {
-		writeError(c.w, c.r, e, modeUnary)
-		return
-	}
-	out := map[string]any{}
-	if len(page) > 0 {
-		items := make([]any, 0, len(page))
-		for _, i := range page {
-			items = append(items, s.fileJSON(all[i]))
-		}
-		out["files"] = items
-	}
-	if next != "" {
-		out["nextPageToken"] = next
-	}
-	b, _ := marshalIndent(out)
-	writeJSON(c.w, c.r, 200, append(b, '\n'))
+	writeList(c, "files", all, 10, 100, s.fileJSON)
 }
 
 // getFile returns the caller's live file id.
