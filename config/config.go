@@ -42,8 +42,12 @@ type Server struct {
 	BodyIdleTimeout time.Duration `mapstructure:"body_idle_timeout"`
 	// IdleTimeout closes idle keep-alive client connections.
 	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	// ShutdownDelay is how long the proxy keeps accepting and serving
+	// requests after a shutdown signal, with /readyz already answering 503,
+	// so that a load balancer stops routing to it before its port closes.
+	ShutdownDelay time.Duration `mapstructure:"shutdown_delay"`
 	// ShutdownGrace is how long in-flight requests and streams may run after
-	// a shutdown signal before they are cut.
+	// the listeners closed before they are cut.
 	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
 	// TenantHeader, when set, names a request header trusted to identify the
 	// tenant (for a gateway behind an authenticating front end). Empty means

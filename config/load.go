@@ -217,6 +217,7 @@ func (c Config) Validate() error {
 	nonNegative("server.read_header_timeout", c.Server.ReadHeaderTimeout)
 	nonNegative("server.body_idle_timeout", c.Server.BodyIdleTimeout)
 	nonNegative("server.idle_timeout", c.Server.IdleTimeout)
+	nonNegative("server.shutdown_delay", c.Server.ShutdownDelay)
 	nonNegative("server.shutdown_grace", c.Server.ShutdownGrace)
 	if h := c.Server.TenantHeader; h != "" && strings.ContainsAny(h, " :\t\r\n") {
 		bad("server.tenant_header", "%q is not a header name", h)

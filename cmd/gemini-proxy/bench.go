@@ -99,7 +99,7 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 				<-done
 			}
 		}()
-		go func() { done <- serveUntil(ctx, []*listener{el}, time.Second, new(atomic.Bool), logger) }()
+		go func() { done <- serveUntil(ctx, []*listener{el}, 0, time.Second, new(atomic.Bool), logger) }()
 		upstreamURL = "http://" + el.ln.Addr().String()
 		c := config.Default()
 		c.Server.Listen, c.Admin.Listen = "127.0.0.1:0", ""
@@ -302,7 +302,7 @@ func servePlainProxy(ctx context.Context, upstream string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return serveUntil(ctx, []*listener{l}, time.Second, new(atomic.Bool), logger)
+	return serveUntil(ctx, []*listener{l}, 0, time.Second, new(atomic.Bool), logger)
 }
 
 // serveFakeUpstream serves bench.FakeGemini on loopback until ctx is done,
@@ -313,7 +313,7 @@ func serveFakeUpstream(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return serveUntil(ctx, []*listener{l}, time.Second, new(atomic.Bool), logger)
+	return serveUntil(ctx, []*listener{l}, 0, time.Second, new(atomic.Bool), logger)
 }
 
 // benchReplay reports what the proxy would have saved on a recording.

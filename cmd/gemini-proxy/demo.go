@@ -121,7 +121,7 @@ func demo(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writer) erro
 		return err
 	}
 	done := make(chan error, 2)
-	go func() { done <- serveUntil(ctx, []*listener{el}, time.Second, new(atomic.Bool), logger) }()
+	go func() { done <- serveUntil(ctx, []*listener{el}, 0, time.Second, new(atomic.Bool), logger) }()
 	emuURL := "http://" + el.ln.Addr().String()
 
 	c := config.Default()

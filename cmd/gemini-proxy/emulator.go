@@ -44,5 +44,5 @@ func runEmulator(ctx context.Context, fs *pflag.FlagSet, _, stderr io.Writer) er
 		return err
 	}
 	var ready atomic.Bool
-	return serveUntil(ctx, []*listener{l}, 5*time.Second, &ready, logger)
+	return serveUntil(ctx, []*listener{l}, 0, 5*time.Second, &ready, logger)
 }

@@ -276,3 +276,83 @@ func (s *safeBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestServeShutdownDelay checks server.shutdown_delay: after the shutdown
+// signal /readyz answers 503 at once, while new connections are still
+// accepted and served; once the delay is over the port closes and serve
+// returns.
+func TestServeShutdownDelay(t *testing.T) {
+	clearEnv(t)
+	emu := emulator.New(emulator.Options{})
+	eln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	emuSrv := &http.Server{Handler: emu}
+	go emuSrv.Serve(eln)
+	defer emuSrv.Close()
+
+	const delay = 2 * time.Second
+	proxyAddr, adminAddr := freeAddr(t), freeAddr(t)
+	t.Setenv("GEMINI_PROXY_SERVER_SHUTDOWN_DELAY", delay.String())
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var errOut safeBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--listen", proxyAddr, "--admin-listen", adminAddr, "--upstream", "http://" + eln.Addr().String()}, io.Discard, &errOut)
+	}()
+	waitReady(t, "http://"+adminAddr+"/readyz")
+	cancel()
+	signalled := time.Now()
+
+	deadline := signalled.Add(delay / 2)
+	for {
+		r, err := http.Get("http://" + adminAddr + "/readyz")
+		if err == nil {
+			r.Body.Close()
+			if r.StatusCode == http.StatusServiceUnavailable {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz did not turn unavailable at once (last: %v)", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A new connection during the delay is still served.
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	body := `{"contents":[{"role":"user","parts":[{"text":"Still there?"}]}]}`
+	req, _ := http.NewRequest(http.MethodPost, "http://"+proxyAddr+"/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(body))
+	req.Header.Set("x-goog-api-key", "test-key")
+	req.Header.Set("Content-Type", "application/json")
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("request during the shutdown delay: %v", err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if elapsed := time.Since(signalled); elapsed >= delay {
+		t.Skipf("machine too slow to observe the delay window (%v)", elapsed)
+	}
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("request during the shutdown delay: %s", res.Status)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v", err)
+		}
+		if waited := time.Since(signalled); waited < delay {
+			t.Errorf("serve returned %v after the signal, before the %v delay", waited, delay)
+		}
+	case <-time.After(delay + 10*time.Second):
+		t.Fatal("serve did not return after the delay")
+	}
+	if _, err := net.DialTimeout("tcp", proxyAddr, time.Second); err == nil {
+		t.Errorf("proxy still accepts connections after shutdown")
+	}
+	if !strings.Contains(errOut.String(), "draining before shutdown") {
+		t.Errorf("log lacks the drain line:\n%s", errOut.String())
+	}
+}

@@ -109,7 +109,7 @@ func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, star
 	if started != nil {
 		started(pl.ln.Addr().String(), adminAddr)
 	}
-	return serveUntil(ctx, lns, c.Server.ShutdownGrace, &ready, logger)
+	return serveUntil(ctx, lns, c.Server.ShutdownDelay, c.Server.ShutdownGrace, &ready, logger)
 }
 
 // proxyOptions maps the configuration onto the proxy's options.

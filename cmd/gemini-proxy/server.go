@@ -50,11 +50,13 @@ func listen(name, addr string, h http.Handler, c config.Server, logger *slog.Log
 }
 
 // serveUntil serves every listener until ctx is done, then shuts them down
-// gracefully: listeners close at once (new connections are refused), ready
-// turns false, and in-flight requests and streams have grace to finish
-// before their connections are closed. It returns the first serve error, or
-// nil after a clean shutdown.
-func serveUntil(ctx context.Context, lns []*listener, grace time.Duration, ready *atomic.Bool, logger *slog.Logger) error {
+// gracefully: ready turns false at once; for delay the listeners keep
+// accepting and serving (so a load balancer that polls /readyz stops
+// sending traffic before the port closes); then the listeners close (new
+// connections are refused) and in-flight requests and streams have grace to
+// finish before their connections are closed. A serve error skips the
+// delay. It returns the first serve error, or nil after a clean shutdown.
+func serveUntil(ctx context.Context, lns []*listener, delay, grace time.Duration, ready *atomic.Bool, logger *slog.Logger) error {
 	errc := make(chan error, len(lns))
 	for _, l := range lns {
 		logger.Info("listening", "listener", l.name, "addr", l.ln.Addr().String())
@@ -74,6 +76,15 @@ func serveUntil(ctx context.Context, lns []*listener, grace time.Duration, ready
 	case first = <-errc:
 	}
 	ready.Store(false)
+	if first == nil && delay > 0 {
+		logger.Info("not ready, draining before shutdown", "delay", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case first = <-errc:
+			t.Stop()
+		}
+	}
 	logger.Info("shutting down", "grace", grace)
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
