@@ -90,35 +90,66 @@ func (s *Server) routeInteractions(c *call, rest []string) {
 
 func (s *Server) lookupInteraction(c *call, id string) *interaction {
 	s.mu.Lock()
-	it := s.interactions[id]
+	it := s.storedLocked(id, c.keyID)
 	s.mu.Unlock()
-	if it == nil || it.keyID != c.keyID {
+	if it == nil {
 		writeInteractionError(c.w, c.r, 404, "not_found", fmt.Sprintf("Interaction %s not found.", id))
 		return nil
 	}
 	return it
 }
 
+// storedLocked returns the stored interaction id of key keyID, or nil when
+// it is unknown, another key's, or past Options.InteractionRetention; an
+// expired interaction is deleted. s.mu must be held.
+func (s *Server) storedLocked(id, keyID string) *interaction {
+	it := s.interactions[id]
+	if it == nil || it.keyID != keyID {
+		return nil
+	}
+	ret := s.opts.InteractionRetention
+	if ret <= 0 {
+		ret = DefaultInteractionRetention
+	}
+	if s.now().Sub(it.created) >= ret {
+		delete(s.interactions, id)
+		return nil
+	}
+	return it
+}
+
+// DeleteInteractions forgets every stored interaction, as if all had
+// expired, and returns how many there were (fault injection for tests).
+func (s *Server) DeleteInteractions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.interactions)
+	s.interactions = map[string]*interaction{}
+	return n
+}
+
 // history is the conversation an interaction continues from: all earlier
-// inputs and outputs of the previous_interaction_id chain.
-func (s *Server) history(prev string) []Content {
+// inputs and outputs of the previous_interaction_id chain. ok is false
+// when a member of the chain is no longer stored (deleted or expired):
+// the emulator rebuilds the history from the chain, so it cannot continue.
+func (s *Server) history(prev, keyID string) (out []Content, ok bool) {
 	var chain []*interaction
 	s.mu.Lock()
 	for id, n := prev, 0; id != "" && n < 10000; n++ {
-		it := s.interactions[id]
+		it := s.storedLocked(id, keyID)
 		if it == nil {
-			break
+			s.mu.Unlock()
+			return nil, false
 		}
 		chain = append(chain, it)
 		id = it.prev
 	}
 	s.mu.Unlock()
-	var out []Content
 	for i := len(chain) - 1; i >= 0; i-- {
 		out = append(out, chain[i].input...)
 		out = append(out, Content{Role: "model", Parts: []Part{{Text: chain[i].output}}})
 	}
-	return out
+	return out, true
 }
 
 func (s *Server) createInteraction(c *call) {
@@ -196,14 +227,15 @@ func (s *Server) createInteraction(c *call) {
 	prev, _ := body["previous_interaction_id"].(string)
 	var hist []Content
 	if prev != "" {
-		s.mu.Lock()
-		p := s.interactions[prev]
-		s.mu.Unlock()
-		if p == nil || p.keyID != c.keyID {
-			fail(404, "not_found", fmt.Sprintf("Interaction %s not found.", prev))
+		var ok bool
+		if hist, ok = s.history(prev, c.keyID); !ok {
+			if s.opts.UnknownPreviousStatus == 400 {
+				fail(400, "invalid_request", fmt.Sprintf("previous_interaction_id %s does not refer to a stored interaction.", prev))
+			} else {
+				fail(404, "not_found", fmt.Sprintf("Interaction %s not found.", prev))
+			}
 			return
 		}
-		hist = s.history(prev)
 	}
 	system, _ := body["system_instruction"].(string)
 	maxOut := 0
