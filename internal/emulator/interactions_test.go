@@ -13,7 +13,6 @@ import (
 
 const interactionsPath = "/v1beta/interactions"
 
-
 // TestInteractionPrevious: continuing works while the previous interaction
 // is stored; an unknown, expired, deleted, store=false or other key's id
 // is rejected with the configured status, and a chain that lost a member
