@@ -13,7 +13,7 @@ type interaction struct {
 	input                          []Content
 	inputRaw                       any
 	output                         string
-	usage                          map[string]int
+	usage                          map[string]any
 	status                         string
 	created, updated               time.Time
 }
@@ -254,18 +254,33 @@ func (s *Server) createInteraction(c *call) {
 	}
 	fileText := func(uri string) (string, string, bool) { return s.fileText(c.keyID, uri) }
 	sysTokens := CountTokens(system)
-	histTokens := contentsTokens(hist, fileText).total()
-	inTokens := sysTokens + histTokens + contentsTokens(input, fileText).total()
+	// The stored part of the prompt (system instruction and history) and
+	// all of it, by modality, as generateContent counts them.
+	stored := modalityCounts{}
+	if sysTokens > 0 {
+		stored["TEXT"] = sysTokens
+	}
+	stored.add(contentsTokens(hist, fileText))
+	prompt := modalityCounts{}
+	prompt.add(stored)
+	prompt.add(contentsTokens(input, fileText))
+	inTokens := prompt.total()
 	cached := 0
-	if prev != "" && sysTokens+histTokens >= s.opts.ImplicitCacheMinTokens {
-		cached = sysTokens + histTokens
+	usage := map[string]any{}
+	if prev != "" && stored.total() >= s.opts.ImplicitCacheMinTokens {
+		cached = stored.total()
+		usage["cached_tokens_by_modality"] = interactionModalities(stored)
 	}
 	out := CountTokens(reply)
+	for k, v := range map[string]int{"total_input_tokens": inTokens, "total_output_tokens": out, "total_cached_tokens": cached,
+		"total_thought_tokens": 0, "total_tool_use_tokens": 0, "total_tokens": inTokens + out} {
+		usage[k] = v
+	}
+	usage["input_tokens_by_modality"] = interactionModalities(prompt)
 	now := s.now()
 	it := &interaction{id: "v1_" + s.nextID("interaction", 24), keyID: c.keyID, model: model, prev: prev,
 		system: system, input: input, inputRaw: in, output: reply, status: "completed", created: now, updated: now,
-		usage: map[string]int{"total_input_tokens": inTokens, "total_output_tokens": out, "total_cached_tokens": cached,
-			"total_thought_tokens": 0, "total_tool_use_tokens": 0, "total_tokens": inTokens + out}}
+		usage: usage}
 	rec.Usage = Usage{PromptTokenCount: inTokens, CachedContentTokenCount: cached, CandidatesTokenCount: out, TotalTokenCount: inTokens + out}
 	rec.Status = 200
 	s.record(rec)
@@ -413,6 +428,16 @@ func (s *Server) interactionJSON(it *interaction, includeInput bool) map[string]
 	}
 	if it.system != "" {
 		out["system_instruction"] = it.system
+	}
+	return out
+}
+
+// interactionModalities renders counts as an Interactions
+// *_tokens_by_modality list: lower-case modality names, stable order.
+func interactionModalities(m modalityCounts) []any {
+	out := []any{}
+	for _, d := range m.details() {
+		out = append(out, map[string]any{"modality": strings.ToLower(d.Modality), "tokens": d.TokenCount})
 	}
 	return out
 }
