@@ -336,8 +336,9 @@ type sessionState struct {
 type ixPlan struct {
 	kind   string // metrics.InteractionContinued, Session or Started; "" sends as is
 	prev   string
-	body   []byte // the interaction request body
-	full   int    // size of the generateContent body it replaces
+	stale  []string // store keys to forget when prev is gone: its prefix and older ones
+	body   []byte   // the interaction request body
+	full   int      // size of the generateContent body it replaces
 	chain  [sha256.Size]byte
 	blocks []string // session: block hashes of this request
 	sess   *sessionState
@@ -391,6 +392,14 @@ func (x *interactions) decide(body []byte, tenant, model, apiModel string, strea
 		id, ok := x.store.Conversation(tenant, chainKey(hs[j+1]))
 		if !ok || len(id) == 0 {
 			continue
+		}
+		// Interactions expire oldest first: when this one is gone, the
+		// older ones of the same conversation are too.
+		for k, n := j, 0; k >= 0 && n < x.lookups; k-- {
+			if units[k].role == "model" {
+				plan.stale = append(plan.stale, chainKey(hs[k+1]))
+				n++
+			}
 		}
 		newTurns := len(req.Contents) - units[j].last - 1
 		out, ok, err := upstream.ToInteraction(body, apiModel, string(id), newTurns, stream)
@@ -496,9 +505,15 @@ func (x *interactions) roundTrip(base http.RoundTripper, req *http.Request, st *
 		st.ix.fallback = reason
 		x.m.InteractionFallbacks.WithLabelValues(reason).Inc()
 		x.m.InteractionRequests.WithLabelValues(metrics.InteractionFull).Inc()
-		if plan.kind == metrics.InteractionSession && (reason == metrics.FallbackNotFound || reason == metrics.FallbackRejected) {
-			// The session's interaction is gone: start over next time.
-			x.store.SetConversation(st.tenant, sessionKey(st.info.model, st.ix.session), []byte("{}"))
+		if reason == metrics.FallbackNotFound || reason == metrics.FallbackRejected {
+			// The interaction is gone (or refused): the next request
+			// starts a new one instead of trying it again.
+			for _, k := range plan.stale {
+				x.store.SetConversation(st.tenant, k, nil)
+			}
+			if plan.kind == metrics.InteractionSession {
+				x.store.SetConversation(st.tenant, sessionKey(st.info.model, st.ix.session), []byte("{}"))
+			}
 		}
 		return nil, false, nil
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
 )
 
 // memStore is an InteractionStore in a map.
@@ -324,3 +327,239 @@ func TestInteractionsConversation(t *testing.T) {
 	}
 }
 
+// converse runs two turns for key through f and returns the contents of
+// a third request (history plus a new question).
+func converse(t *testing.T, f *ixFixture, path, key string) []string {
+	t.Helper()
+	turns := []string{userTurn("First question?")}
+	for i := range 2 {
+		code, got := call(t, f.front.URL, path, key, fmt.Sprintf(turnsJSON, strings.Join(turns, ",")))
+		if code != 200 {
+			t.Fatalf("turn %d: %d %s", i+1, code, got)
+		}
+		turns = append(turns, modelTurn(parseAnswer(t, path, got).Text), userTurn(fmt.Sprintf("Follow-up %d?", i+1)))
+	}
+	return turns
+}
+
+// TestInteractionsFallback: when the upstream no longer has the
+// interaction (404, or 400 where it answers so) or the interaction request
+// fails before any byte reached the client, the client gets the answer of
+// the full generateContent request.
+func TestInteractionsFallback(t *testing.T) {
+	onlyInteractions := func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/interactions") }
+	tests := []struct {
+		name   string
+		path   string
+		eo     emulator.Options
+		break_ func(*emulator.Server)
+		reason string
+		// fresh: the next turn starts a new interaction (the old ones
+		// are gone); else it continues the last one that answered,
+		// with the turns since as input.
+		fresh bool
+	}{
+		{"deleted unary", genURL, emulator.Options{}, func(e *emulator.Server) { e.DeleteInteractions() }, metrics.FallbackNotFound, true},
+		{"deleted sse", sseURL, emulator.Options{}, func(e *emulator.Server) { e.DeleteInteractions() }, metrics.FallbackNotFound, true},
+		{"deleted array", arrayURL, emulator.Options{}, func(e *emulator.Server) { e.DeleteInteractions() }, metrics.FallbackNotFound, true},
+		{"rejected 400", genURL, emulator.Options{UnknownPreviousStatus: 400}, func(e *emulator.Server) { e.DeleteInteractions() }, metrics.FallbackRejected, true},
+		{"upstream 503", sseURL, emulator.Options{}, func(e *emulator.Server) {
+			e.SetFault(emulator.Fault{Status: 503, Times: 1, Match: onlyInteractions})
+		}, metrics.FallbackUpstreamError, false},
+		{"stream cut before the first chunk", sseURL, emulator.Options{}, func(e *emulator.Server) {
+			e.SetFault(emulator.Fault{DisconnectAfterChunks: 2, Times: 1, Match: onlyInteractions})
+		}, metrics.FallbackUntranslatable, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newIxFixture(t, tt.eo)
+			turns := converse(t, f, tt.path, keyA)
+			body := fmt.Sprintf(turnsJSON, strings.Join(turns, ","))
+			tt.break_(f.emu)
+			before := len(f.emu.Received())
+			code, got := call(t, f.front.URL, tt.path, keyA, body)
+			if code != 200 {
+				t.Fatalf("status %d: %s", code, got)
+			}
+			plain := httptest.NewServer(emulator.New(emulator.Options{}))
+			defer plain.Close()
+			_, want := call(t, plain.URL, tt.path, keyA, body)
+			if diff := cmp.Diff(parseAnswer(t, tt.path, want), parseAnswer(t, tt.path, got), ignoreID); diff != "" {
+				t.Errorf("answer after fallback (-want +got):\n%s", diff)
+			}
+			rs := f.emu.Received()[before:]
+			last := rs[len(rs)-1]
+			if last.API == "interactions" || len(last.Contents) != len(turns) {
+				t.Errorf("last upstream request = %s with %d contents, want the full generate request with %d", last.API, len(last.Contents), len(turns))
+			}
+			if got := testutil.ToFloat64(f.m.InteractionFallbacks.WithLabelValues(tt.reason)); got != 1 {
+				t.Errorf("fallbacks{reason=%s} = %v, want 1", tt.reason, got)
+			}
+			waitFor(t, "the access log", func() bool { return strings.Contains(f.logs.String(), "fallback="+tt.reason) })
+			// The conversation goes on: the next turn starts a new
+			// interaction and the one after continues it.
+			turns = append(turns, modelTurn(parseAnswer(t, tt.path, got).Text), userTurn("Still there?"))
+			if code, got := call(t, f.front.URL, tt.path, keyA, fmt.Sprintf(turnsJSON, strings.Join(turns, ","))); code != 200 {
+				t.Fatalf("after fallback: %d %s", code, got)
+			}
+			r := lastReceived(t, f.emu)
+			x := decodeIx(t, r.Body)
+			switch {
+			case r.API != "interactions" || r.Status != 200:
+				t.Errorf("after fallback: upstream got %s (status %d), want an interaction", r.API, r.Status)
+			case tt.fresh && (x.Prev != "" || len(x.Input) != len(turns)):
+				t.Errorf("after fallback: prev %q, %d input steps; want a new interaction with all %d turns", x.Prev, len(x.Input), len(turns))
+			case !tt.fresh && (x.Prev == "" || len(x.Input) != 3):
+				t.Errorf("after fallback: prev %q, %d input steps; want the turn-2 interaction continued with 3 steps", x.Prev, len(x.Input))
+			}
+		})
+	}
+}
+
+// TestInteractionsStreamCutAfterFirstByte: once a chunk reached the
+// client, a failing interaction stream is not retried (the client would
+// see two answers): the client sees the stream cut, as it would from
+// generateContent.
+func TestInteractionsStreamCutAfterFirstByte(t *testing.T) {
+	f := newIxFixture(t, emulator.Options{StreamChunkBytes: 16})
+	turns := converse(t, f, sseURL, keyA)
+	// Events: interaction.created, step.start, then text deltas, 30 ms
+	// apart, so that the first chunk reaches the client before the cut.
+	f.emu.SetFault(emulator.Fault{ChunkDelay: 30 * time.Millisecond, DisconnectAfterChunks: 5, Times: 1, Match: func(r *http.Request) bool {
+		return strings.HasSuffix(r.URL.Path, "/interactions")
+	}})
+	before := len(f.emu.Received())
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, f.front.URL+sseURL, strings.NewReader(fmt.Sprintf(turnsJSON, strings.Join(turns, ","))))
+	req.Header.Set("X-Goog-Api-Key", keyA)
+	res, err := rawClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var buf bytes.Buffer
+	_, err = buf.ReadFrom(res.Body)
+	if err == nil {
+		t.Errorf("stream ended cleanly, want it cut; got %q", buf.String())
+	}
+	if !strings.HasPrefix(buf.String(), "data: ") {
+		t.Errorf("client got %q before the cut, want at least one chunk", buf.String())
+	}
+	for _, r := range f.emu.Received()[before:] {
+		if r.API != "interactions" {
+			t.Errorf("upstream got a %s request after the first byte was sent", r.API)
+		}
+	}
+	if n := testutil.ToFloat64(f.m.InteractionFallbacks.WithLabelValues(metrics.FallbackUntranslatable)); n != 0 {
+		t.Errorf("fallbacks = %v after the first byte, want 0", n)
+	}
+}
+
+// TestInteractionsNoContinuation: a changed earlier turn, another
+// tenant's key, another model, an untranslatable field, cachedContent,
+// Vertex paths and rewrite off never continue.
+func TestInteractionsNoContinuation(t *testing.T) {
+	f := newIxFixture(t, emulator.Options{})
+	turns := converse(t, f, genURL, keyA)
+	changed := append([]string{userTurn("First question!")}, turns[1:]...)
+	body := func(ts []string, extra string) string {
+		return `{"contents":[` + strings.Join(ts, ",") + `]` + extra + `}`
+	}
+	tests := []struct {
+		name, path, key, body string
+		hdr                   []string
+		wantAPI               string
+	}{
+		{"changed earlier turn", genURL, keyA, body(changed, ""), nil, "interactions"},
+		{"other tenant", genURL, keyB, body(turns, ""), nil, "interactions"},
+		{"other model", "/v1beta/models/gemini-2.5-pro:generateContent", keyA, body(turns, ""), nil, "interactions"},
+		{"untranslatable topK", genURL, keyA, body(turns, `,"generationConfig":{"topK":3}`), nil, "generateContent"},
+		{"rewrite off", genURL, keyA, body(turns, ""), []string{HeaderRewrite, "off"}, "generateContent"},
+		{"vertex", "/v1beta1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash:generateContent", keyA, body(turns, ""), []string{"Authorization", "Bearer tok"}, "generateContent"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := len(f.emu.Received())
+			code, got := call(t, f.front.URL, tt.path, tt.key, tt.body, tt.hdr...)
+			if code != 200 {
+				t.Fatalf("status %d: %s", code, got)
+			}
+			rs := f.emu.Received()[before:]
+			if len(rs) != 1 || rs[0].API != tt.wantAPI {
+				t.Fatalf("upstream got %d requests, last %s; want one %s", len(rs), rs[len(rs)-1].API, tt.wantAPI)
+			}
+			if tt.wantAPI == "interactions" {
+				if x := decodeIx(t, rs[0].Body); x.Prev != "" {
+					t.Errorf("continued %q, want a new interaction", x.Prev)
+				}
+			}
+		})
+	}
+	// cachedContent is never sent as an interaction (no upstream cache
+	// exists here, so only the routing is checked).
+	code, _ := call(t, f.front.URL, genURL, keyA, body(turns, `,"cachedContent":"cachedContents/x"`))
+	if r := lastReceived(t, f.emu); r.API == "interactions" || code == 200 {
+		t.Errorf("cachedContent request went as %s (status %d), want generateContent's own error", r.API, code)
+	}
+}
+
+// TestInteractionsSession: with X-Gemini-Proxy-Session, stateless
+// requests continue one interaction per session, a re-sent unchanged
+// document becomes a session reference, the header is not forwarded, and
+// sessions are per tenant.
+func TestInteractionsSession(t *testing.T) {
+	f := newIxFixture(t, emulator.Options{})
+	doc := "```go main.go\n" + strings.Repeat("func handler() error { return nil } // keep\n", 30) + "```\n"
+	ask := func(key, session, q string) emulator.Received {
+		t.Helper()
+		code, got := call(t, f.front.URL, genURL, key, fmt.Sprintf(turnsJSON, userTurn(doc+q)), HeaderSession, session)
+		if code != 200 {
+			t.Fatalf("%s: %d %s", q, code, got)
+		}
+		return lastReceived(t, f.emu)
+	}
+	r1 := ask(keyA, "s1", "What does it do?")
+	x1 := decodeIx(t, r1.Body)
+	if x1.Prev != "" || !strings.Contains(string(r1.Body), "func handler") {
+		t.Fatalf("first request: prev %q; want a new interaction with the document", x1.Prev)
+	}
+	if r1.Header.Get(HeaderSession) != "" {
+		t.Error("the session header reached the upstream")
+	}
+	r2 := ask(keyA, "s1", "Add logging.")
+	x2 := decodeIx(t, r2.Body)
+	if x2.Prev == "" || len(x2.Input) != 1 {
+		t.Fatalf("second request: prev %q, %d steps; want a continuation of the session", x2.Prev, len(x2.Input))
+	}
+	if strings.Contains(string(r2.Body), "func handler") || !strings.Contains(string(r2.Body), rewrite.SessionWhere) {
+		t.Errorf("second request still carries the document or lacks the session reference:\n%s", r2.Body)
+	}
+	if !strings.Contains(string(r2.Body), "Add logging.") {
+		t.Error("second request lost the question")
+	}
+	// The model sees the whole session: 2 earlier contents + the new one.
+	if !strings.Contains(r2.Reply, "has 3 contents") {
+		t.Errorf("reply %q, want the emulator to see 3 contents", r2.Reply)
+	}
+	r3 := ask(keyA, "s2", "Another session.")
+	if x := decodeIx(t, r3.Body); x.Prev != "" || !strings.Contains(string(r3.Body), "func handler") {
+		t.Errorf("another session: prev %q; want a new interaction with the document", x.Prev)
+	}
+	r4 := ask(keyB, "s1", "Same session name, other tenant.")
+	if x := decodeIx(t, r4.Body); x.Prev != "" {
+		t.Errorf("other tenant continued %q", x.Prev)
+	}
+	if got := testutil.ToFloat64(f.m.InteractionRequests.WithLabelValues(metrics.InteractionSession)); got != 1 {
+		t.Errorf("session requests = %v, want 1", got)
+	}
+	// The session's interaction is gone: the request goes as sent, and
+	// the session starts over.
+	f.emu.DeleteInteractions()
+	r5 := ask(keyA, "s1", "After expiry.")
+	if r5.API != "generateContent" || !strings.Contains(string(r5.Body), "func handler") {
+		t.Errorf("after expiry: %s, want the full generate request", r5.API)
+	}
+	r6 := ask(keyA, "s1", "Fresh start.")
+	if x := decodeIx(t, r6.Body); x.Prev != "" {
+		t.Errorf("after the fallback the session continued %q, want a fresh interaction", x.Prev)
+	}
+}

@@ -458,6 +458,11 @@ func inputContentJSON(cs []Content) []any {
 // interaction.created, step.start, step.delta…, step.stop,
 // interaction.completed, then "event: done" / "data: [DONE]".
 func (s *Server) streamInteraction(c *call, it *interaction) {
+	if cw, ok := c.w.(*cutWriter); ok {
+		// ServeHTTP took the request for a unary one (its path does not
+		// say stream): DisconnectAfterChunks counts events here instead.
+		c.w = cw.statusWriter
+	}
 	full := s.interactionJSON(it, false)
 	created := map[string]any{"id": it.id, "status": "in_progress", "object": "interaction", "model": it.model,
 		"created": full["created"]}
