@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
@@ -481,6 +482,8 @@ func (x *interactions) roundTrip(base http.RoundTripper, req *http.Request, st *
 		body = st.sentBody
 	}
 	plan := x.decide(body, st.tenant, st.info.model, model, st.stream, st.ix.session, st.report)
+	// The decision is the proxy's own time (proxy_overhead_seconds).
+	st.upstreamStart = time.Now()
 	st.ix.kind = metrics.InteractionFull
 	if plan.kind == "" {
 		x.m.InteractionRequests.WithLabelValues(metrics.InteractionFull).Inc()
