@@ -16,6 +16,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/gemini-proxy/gemini-proxy/cache"
+	"github.com/gemini-proxy/gemini-proxy/cache/cachetest"
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/proxy"
@@ -338,5 +339,49 @@ func TestInteractionsTenTurnBytes(t *testing.T) {
 		naive, rwSent, 100*rwSent/naive, ixSent, 100*ixSent/naive)
 	if ixSent >= rwSent/2 {
 		t.Errorf("continuation uploaded %v bytes, want well under rewriting's %v", ixSent, rwSent)
+	}
+}
+
+// TestInteractionsSharedRedis: two replicas sharing Redis (and the tenant
+// secret) behind a load balancer: the conversation one replica started is
+// continued by the other.
+func TestInteractionsSharedRedis(t *testing.T) {
+	srv := cachetest.StartRedis(t)
+	emu := emulator.New(emulator.Options{Now: func() time.Time { return fixedNow }})
+	es := httptest.NewServer(emu)
+	t.Cleanup(es.Close)
+	up, _ := url.Parse(es.URL)
+	replica := func() string {
+		store, err := cache.New(cache.Options{RedisURL: srv.URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		h, err := proxy.New(proxy.Options{
+			Upstream:     up,
+			Rewrite:      proxy.RewriteOptions{Enabled: true},
+			TenantSecret: []byte("shared-secret-of-the-replicas"),
+			Interactions: proxy.InteractionsOptions{Enabled: true, Store: &waitingStore{store}},
+		}, slog.New(slog.DiscardHandler), metrics.New(prometheus.NewRegistry()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps := httptest.NewServer(h)
+		t.Cleanup(ps.Close)
+		return ps.URL
+	}
+	a, b := replica(), replica()
+	first, err := newClient(t, a).Models.GenerateContent(t.Context(), ixModel, genai.Text("Hello from replica A."), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	contents := []*genai.Content{genai.NewContentFromText("Hello from replica A.", genai.RoleUser), first.Candidates[0].Content,
+		genai.NewContentFromText("And hello from replica B.", genai.RoleUser)}
+	if _, err := newClient(t, b).Models.GenerateContent(t.Context(), ixModel, contents, nil); err != nil {
+		t.Fatal(err)
+	}
+	rs := emu.Received()
+	if x := ixOf(t, rs[len(rs)-1]); x.Prev != first.ResponseID || len(x.Input) != 1 {
+		t.Errorf("replica B: prev %q, %d steps; want replica A's interaction %q continued with the new turn", x.Prev, len(x.Input), first.ResponseID)
 	}
 }
