@@ -345,7 +345,7 @@ type ixPlan struct {
 	sess   *sessionState
 }
 
-// request is the part of a generate request body decide reads.
+// ixRequest is the part of a generate request body decide reads.
 type ixRequest struct {
 	Contents      []json.RawMessage `json:"contents"`
 	CachedContent json.RawMessage   `json:"cachedContent"`
