@@ -117,23 +117,7 @@ func (r *redisBackend) succeeded() {
 
 // getRecord reads the record of response id.
 func (r *redisBackend) getRecord(tenant string, id digest) ([]byte, bool) {
-	if !r.available() {
-		return nil, false
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-	defer cancel()
-	b, err := r.c.Get(ctx, redisKey(tenant, kindRecord, id)).Bytes()
-	switch {
-	case errors.Is(err, redis.Nil):
-		r.succeeded()
-		return nil, false
-	case err != nil:
-		r.failed(&r.readErrors, err)
-		return nil, false
-	}
-	r.succeeded()
-	r.hits.Add(1)
-	return b, true
+	return r.getValue(redisKey(tenant, kindRecord, id))
 }
 
 // getCandidates reads the candidate ids of prefix p, concatenated.
