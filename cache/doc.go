@@ -83,7 +83,12 @@
 // # Generic area
 //
 // Store.Get and Store.Set give per-tenant, byte-bounded, TTL-limited
-// storage by key (AreaConversations).
+// storage by key (AreaConversations). Store.Conversation and
+// Store.SetConversation use the same area and, in shared mode, also Redis
+// ("gemini-proxy:<tenant>:c:<key>", with the TTL; written through the same
+// queue as served responses, read on a local miss): the proxy keeps its
+// Interactions API ids and session state there (issue 8), so that any
+// replica can continue a conversation another one started.
 //
 // Verifier does not implement rewrite.Memo. A warm memo made turn 50 of a
 // conversation slower than no memo at all (BenchmarkTurn50, -count 5

@@ -24,12 +24,16 @@ const redisPause = time.Second
 // redisBatch is the most served responses written in one pipeline.
 const redisBatch = 32
 
-// servedWrite is one served response waiting to be written to Redis.
+// servedWrite is one served response waiting to be written to Redis, or,
+// when key is set, one conversation entry (SetConversation) written as a
+// plain SET of val.
 type servedWrite struct {
 	tenant   string
 	id       digest
 	rec      []byte
 	prefixes []digest
+	key      string
+	val      []byte
 }
 
 // redisBackend shares the served-response index through Redis. Reads are
@@ -113,23 +117,7 @@ func (r *redisBackend) succeeded() {
 
 // getRecord reads the record of response id.
 func (r *redisBackend) getRecord(tenant string, id digest) ([]byte, bool) {
-	if !r.available() {
-		return nil, false
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-	defer cancel()
-	b, err := r.c.Get(ctx, redisKey(tenant, kindRecord, id)).Bytes()
-	switch {
-	case errors.Is(err, redis.Nil):
-		r.succeeded()
-		return nil, false
-	case err != nil:
-		r.failed(&r.readErrors, err)
-		return nil, false
-	}
-	r.succeeded()
-	r.hits.Add(1)
-	return b, true
+	return r.getValue(redisKey(tenant, kindRecord, id))
 }
 
 // getCandidates reads the candidate ids of prefix p, concatenated.
@@ -229,6 +217,10 @@ func (r *redisBackend) write(batch []servedWrite) {
 	defer cancel()
 	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, w := range batch {
+			if w.key != "" {
+				p.Set(ctx, w.key, w.val, r.ttl)
+				continue
+			}
 			p.Set(ctx, redisKey(w.tenant, kindRecord, w.id), w.rec, r.ttl)
 			for _, pre := range w.prefixes {
 				k := redisKey(w.tenant, kindPrefix, pre)

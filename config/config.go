@@ -16,6 +16,8 @@ type Config struct {
 	Cache    Cache    `mapstructure:"cache"`
 	Metrics  Metrics  `mapstructure:"metrics"`
 	Log      Log      `mapstructure:"log"`
+
+	UpstreamState UpstreamState `mapstructure:"upstream_state"`
 }
 
 // Server configures the proxy listener.
@@ -252,3 +254,15 @@ var secretKeys = map[string]bool{
 
 // redactedURLKeys hold URLs whose password is redacted when printed.
 var redactedURLKeys = map[string]bool{"cache.redis_url": true}
+
+// UpstreamState configures what the proxy lets the upstream remember for
+// it (issue 8).
+type UpstreamState struct {
+	// Interactions continues conversations server-side through the
+	// Interactions API: a generate request whose contents begin with an
+	// earlier exchange of the same tenant and model sends only its new
+	// turns, with previous_interaction_id. It needs rewrite.enabled (the
+	// proxy reads generate bodies only then). False (the default) sends
+	// every request as generateContent.
+	Interactions bool `mapstructure:"interactions"`
+}

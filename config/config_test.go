@@ -104,6 +104,11 @@ func TestLoadErrors(t *testing.T) {
 			want: []string{"min_blok_bytes"},
 		},
 		{
+			name: "interactions without rewriting",
+			env:  map[string]string{"GEMINI_PROXY_UPSTREAM_STATE_INTERACTIONS": "true", "GEMINI_PROXY_REWRITE_ENABLED": "false"},
+			want: []string{"upstream_state.interactions", "rewrite.enabled"},
+		},
+		{
 			name: "unknown env variable",
 			env:  map[string]string{"GEMINI_PROXY_UPSTREM_URL": "http://x"},
 			want: []string{"unknown environment variable GEMINI_PROXY_UPSTREM_URL"},

@@ -285,6 +285,9 @@ func (c Config) Validate() error {
 	if s := c.Cache.TenantSecret; s != "" && len(s) < 16 {
 		bad("cache.tenant_secret", "must be at least 16 bytes")
 	}
+	if c.UpstreamState.Interactions && !c.Rewrite.Enabled {
+		bad("upstream_state.interactions", "needs rewrite.enabled: generate bodies are read only when rewriting")
+	}
 	if len(c.Metrics.Models) > 200 {
 		bad("metrics.models", "at most 200 models (label values must stay bounded)")
 	}

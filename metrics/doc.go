@@ -46,6 +46,9 @@
 //	gemini_proxy_upstream_responses_total                 counter    route, code                  upstream responses by HTTP status, including the rejected first attempt of a fallback
 //	gemini_proxy_client_cancels_total                     counter    -                            requests whose client went away before the response completed
 //	gemini_proxy_build_info                               gauge      version, goversion           always 1; identifies the running build
+//	gemini_proxy_interactions_requests_total              counter    kind                         generate requests eligible for the Interactions API: kind=continued|session|started|full (upstream_state.interactions)
+//	gemini_proxy_interactions_saved_bytes_total           counter    -                            request bytes not uploaded thanks to continuation (generateContent body minus the interaction body sent)
+//	gemini_proxy_interactions_fallbacks_total             counter    reason                       interaction requests replaced by the generateContent request: not_found|rejected|upstream_error|untranslatable|transport
 //	gemini_proxy_cache_hits_total                         counter    area                         cache lookups that found an entry; area=served|blocks|conversations (cache.go)
 //	gemini_proxy_cache_misses_total                       counter    area                         cache lookups that found nothing
 //	gemini_proxy_cache_evictions_total                    counter    area                         entries removed for room or TTL

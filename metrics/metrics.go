@@ -116,7 +116,48 @@ type Metrics struct {
 	UpstreamResponses *prometheus.CounterVec // route, code
 	ClientCancels     prometheus.Counter
 	BuildInfo         *prometheus.GaugeVec // version, goversion
+
+	// Interactions continuation (issue 8, upstream_state.interactions).
+	InteractionRequests   *prometheus.CounterVec // kind
+	InteractionSavedBytes prometheus.Counter
+	InteractionFallbacks  *prometheus.CounterVec // reason
 }
+
+// Kinds for gemini_proxy_interactions_requests_total: how a generate
+// request eligible for the Interactions API was finally answered.
+const (
+	// InteractionContinued: only the new turns, with previous_interaction_id.
+	InteractionContinued = "continued"
+	// InteractionSession: a session request (X-Gemini-Proxy-Session)
+	// continuing its session's interaction.
+	InteractionSession = "session"
+	// InteractionStarted: the whole request as a new stored interaction.
+	InteractionStarted = "started"
+	// InteractionFull: the generateContent request (not translatable, or
+	// after a fallback).
+	InteractionFull = "full"
+)
+
+// Reasons for gemini_proxy_interactions_fallbacks_total.
+const (
+	// FallbackNotFound: the upstream no longer has the interaction (404).
+	FallbackNotFound = "not_found"
+	// FallbackRejected: the upstream rejected the interaction request (400).
+	FallbackRejected = "rejected"
+	// FallbackUpstreamError: any other non-2xx status.
+	FallbackUpstreamError = "upstream_error"
+	// FallbackUntranslatable: the interaction could not be translated back
+	// exactly (or failed, or its stream ended early) before any byte was sent.
+	FallbackUntranslatable = "untranslatable"
+	// FallbackTransport: the interaction request got no response.
+	FallbackTransport = "transport"
+)
+
+// InteractionKinds and FallbackReasons list the label values above.
+var (
+	InteractionKinds = []string{InteractionContinued, InteractionSession, InteractionStarted, InteractionFull}
+	FallbackReasons  = []string{FallbackNotFound, FallbackRejected, FallbackUpstreamError, FallbackUntranslatable, FallbackTransport}
+)
 
 // New creates every collector and registers it with reg. It panics if a
 // name is already registered, like promauto. Nothing is registered with the
@@ -258,7 +299,30 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, o := range []string{CountTokensOK, CountTokensError, CountTokensRateLimited, CountTokensBusy} {
 		m.CountTokens.WithLabelValues(o)
 	}
+	m.newInteractions(f)
 	return m
+}
+
+// newInteractions creates the Interactions continuation collectors.
+func (m *Metrics) newInteractions(f promauto.Factory) {
+	m.InteractionRequests = f.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "interactions_requests_total",
+		Help: "Generate requests eligible for the Interactions API (upstream_state.interactions), by how they were answered: continued (only the new turns, with previous_interaction_id), session (continuing an X-Gemini-Proxy-Session), started (a new stored interaction) or full (the generateContent request).",
+	}, []string{"kind"})
+	m.InteractionSavedBytes = f.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Name: "interactions_saved_bytes_total",
+		Help: "Request body bytes not uploaded thanks to Interactions continuation: the generateContent body (after rewriting) minus the interaction body sent instead, for continued and session requests the upstream answered.",
+	})
+	m.InteractionFallbacks = f.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "interactions_fallbacks_total",
+		Help: "Interaction requests replaced by the generateContent request before any byte reached the client, by reason: not_found (404, expired), rejected (400), upstream_error (other status), untranslatable, transport.",
+	}, []string{"reason"})
+	for _, k := range InteractionKinds {
+		m.InteractionRequests.WithLabelValues(k)
+	}
+	for _, r := range FallbackReasons {
+		m.InteractionFallbacks.WithLabelValues(r)
+	}
 }
 
 // SetBuildInfo sets gemini_proxy_build_info{version, goversion} to 1.

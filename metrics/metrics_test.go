@@ -101,6 +101,12 @@ var metricCases = []metricCase{
 		func(m *metrics.Metrics) { m.ClientCancels.Inc() }, 1},
 	{"gemini_proxy_build_info", dto.MetricType_GAUGE, []string{"goversion", "version"},
 		func(m *metrics.Metrics) { m.SetBuildInfo("v0.0.0-test") }, 1},
+	{"gemini_proxy_interactions_requests_total", dto.MetricType_COUNTER, []string{"kind"},
+		func(m *metrics.Metrics) { m.InteractionRequests.WithLabelValues(metrics.InteractionContinued).Inc() }, 1},
+	{"gemini_proxy_interactions_saved_bytes_total", dto.MetricType_COUNTER, nil,
+		func(m *metrics.Metrics) { m.InteractionSavedBytes.Add(4096) }, 4096},
+	{"gemini_proxy_interactions_fallbacks_total", dto.MetricType_COUNTER, []string{"reason"},
+		func(m *metrics.Metrics) { m.InteractionFallbacks.WithLabelValues(metrics.FallbackNotFound).Inc() }, 1},
 }
 
 // gatherOne returns the family called name from reg, or nil.

@@ -20,6 +20,16 @@
 //     "skipped" (body too large, unknown length over the limit, or a
 //     Content-Encoding such as gzip: compressed request bodies are never
 //     rewritten) and "bytes=N->N; error".
+//   - With Options.Interactions enabled, a generate request (Gemini API
+//     paths only, body read for rewriting, no cachedContent) may be sent
+//     as POST /{version}/interactions instead and the interaction
+//     translated back by package upstream (interactions.go): only the new
+//     turns with previous_interaction_id when the contents, after
+//     rewriting, begin with an exchange the upstream stored for the same
+//     tenant and model (a hash chain over canonical contents), or the
+//     whole request as a new stored interaction; X-Gemini-Proxy-Session
+//     stitches stateless requests into one. Any failure before the first
+//     byte reached the client sends the generateContent request instead.
 //   - With Options.APIKey set, the client's key is replaced by ours.
 //   - X-Goog-Upload-Url response headers are pointed at the proxy.
 //

@@ -114,6 +114,9 @@ type Options struct {
 	// response has been copied to the client (or has failed), on the
 	// request's goroutine. It must not block for long.
 	OnExchange func(Exchange)
+	// Interactions configures continuing conversations server-side through
+	// the Interactions API. The zero value is off.
+	Interactions InteractionsOptions
 }
 
 // RewriteOptions configures request rewriting.

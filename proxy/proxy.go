@@ -58,6 +58,8 @@ type Handler struct {
 
 	// rewriteFn is rewrite.Request; tests replace it to inject failures.
 	rewriteFn rewriteFunc
+
+	ix *interactions // nil: Interactions continuation off
 }
 
 // New builds a Handler. logger receives the access log (one line per
@@ -123,6 +125,7 @@ func New(opts Options, logger *slog.Logger, m *metrics.Metrics) (*Handler, error
 	}
 	sav.countTokens = func(ctx context.Context, s *sample) (int64, error) { return callCountTokens(ctx, base, s) }
 	h.sav = sav
+	h.ix = newInteractions(opts.Interactions, h.rwOpts, m)
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewriteRequest,
 		Transport:      &transport{h: h, base: base},
@@ -206,6 +209,8 @@ type reqState struct {
 
 	pe  *proxyError
 	err error // safe to log
+
+	ix *ixState // Interactions continuation; nil when off
 }
 
 func stateFrom(ctx context.Context) *reqState {
@@ -405,6 +410,7 @@ func (h *Handler) rewriteRequest(pr *httputil.ProxyRequest) {
 		target = h.vertex
 	}
 	pr.SetURL(target)
+	h.ix.capture(st, pr.In)
 	hdr := pr.Out.Header
 	for k := range hdr {
 		if len(k) >= len(headerPrefix) && strings.EqualFold(k[:len(headerPrefix)], headerPrefix) {
@@ -663,6 +669,7 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 		if st.err != nil {
 			attrs = append(attrs, slog.String("error", st.err.Error()))
 		}
+		attrs = st.ix.appendLog(attrs)
 		if aborted && !clientGone {
 			attrs = append(attrs, slog.String("error", "upstream response aborted"))
 		}
@@ -739,6 +746,10 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	now := time.Now()
 	if st.upstreamStart.IsZero() {
 		st.upstreamStart = now
+	}
+	if res, ok, err := t.h.ix.roundTrip(t.base, req, st); ok {
+		st.upstreamDur = time.Since(now)
+		return res, err
 	}
 	if req.ContentLength > 0 && st.orig != nil {
 		st.sent += req.ContentLength

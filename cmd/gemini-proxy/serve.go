@@ -68,6 +68,7 @@ func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, star
 	defer store.Close()
 	metrics.RegisterCache(reg, store.Stats)
 	opts.Verifier = func(tenant string) rewrite.Verifier { return store.Verifier(tenant) }
+	opts.Interactions = proxy.InteractionsOptions{Enabled: c.UpstreamState.Interactions, Store: store}
 	opts.OnExchange = func(ex proxy.Exchange) {
 		// Only what the client received in full counts as served.
 		if !ex.Complete || ex.Status != http.StatusOK {

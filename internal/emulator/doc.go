@@ -83,6 +83,18 @@
 // Interactions report the history of previous_interaction_id as
 // total_cached_tokens under the same threshold.
 //
+// # Interactions
+//
+// A stored interaction (store defaults to true) can be read and continued
+// by its key for Options.InteractionRetention after it was created
+// (default 55 days, §7.4), then it is gone. The history of a continuation
+// is rebuilt from the previous_interaction_id chain, so a
+// previous_interaction_id that is unknown, another key's, created with
+// store=false, deleted, expired, or whose chain lost a member (deleted or
+// expired) is refused with 404 not_found, or 400 invalid_request with
+// Options.UnknownPreviousStatus 400. Server.DeleteInteractions forgets
+// every stored interaction at once (fault injection).
+//
 // # Faults
 //
 // Server.SetFault installs a Fault (status with a Gemini-shaped error body

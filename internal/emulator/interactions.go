@@ -13,7 +13,7 @@ type interaction struct {
 	input                          []Content
 	inputRaw                       any
 	output                         string
-	usage                          map[string]int
+	usage                          map[string]any
 	status                         string
 	created, updated               time.Time
 }
@@ -90,35 +90,66 @@ func (s *Server) routeInteractions(c *call, rest []string) {
 
 func (s *Server) lookupInteraction(c *call, id string) *interaction {
 	s.mu.Lock()
-	it := s.interactions[id]
+	it := s.storedLocked(id, c.keyID)
 	s.mu.Unlock()
-	if it == nil || it.keyID != c.keyID {
+	if it == nil {
 		writeInteractionError(c.w, c.r, 404, "not_found", fmt.Sprintf("Interaction %s not found.", id))
 		return nil
 	}
 	return it
 }
 
+// storedLocked returns the stored interaction id of key keyID, or nil when
+// it is unknown, another key's, or past Options.InteractionRetention; an
+// expired interaction is deleted. s.mu must be held.
+func (s *Server) storedLocked(id, keyID string) *interaction {
+	it := s.interactions[id]
+	if it == nil || it.keyID != keyID {
+		return nil
+	}
+	ret := s.opts.InteractionRetention
+	if ret <= 0 {
+		ret = DefaultInteractionRetention
+	}
+	if s.now().Sub(it.created) >= ret {
+		delete(s.interactions, id)
+		return nil
+	}
+	return it
+}
+
+// DeleteInteractions forgets every stored interaction, as if all had
+// expired, and returns how many there were (fault injection for tests).
+func (s *Server) DeleteInteractions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.interactions)
+	s.interactions = map[string]*interaction{}
+	return n
+}
+
 // history is the conversation an interaction continues from: all earlier
-// inputs and outputs of the previous_interaction_id chain.
-func (s *Server) history(prev string) []Content {
+// inputs and outputs of the previous_interaction_id chain. ok is false
+// when a member of the chain is no longer stored (deleted or expired):
+// the emulator rebuilds the history from the chain, so it cannot continue.
+func (s *Server) history(prev, keyID string) (out []Content, ok bool) {
 	var chain []*interaction
 	s.mu.Lock()
 	for id, n := prev, 0; id != "" && n < 10000; n++ {
-		it := s.interactions[id]
+		it := s.storedLocked(id, keyID)
 		if it == nil {
-			break
+			s.mu.Unlock()
+			return nil, false
 		}
 		chain = append(chain, it)
 		id = it.prev
 	}
 	s.mu.Unlock()
-	var out []Content
 	for i := len(chain) - 1; i >= 0; i-- {
 		out = append(out, chain[i].input...)
 		out = append(out, Content{Role: "model", Parts: []Part{{Text: chain[i].output}}})
 	}
-	return out
+	return out, true
 }
 
 func (s *Server) createInteraction(c *call) {
@@ -196,14 +227,15 @@ func (s *Server) createInteraction(c *call) {
 	prev, _ := body["previous_interaction_id"].(string)
 	var hist []Content
 	if prev != "" {
-		s.mu.Lock()
-		p := s.interactions[prev]
-		s.mu.Unlock()
-		if p == nil || p.keyID != c.keyID {
-			fail(404, "not_found", fmt.Sprintf("Interaction %s not found.", prev))
+		var ok bool
+		if hist, ok = s.history(prev, c.keyID); !ok {
+			if s.opts.UnknownPreviousStatus == 400 {
+				fail(400, "invalid_request", fmt.Sprintf("previous_interaction_id %s does not refer to a stored interaction.", prev))
+			} else {
+				fail(404, "not_found", fmt.Sprintf("Interaction %s not found.", prev))
+			}
 			return
 		}
-		hist = s.history(prev)
 	}
 	system, _ := body["system_instruction"].(string)
 	maxOut := 0
@@ -222,18 +254,33 @@ func (s *Server) createInteraction(c *call) {
 	}
 	fileText := func(uri string) (string, string, bool) { return s.fileText(c.keyID, uri) }
 	sysTokens := CountTokens(system)
-	histTokens := contentsTokens(hist, fileText).total()
-	inTokens := sysTokens + histTokens + contentsTokens(input, fileText).total()
+	// The stored part of the prompt (system instruction and history) and
+	// all of it, by modality, as generateContent counts them.
+	stored := modalityCounts{}
+	if sysTokens > 0 {
+		stored["TEXT"] = sysTokens
+	}
+	stored.add(contentsTokens(hist, fileText))
+	prompt := modalityCounts{}
+	prompt.add(stored)
+	prompt.add(contentsTokens(input, fileText))
+	inTokens := prompt.total()
 	cached := 0
-	if prev != "" && sysTokens+histTokens >= s.opts.ImplicitCacheMinTokens {
-		cached = sysTokens + histTokens
+	usage := map[string]any{}
+	if prev != "" && stored.total() >= s.opts.ImplicitCacheMinTokens {
+		cached = stored.total()
+		usage["cached_tokens_by_modality"] = interactionModalities(stored)
 	}
 	out := CountTokens(reply)
+	for k, v := range map[string]int{"total_input_tokens": inTokens, "total_output_tokens": out, "total_cached_tokens": cached,
+		"total_thought_tokens": 0, "total_tool_use_tokens": 0, "total_tokens": inTokens + out} {
+		usage[k] = v
+	}
+	usage["input_tokens_by_modality"] = interactionModalities(prompt)
 	now := s.now()
 	it := &interaction{id: "v1_" + s.nextID("interaction", 24), keyID: c.keyID, model: model, prev: prev,
 		system: system, input: input, inputRaw: in, output: reply, status: "completed", created: now, updated: now,
-		usage: map[string]int{"total_input_tokens": inTokens, "total_output_tokens": out, "total_cached_tokens": cached,
-			"total_thought_tokens": 0, "total_tool_use_tokens": 0, "total_tokens": inTokens + out}}
+		usage: usage}
 	rec.Usage = Usage{PromptTokenCount: inTokens, CachedContentTokenCount: cached, CandidatesTokenCount: out, TotalTokenCount: inTokens + out}
 	rec.Status = 200
 	s.record(rec)
@@ -385,6 +432,16 @@ func (s *Server) interactionJSON(it *interaction, includeInput bool) map[string]
 	return out
 }
 
+// interactionModalities renders counts as an Interactions
+// *_tokens_by_modality list: lower-case modality names, stable order.
+func interactionModalities(m modalityCounts) []any {
+	out := []any{}
+	for _, d := range m.details() {
+		out = append(out, map[string]any{"modality": strings.ToLower(d.Modality), "tokens": d.TokenCount})
+	}
+	return out
+}
+
 func inputContentJSON(cs []Content) []any {
 	out := []any{}
 	for _, c := range cs {
@@ -401,6 +458,11 @@ func inputContentJSON(cs []Content) []any {
 // interaction.created, step.start, step.delta…, step.stop,
 // interaction.completed, then "event: done" / "data: [DONE]".
 func (s *Server) streamInteraction(c *call, it *interaction) {
+	if cw, ok := c.w.(*cutWriter); ok {
+		// ServeHTTP took the request for a unary one (its path does not
+		// say stream): DisconnectAfterChunks counts events here instead.
+		c.w = cw.statusWriter
+	}
 	full := s.interactionJSON(it, false)
 	created := map[string]any{"id": it.id, "status": "in_progress", "object": "interaction", "model": it.model,
 		"created": full["created"]}

@@ -34,7 +34,20 @@ type Options struct {
 	// Now is the clock for TTLs, expiry and the implicit-cache window.
 	// Nil means time.Now.
 	Now func() time.Time
+	// InteractionRetention is how long a stored interaction can be read or
+	// continued after it was created (gemini-api.md §7.4: 55 days on the
+	// paid tier, 1 day on the free tier). Zero means DefaultInteractionRetention.
+	InteractionRetention time.Duration
+	// UnknownPreviousStatus is the status of a create request whose
+	// previous_interaction_id is unknown, expired, deleted, stored with
+	// store=false or another key's: 404 (code "not_found") or 400 (code
+	// "invalid_request"); §7.4 leaves it open. Zero means 404.
+	UnknownPreviousStatus int
 }
+
+// DefaultInteractionRetention is the retention of stored interactions when
+// Options.InteractionRetention is zero: the paid tier's 55 days.
+const DefaultInteractionRetention = 55 * 24 * time.Hour
 
 // DefaultModels are the model ids served when Options.Models is nil.
 var DefaultModels = []string{

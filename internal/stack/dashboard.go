@@ -197,6 +197,17 @@ var Panels = []Panel{
 			q(`sum(rate(gemini_proxy_cache_redis_dropped_writes_total[`+rate+`]))`, "dropped writes/s"),
 		}},
 
+	{Title: "Upstream state", Type: "row"},
+	{Title: "Interactions continuation", Type: "timeseries", Unit: "reqps", Width: 12, Height: 8,
+		Description: "With upstream_state.interactions: generate requests by how they were sent (continued: only the new turns with previous_interaction_id; session: an X-Gemini-Proxy-Session continuation; started: a new stored interaction; full: generateContent), and interaction requests replaced by the full request before any byte reached the client, by reason.",
+		Targets: []Target{
+			q(`sum by (kind) (rate(gemini_proxy_interactions_requests_total[`+rate+`]))`, "{{kind}}"),
+			q(`sum by (reason) (rate(gemini_proxy_interactions_fallbacks_total[`+rate+`]))`, "fallback {{reason}}"),
+		}},
+	{Title: "Bytes not uploaded (continuation)", Type: "stat", Unit: "bytes", Width: 4, Height: 8,
+		Description: "Request body bytes continuation kept from being uploaded in the selected time range: the generateContent body minus the interaction body sent instead.",
+		Targets:     []Target{q(`sum(increase(gemini_proxy_interactions_saved_bytes_total[`+rng+`]))`, "")}},
+
 	{Title: "Build", Type: "row"},
 	{Title: "Running versions", Type: "timeseries", Unit: "short", Width: 8, Height: 8,
 		Description: "Replicas by gemini-proxy version and Go version.",

@@ -138,6 +138,7 @@ func TestDashboardShape(t *testing.T) {
 		"gemini_proxy_rewrite_fallbacks_total", "gemini_proxy_upstream_responses_total", "gemini_proxy_upstream_errors_total",
 		"gemini_proxy_client_requests_total", "gemini_proxy_unpriced_requests_total", "gemini_proxy_sampled_prompt_tokens_total",
 		"gemini_proxy_cache_hits_total", "gemini_proxy_build_info",
+		"gemini_proxy_interactions_requests_total", "gemini_proxy_interactions_fallbacks_total", "gemini_proxy_interactions_saved_bytes_total",
 	} {
 		if !strings.Contains(all, name) {
 			t.Errorf("no dashboard query uses %s", name)

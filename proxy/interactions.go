@@ -1,0 +1,773 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gemini-proxy/gemini-proxy/metrics"
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
+	"github.com/gemini-proxy/gemini-proxy/upstream"
+)
+
+// HeaderSession is the request header that opts a client that sends no
+// history (N3) into session mode: successive requests with the same value
+// (per tenant and model) continue one stored interaction. Like every
+// X-Gemini-Proxy-* header it is never forwarded.
+const HeaderSession = "X-Gemini-Proxy-Session"
+
+// InteractionStore keeps the proxy's Interactions API state (interaction
+// ids and session state) per tenant, with a TTL; cache.Store satisfies it.
+// Keys are hex hashes, never text. Implementations must be safe for
+// concurrent use and may forget entries at any time.
+type InteractionStore interface {
+	Conversation(tenant, key string) ([]byte, bool)
+	SetConversation(tenant, key string, value []byte) bool
+}
+
+// InteractionsOptions configures continuing conversations server-side
+// through the Interactions API (issue 8, upstream_state.interactions).
+type InteractionsOptions struct {
+	// Enabled turns continuation on. It needs Store and applies only to
+	// generate requests whose body the proxy read for rewriting (rewrite
+	// enabled, mode on or dry-run). False sends every request as is.
+	Enabled bool
+	// Store holds the interaction ids. Nil disables continuation.
+	Store InteractionStore
+	// MaxLookups bounds the store lookups one request makes, one per
+	// earlier model turn from the newest back. Zero means 8.
+	MaxLookups int
+}
+
+// apiRevision pins the Interactions schema the upstream package writes
+// (the steps schema of May 2026, gemini-api.md §7.1); the Go and Python
+// SDKs send the same header.
+const apiRevision = "2026-05-20"
+
+// maxInteractionBytes bounds a unary interaction response read for
+// translation.
+const maxInteractionBytes = 64 << 20
+
+// interactions decides, sends and translates interaction requests. A nil
+// *interactions does nothing.
+type interactions struct {
+	store   InteractionStore
+	m       *metrics.Metrics
+	lookups int
+	rwOpts  rewrite.Options
+}
+
+func newInteractions(o InteractionsOptions, rw rewrite.Options, m *metrics.Metrics) *interactions {
+	if !o.Enabled || o.Store == nil {
+		return nil
+	}
+	x := &interactions{store: o.Store, m: m, lookups: o.MaxLookups, rwOpts: rw}
+	if x.lookups <= 0 {
+		x.lookups = 8
+	}
+	return x
+}
+
+// ixState is what one request did with the Interactions API.
+type ixState struct {
+	session  string // X-Gemini-Proxy-Session value
+	kind     string // metrics.Interaction*; "" when not considered
+	fallback string // metrics.Fallback*, "" when none
+}
+
+// capture remembers the session header of the incoming request before the
+// ReverseProxy strips the proxy's headers.
+func (x *interactions) capture(st *reqState, in *http.Request) {
+	if x == nil || st == nil || !st.info.route.isGenerate() || st.info.vertex {
+		return
+	}
+	st.ix = &ixState{session: strings.TrimSpace(in.Header.Get(HeaderSession))}
+}
+
+// appendLog adds the access-log field of the request's interaction use.
+func (s *ixState) appendLog(attrs []slog.Attr) []slog.Attr {
+	if s == nil || s.kind == "" {
+		return attrs
+	}
+	v := s.kind
+	if s.fallback != "" {
+		v += "; fallback=" + s.fallback
+	}
+	return append(attrs, slog.String("interaction", v))
+}
+
+// Canonical form of contents, for the hash chain (see the README section
+// "Upstream state: Interactions continuation"):
+//
+//   - a content is {"parts":[…],"role":r} with r "user" when omitted, plus
+//     any other member it has;
+//   - every object is written compactly with its keys sorted; field names
+//     of the API schema are camelCase whichever spelling the client used
+//     (thought_signature = thoughtSignature), but the free-form values of
+//     functionCall.args, functionResponse.response and partMetadata keep
+//     their keys as sent; strings are re-encoded (escapes do not matter),
+//     numbers keep their digits;
+//   - consecutive model contents are one turn, and in a model turn
+//     adjacent parts made only of "text" are joined and empty ones dropped:
+//     SDK chat helpers re-send a streamed answer one content per chunk,
+//     while the upstream stored it as one model output.
+//
+// Anything else that differs (a byte of text, a part, a role, a user
+// turn's split into parts, base64 spelling) gives another hash.
+
+// unit is one canonical turn of a request.
+type unit struct {
+	role        string
+	first, last int // indices into contents
+	sum         [sha256.Size]byte
+}
+
+// freeForm are the members whose value is data, not API schema.
+var freeForm = map[string]bool{"args": true, "response": true, "partMetadata": true}
+
+// canonValue returns v with schema keys camelCased (unless verbatim).
+func canonValue(v any, verbatim bool) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, c := range x {
+			if !verbatim {
+				k = camelKey(k)
+			}
+			out[k] = canonValue(c, verbatim || freeForm[k])
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, c := range x {
+			out[i] = canonValue(c, verbatim)
+		}
+		return out
+	}
+	return v
+}
+
+// camelKey turns a snake_case name into camelCase.
+func camelKey(s string) string {
+	if !strings.Contains(s, "_") {
+		return s
+	}
+	var b strings.Builder
+	up := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_':
+			up = true
+			continue
+		case up && 'a' <= c && c <= 'z':
+			c -= 'a' - 'A'
+		}
+		up = false
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// decodeAny decodes JSON keeping numbers as written.
+func decodeAny(raw []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+var errShape = errors.New("proxy: content is not an object with a parts list")
+
+// turnOf decodes one content into its role, canonical parts and other
+// members.
+func turnOf(raw []byte) (role string, parts []any, rest map[string]any, err error) {
+	v, err := decodeAny(raw)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	obj, ok := canonValue(v, false).(map[string]any)
+	if !ok {
+		return "", nil, nil, errShape
+	}
+	role, _ = obj["role"].(string)
+	if role == "" {
+		role = "user"
+	}
+	if p, ok := obj["parts"]; ok {
+		if parts, ok = p.([]any); !ok {
+			return "", nil, nil, errShape
+		}
+	}
+	delete(obj, "role")
+	delete(obj, "parts")
+	return role, parts, obj, nil
+}
+
+// mergeText joins adjacent text-only parts and drops empty ones.
+func mergeText(parts []any) []any {
+	out := make([]any, 0, len(parts))
+	for _, p := range parts {
+		m, ok := p.(map[string]any)
+		t, isText := m["text"].(string)
+		if !ok || !isText || len(m) != 1 {
+			out = append(out, p)
+			continue
+		}
+		if t == "" {
+			continue
+		}
+		if n := len(out); n > 0 {
+			if prev, ok := out[n-1].(map[string]any); ok && len(prev) == 1 {
+				if pt, ok := prev["text"].(string); ok {
+					out[n-1] = map[string]any{"text": pt + t}
+					continue
+				}
+			}
+		}
+		out = append(out, map[string]any{"text": t})
+	}
+	return out
+}
+
+// unitSum hashes a canonical turn.
+func unitSum(role string, parts []any, rest map[string]any) ([sha256.Size]byte, error) {
+	obj := make(map[string]any, len(rest)+2)
+	for k, v := range rest {
+		obj[k] = v
+	}
+	if role == "model" {
+		parts = mergeText(parts)
+	}
+	obj["role"], obj["parts"] = role, parts
+	if obj["parts"] == nil {
+		obj["parts"] = []any{}
+	}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	return sha256.Sum256(b), nil
+}
+
+// canonUnits turns contents into canonical turns.
+func canonUnits(contents []json.RawMessage) ([]unit, error) {
+	var units []unit
+	var role string
+	var parts []any
+	var rest map[string]any
+	first := 0
+	flush := func(last int) error {
+		sum, err := unitSum(role, parts, rest)
+		if err != nil {
+			return err
+		}
+		units = append(units, unit{role: role, first: first, last: last, sum: sum})
+		return nil
+	}
+	for i, raw := range contents {
+		r, p, o, err := turnOf(raw)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 && r == "model" && role == "model" && len(o) == 0 && len(rest) == 0 {
+			parts = append(parts, p...)
+			continue
+		}
+		if i > 0 {
+			if err := flush(i - 1); err != nil {
+				return nil, err
+			}
+		}
+		role, parts, rest, first = r, p, o, i
+	}
+	if len(contents) > 0 {
+		if err := flush(len(contents) - 1); err != nil {
+			return nil, err
+		}
+	}
+	return units, nil
+}
+
+// chainSeed starts the hash chain of a model's conversations.
+func chainSeed(model string) [sha256.Size]byte {
+	return sha256.Sum256([]byte("gemini-proxy/interactions/v1\x00" + model))
+}
+
+// chainNext extends the chain h by one turn.
+func chainNext(h, turn [sha256.Size]byte) [sha256.Size]byte {
+	var b [2 * sha256.Size]byte
+	copy(b[:], h[:])
+	copy(b[sha256.Size:], turn[:])
+	return sha256.Sum256(b[:])
+}
+
+// chainKey is the store key of the interaction covering the chain h.
+func chainKey(h [sha256.Size]byte) string { return "ix:" + hex.EncodeToString(h[:]) }
+
+// sessionKey is the store key of a session's state.
+func sessionKey(model, session string) string {
+	sum := sha256.Sum256([]byte("gemini-proxy/session/v1\x00" + model + "\x00" + session))
+	return "ixs:" + hex.EncodeToString(sum[:])
+}
+
+// maxSessionBlocks bounds the block hashes a session remembers (oldest go
+// first).
+const maxSessionBlocks = 256
+
+// sessionState is what the store holds for a session.
+type sessionState struct {
+	ID     string   `json:"id"`
+	Blocks []string `json:"blocks,omitempty"`
+}
+
+// ixPlan is the decision for one request.
+type ixPlan struct {
+	kind   string // metrics.InteractionContinued, Session or Started; "" sends as is
+	prev   string
+	stale  []string // store keys to forget when prev is gone: its prefix and older ones
+	body   []byte   // the interaction request body
+	full   int      // size of the generateContent body it replaces
+	chain  [sha256.Size]byte
+	blocks []string // session: block hashes of this request
+	sess   *sessionState
+}
+
+// ixRequest is the part of a generate request body decide reads.
+type ixRequest struct {
+	Contents      []json.RawMessage `json:"contents"`
+	CachedContent json.RawMessage   `json:"cachedContent"`
+	CachedSnake   json.RawMessage   `json:"cached_content"`
+}
+
+// decide chooses how to send body (the generate request body after
+// rewriting) for tenant on model (normalised; apiModel is the id from the
+// path, which the interaction names): as a continuation of a stored
+// interaction whose chain the contents begin with, as a session
+// continuation, as a new stored interaction, or as is (kind ""). It does
+// no I/O besides store lookups.
+func (x *interactions) decide(body []byte, tenant, model, apiModel string, stream bool, session string, rep *rewrite.Report) ixPlan {
+	none := ixPlan{}
+	var req ixRequest
+	if err := json.Unmarshal(body, &req); err != nil || len(req.Contents) == 0 {
+		return none
+	}
+	if len(req.CachedContent) > 0 || len(req.CachedSnake) > 0 {
+		return none
+	}
+	units, err := canonUnits(req.Contents)
+	if err != nil || len(units) == 0 || units[len(units)-1].role == "model" {
+		return none
+	}
+	hs := make([][sha256.Size]byte, len(units)+1)
+	hs[0] = chainSeed(model)
+	for i, u := range units {
+		hs[i+1] = chainNext(hs[i], u.sum)
+	}
+	plan := ixPlan{full: len(body), chain: hs[len(units)]}
+	if session != "" && rep != nil {
+		for _, b := range rep.Blocks {
+			plan.blocks = append(plan.blocks, b.SHA256)
+		}
+	}
+
+	// The longest stored prefix that ends with a model turn.
+	looked := 0
+	for j := len(units) - 2; j >= 0 && looked < x.lookups; j-- {
+		if units[j].role != "model" {
+			continue
+		}
+		looked++
+		id, ok := x.store.Conversation(tenant, chainKey(hs[j+1]))
+		if !ok || len(id) == 0 {
+			continue
+		}
+		// Interactions expire oldest first: when this one is gone, the
+		// older ones of the same conversation are too.
+		for k, n := j, 0; k >= 0 && n < x.lookups; k-- {
+			if units[k].role == "model" {
+				plan.stale = append(plan.stale, chainKey(hs[k+1]))
+				n++
+			}
+		}
+		newTurns := len(req.Contents) - units[j].last - 1
+		out, ok, err := upstream.ToInteraction(body, apiModel, string(id), newTurns, stream)
+		if err != nil || !ok {
+			return none
+		}
+		plan.kind, plan.prev, plan.body = metrics.InteractionContinued, string(id), out
+		return plan
+	}
+
+	if session != "" {
+		if v, ok := x.store.Conversation(tenant, sessionKey(model, session)); ok {
+			var s sessionState
+			if json.Unmarshal(v, &s) == nil && s.ID != "" {
+				plan.sess = &s
+				send := body
+				if len(s.Blocks) > 0 {
+					sent := make(map[string]bool, len(s.Blocks))
+					for _, h := range s.Blocks {
+						sent[h] = true
+					}
+					if out, _, err := rewrite.Elide(body, x.rwOpts, func(h string) bool { return sent[h] }); err == nil {
+						send = out
+					}
+				}
+				out, ok, err := upstream.ToInteraction(send, apiModel, s.ID, len(req.Contents), stream)
+				if err != nil || !ok {
+					return none
+				}
+				plan.kind, plan.prev, plan.body = metrics.InteractionSession, s.ID, out
+				return plan
+			}
+		}
+	}
+
+	out, ok, err := upstream.ToInteraction(body, apiModel, "", len(req.Contents), stream)
+	if err != nil || !ok {
+		return none
+	}
+	plan.kind, plan.body = metrics.InteractionStarted, out
+	return plan
+}
+
+// pathModel returns the model id of a generate path (…/models/{m}:method)
+// and the path up to the version segment's end, where /interactions goes.
+func pathModel(p string) (model, prefix string, ok bool) {
+	i := strings.LastIndex(p, "/models/")
+	if i < 0 {
+		return "", "", false
+	}
+	rest := p[i+len("/models/"):]
+	m, _, found := strings.Cut(rest, ":")
+	if !found || m == "" || strings.Contains(m, "/") {
+		return "", "", false
+	}
+	return m, p[:i], true
+}
+
+// roundTrip sends req as an interaction when the plan says so. handled is
+// false when the caller must send req as is: the request is not eligible,
+// or the interaction failed before any byte reached the client (a
+// fallback, counted). When handled, res or err is the answer.
+func (x *interactions) roundTrip(base http.RoundTripper, req *http.Request, st *reqState) (res *http.Response, handled bool, err error) {
+	if x == nil || st == nil || st.ix == nil || st.info.vertex || !st.info.route.isGenerate() || st.orig == nil || req.Method != http.MethodPost {
+		return nil, false, nil
+	}
+	q := req.URL.Query()
+	alt := q.Get("alt")
+	sse := alt == "sse"
+	if _, dollar := q["$alt"]; dollar || (alt != "" && !sse && alt != "json") || (sse && !st.stream) {
+		return nil, false, nil
+	}
+	model, prefix, ok := pathModel(req.URL.Path)
+	if !ok {
+		return nil, false, nil
+	}
+	body := st.orig
+	if st.rewritten {
+		body = st.sentBody
+	}
+	plan := x.decide(body, st.tenant, st.info.model, model, st.stream, st.ix.session, st.report)
+	// The decision is the proxy's own time (proxy_overhead_seconds).
+	st.upstreamStart = time.Now()
+	st.ix.kind = metrics.InteractionFull
+	if plan.kind == "" {
+		x.m.InteractionRequests.WithLabelValues(metrics.InteractionFull).Inc()
+		return nil, false, nil
+	}
+
+	out := req.Clone(req.Context())
+	u := *req.URL
+	u.Path, u.RawPath = prefix+"/interactions", ""
+	u.RawQuery = removeQueryParam(req.URL.RawQuery, "alt")
+	out.URL = &u
+	out.Body = io.NopCloser(bytes.NewReader(plan.body))
+	out.ContentLength = int64(len(plan.body))
+	out.GetBody = nil
+	out.Header.Set("Content-Type", "application/json")
+	out.Header.Del("Content-Length")
+	out.Header.Del("Accept-Encoding") // plain bytes to translate
+	out.Header.Set("Api-Revision", apiRevision)
+	st.sent += out.ContentLength
+
+	fail := func(reason string) (*http.Response, bool, error) {
+		st.ix.fallback = reason
+		x.m.InteractionFallbacks.WithLabelValues(reason).Inc()
+		x.m.InteractionRequests.WithLabelValues(metrics.InteractionFull).Inc()
+		if reason == metrics.FallbackNotFound || reason == metrics.FallbackRejected {
+			// The interaction is gone (or refused): the next request
+			// starts a new one instead of trying it again.
+			for _, k := range plan.stale {
+				x.store.SetConversation(st.tenant, k, nil)
+			}
+			if plan.kind == metrics.InteractionSession {
+				x.store.SetConversation(st.tenant, sessionKey(st.info.model, st.ix.session), []byte("{}"))
+			}
+		}
+		return nil, false, nil
+	}
+	up, err := base.RoundTrip(out)
+	if err != nil {
+		if req.Context().Err() != nil {
+			return nil, true, err // the client is gone: no fallback
+		}
+		return fail(metrics.FallbackTransport)
+	}
+	x.m.UpstreamResponses.WithLabelValues(string(st.info.route), statusLabel(up.StatusCode)).Inc()
+	if up.StatusCode < 200 || up.StatusCode > 299 {
+		io.CopyN(io.Discard, up.Body, 64<<10) //nolint:errcheck // only to reuse the connection
+		up.Body.Close()
+		switch up.StatusCode {
+		case http.StatusNotFound:
+			return fail(metrics.FallbackNotFound)
+		case http.StatusBadRequest:
+			return fail(metrics.FallbackRejected)
+		}
+		return fail(metrics.FallbackUpstreamError)
+	}
+	done := func(id string, parts []any) {
+		x.record(st, plan, id, parts)
+	}
+	var translated *http.Response
+	if st.stream {
+		translated, err = x.stream(up, model, !sse, done)
+	} else {
+		translated, err = x.unary(up, model, done)
+	}
+	if err != nil {
+		if req.Context().Err() != nil {
+			return nil, true, req.Context().Err()
+		}
+		return fail(metrics.FallbackUntranslatable)
+	}
+	req.Body.Close()
+	translated.Request = req
+	st.ix.kind = plan.kind
+	x.m.InteractionRequests.WithLabelValues(plan.kind).Inc()
+	if plan.kind != metrics.InteractionStarted && plan.full > len(plan.body) {
+		x.m.InteractionSavedBytes.Add(float64(plan.full - len(plan.body)))
+	}
+	return translated, true, nil
+}
+
+// translatedHeader is the header of a translated response: the upstream's,
+// without what described the interaction body.
+func translatedHeader(h http.Header, contentType string) http.Header {
+	out := h.Clone()
+	for _, k := range []string{"Content-Length", "Content-Encoding", "Content-Type", "Etag", "Last-Modified"} {
+		out.Del(k)
+	}
+	out.Set("Content-Type", contentType)
+	return out
+}
+
+// unary reads and translates a unary interaction.
+func (x *interactions) unary(up *http.Response, model string, done func(string, []any)) (*http.Response, error) {
+	defer up.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(up.Body, maxInteractionBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > maxInteractionBytes {
+		return nil, upstream.ErrUntranslatable
+	}
+	b, err := upstream.FromInteraction(raw, model)
+	if err != nil {
+		return nil, err
+	}
+	id, parts := responseParts(b)
+	done(id, parts)
+	b = append(b, '\n')
+	res := &http.Response{
+		Status: "200 OK", StatusCode: http.StatusOK, Proto: up.Proto, ProtoMajor: up.ProtoMajor, ProtoMinor: up.ProtoMinor,
+		Header:        translatedHeader(up.Header, "application/json; charset=UTF-8"),
+		Body:          io.NopCloser(bytes.NewReader(b)),
+		ContentLength: int64(len(b)),
+	}
+	res.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	return res, nil
+}
+
+// responseParts reads the responseId and candidate 0's parts of a
+// GenerateContentResponse.
+func responseParts(b []byte) (string, []any) {
+	v, err := decodeAny(b)
+	if err != nil {
+		return "", nil
+	}
+	m, _ := v.(map[string]any)
+	id, _ := m["responseId"].(string)
+	cands, _ := m["candidates"].([]any)
+	if len(cands) == 0 {
+		return id, nil
+	}
+	c, _ := cands[0].(map[string]any)
+	content, _ := c["content"].(map[string]any)
+	parts, _ := content["parts"].([]any)
+	return id, parts
+}
+
+// stream translates a streamed interaction. It reads until the first
+// translated chunk exists, so that a failure before it is a fallback; the
+// rest is translated as the client reads.
+func (x *interactions) stream(up *http.Response, model string, array bool, done func(string, []any)) (*http.Response, error) {
+	s := &ixStream{up: up.Body, buf: make([]byte, 32<<10), done: done}
+	s.sink = &chunkSink{array: array, out: &s.out}
+	s.tr = upstream.NewStreamTranslator(model, s.sink)
+	for s.out.Len() == 0 && s.err == nil {
+		s.fill()
+	}
+	if s.out.Len() == 0 || (s.err != nil && s.err != io.EOF) {
+		up.Body.Close()
+		if s.err == nil || s.err == io.EOF {
+			return nil, upstream.ErrIncomplete
+		}
+		return nil, s.err
+	}
+	ct := "text/event-stream"
+	if array {
+		ct = "application/json; charset=UTF-8"
+	}
+	return &http.Response{
+		Status: "200 OK", StatusCode: http.StatusOK, Proto: up.Proto, ProtoMajor: up.ProtoMajor, ProtoMinor: up.ProtoMinor,
+		Header:        translatedHeader(up.Header, ct),
+		Body:          s,
+		ContentLength: -1,
+	}, nil
+}
+
+// ixStream is the body of a translated stream: it reads the interaction
+// stream, translates it, and hands out the translated bytes.
+type ixStream struct {
+	up   io.ReadCloser
+	tr   *upstream.StreamTranslator
+	sink *chunkSink
+	out  bytes.Buffer
+	buf  []byte
+	err  error // sticky; io.EOF once the translation completed
+	done func(string, []any)
+}
+
+// fill reads one piece of the interaction stream and translates it.
+func (s *ixStream) fill() {
+	n, err := s.up.Read(s.buf)
+	if n > 0 {
+		if _, werr := s.tr.Write(s.buf[:n]); werr != nil {
+			s.err = werr
+			return
+		}
+	}
+	switch {
+	case err == io.EOF:
+		if cerr := s.tr.Close(); cerr != nil {
+			s.err = cerr
+			return
+		}
+		s.sink.close()
+		s.done(s.sink.id, s.sink.parts)
+		s.err = io.EOF
+	case err != nil:
+		s.err = err
+	}
+}
+
+func (s *ixStream) Read(p []byte) (int, error) {
+	for s.out.Len() == 0 {
+		if s.err != nil {
+			return 0, s.err
+		}
+		s.fill()
+	}
+	return s.out.Read(p)
+}
+
+func (s *ixStream) Close() error { return s.up.Close() }
+
+// chunkSink receives the translator's Gemini SSE chunks (one Write each),
+// keeps candidate 0's parts and the responseId for the hash chain, and
+// writes SSE as is or, for a client that asked for the JSON-array stream
+// (no alt), "[" obj ",\r\n" obj … "]" (gemini-api.md §1.3.2).
+type chunkSink struct {
+	array bool
+	out   *bytes.Buffer
+	n     int
+	id    string
+	parts []any
+}
+
+func (c *chunkSink) Write(p []byte) (int, error) {
+	js := bytes.TrimSuffix(bytes.TrimPrefix(p, []byte("data: ")), []byte("\r\n\r\n"))
+	id, parts := responseParts(js)
+	if id != "" {
+		c.id = id
+	}
+	c.parts = append(c.parts, parts...)
+	if !c.array {
+		c.out.Write(p)
+		return len(p), nil
+	}
+	if c.n == 0 {
+		c.out.WriteByte('[')
+	} else {
+		c.out.WriteString(",\r\n")
+	}
+	c.out.Write(js)
+	c.n++
+	return len(p), nil
+}
+
+// close ends a JSON-array stream.
+func (c *chunkSink) close() {
+	if c.array {
+		if c.n == 0 {
+			c.out.WriteByte('[')
+		}
+		c.out.WriteByte(']')
+	}
+}
+
+// record stores the id of the interaction that now covers the request's
+// contents plus the answer the client received, and a session's state.
+func (x *interactions) record(st *reqState, plan ixPlan, id string, parts []any) {
+	if id == "" {
+		return
+	}
+	cp, _ := canonValue(parts, false).([]any)
+	sum, err := unitSum("model", cp, nil)
+	if err != nil {
+		return
+	}
+	x.store.SetConversation(st.tenant, chainKey(chainNext(plan.chain, sum)), []byte(id))
+	if st.ix.session == "" {
+		return
+	}
+	s := sessionState{ID: id}
+	if plan.sess != nil {
+		s.Blocks = plan.sess.Blocks
+	}
+	for _, h := range plan.blocks {
+		if !slices.Contains(s.Blocks, h) {
+			s.Blocks = append(s.Blocks, h)
+		}
+	}
+	if n := len(s.Blocks); n > maxSessionBlocks {
+		s.Blocks = s.Blocks[n-maxSessionBlocks:]
+	}
+	if b, err := json.Marshal(s); err == nil {
+		x.store.SetConversation(st.tenant, sessionKey(st.info.model, st.ix.session), b)
+	}
+}

@@ -1,0 +1,565 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/metrics"
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
+)
+
+// memStore is an InteractionStore in a map.
+type memStore struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (s *memStore) Conversation(tenant, k string) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.m[tenant+"\x00"+k]
+	return v, ok
+}
+
+func (s *memStore) SetConversation(tenant, k string, v []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string][]byte{}
+	}
+	s.m[tenant+"\x00"+k] = v
+	return true
+}
+
+func chainOf(t *testing.T, contents ...string) [32]byte {
+	t.Helper()
+	var raws []json.RawMessage
+	for _, c := range contents {
+		raws = append(raws, json.RawMessage(c))
+	}
+	units, err := canonUnits(raws)
+	if err != nil {
+		t.Fatalf("canonUnits(%v): %v", contents, err)
+	}
+	h := chainSeed("gemini-2.5-flash")
+	for _, u := range units {
+		h = chainNext(h, u.sum)
+	}
+	return h
+}
+
+// TestCanonicalChain: what the Go and JS SDKs re-send of an answer hashes
+// like the answer; any real difference does not.
+func TestCanonicalChain(t *testing.T) {
+	const (
+		user  = `{"role":"user","parts":[{"text":"Hello"}]}`
+		model = `{"role":"model","parts":[{"text":"Hi there, how can I help?"}]}`
+		call  = `{"role":"model","parts":[{"functionCall":{"id":"c1","name":"get","args":{"user_id":1,"b":[1.50,"x"]}}}]}`
+	)
+	same := []struct {
+		name string
+		a, b []string
+	}{
+		{"identical", []string{user, model}, []string{user, model}},
+		{"role omitted", []string{user}, []string{`{"parts":[{"text":"Hello"}]}`}},
+		{"key order and spacing", []string{user}, []string{`{ "parts" : [ { "text" : "Hello" } ] , "role" : "user" }`}},
+		{"escapes", []string{`{"role":"user","parts":[{"text":"é<>"}]}`}, []string{`{"role":"user","parts":[{"text":"\u00e9\u003c\u003e"}]}`}},
+		{"snake_case schema keys", []string{`{"role":"user","parts":[{"inlineData":{"mimeType":"image/png","data":"AAAA"}}]}`},
+			[]string{`{"role":"user","parts":[{"inline_data":{"mime_type":"image/png","data":"AAAA"}}]}`}},
+		{"streamed answer re-sent per chunk", []string{user, model},
+			[]string{user, `{"role":"model","parts":[{"text":"Hi there, "}]}`, `{"role":"model","parts":[{"text":"how can I help?"}]}`, `{"role":"model","parts":[{"text":""}]}`}},
+		{"answer in several text parts", []string{user, model}, []string{user, `{"role":"model","parts":[{"text":"Hi there,"},{"text":" how can I help?"}]}`}},
+		{"args key order", []string{user, call}, []string{user, `{"role":"model","parts":[{"functionCall":{"args":{"b":[1.50,"x"],"user_id":1},"name":"get","id":"c1"}}]}`}},
+	}
+	for _, tt := range same {
+		if a, b := chainOf(t, tt.a...), chainOf(t, tt.b...); a != b {
+			t.Errorf("%s: hashes differ, want equal", tt.name)
+		}
+	}
+	differ := []struct {
+		name string
+		a, b []string
+	}{
+		{"one byte of text", []string{user, model}, []string{user, `{"role":"model","parts":[{"text":"Hi there, how can I help!"}]}`}},
+		{"role", []string{user}, []string{`{"role":"model","parts":[{"text":"Hello"}]}`}},
+		{"user text split in parts", []string{`{"role":"user","parts":[{"text":"Hel"},{"text":"lo"}]}`}, []string{user}},
+		{"two user turns are not one", []string{user, user}, []string{`{"role":"user","parts":[{"text":"Hello"},{"text":"Hello"}]}`}},
+		{"args keys are data", []string{user, call}, []string{user, `{"role":"model","parts":[{"functionCall":{"id":"c1","name":"get","args":{"userId":1,"b":[1.50,"x"]}}}]}`}},
+		{"number spelling", []string{user, call}, []string{user, `{"role":"model","parts":[{"functionCall":{"id":"c1","name":"get","args":{"user_id":1,"b":[1.5,"x"]}}}]}`}},
+		{"thought signature", []string{user, model}, []string{user, `{"role":"model","parts":[{"text":"Hi there, how can I help?","thoughtSignature":"c2ln"}]}`}},
+		{"thought part", []string{user, model}, []string{user, `{"role":"model","parts":[{"text":"Hi there, how can I help?","thought":true}]}`}},
+	}
+	for _, tt := range differ {
+		if a, b := chainOf(t, tt.a...), chainOf(t, tt.b...); a == b {
+			t.Errorf("%s: hashes equal, want different", tt.name)
+		}
+	}
+	if chainSeed("gemini-2.5-flash") == chainSeed("gemini-2.5-pro") {
+		t.Error("two models share a chain seed")
+	}
+}
+
+// ixFixture is the proxy with interactions on in front of the emulator.
+type ixFixture struct {
+	*fixture
+	emu   *emulator.Server
+	up    *httptest.Server
+	store *memStore
+}
+
+func newIxFixture(t *testing.T, eo emulator.Options) *ixFixture {
+	t.Helper()
+	emu := emulator.New(eo)
+	up := httptest.NewServer(emu)
+	t.Cleanup(up.Close)
+	store := &memStore{}
+	f := newFixture(t, up.URL, Options{
+		Rewrite:      RewriteOptions{Enabled: true},
+		Interactions: InteractionsOptions{Enabled: true, Store: store},
+	})
+	return &ixFixture{fixture: f, emu: emu, up: up, store: store}
+}
+
+// call posts body to base+path with key and returns status and body.
+func call(t *testing.T, base, path, key, body string, hdr ...string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Goog-Api-Key", key)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, b := do(t, rawClient(), req)
+	return res.StatusCode, b
+}
+
+const (
+	genURL    = "/v1beta/models/gemini-2.5-flash:generateContent"
+	sseURL    = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+	arrayURL  = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+	keyA      = "key-tenant-a"
+	keyB      = "key-tenant-b"
+	turnsJSON = `{"contents":[%s]}`
+)
+
+// answer is what a client makes of a generate response: the text, the
+// parts of candidate 0 merged, the finish reason and the final usage.
+type answer struct {
+	Text   string
+	Finish string
+	Usage  map[string]any
+	ID     string // responseId
+}
+
+var ignoreID = cmpopts.IgnoreFields(answer{}, "ID")
+
+func parseAnswer(t *testing.T, path string, b []byte) answer {
+	t.Helper()
+	var chunks []map[string]any
+	switch {
+	case strings.Contains(path, "alt=sse"):
+		for _, ev := range strings.Split(string(b), "\r\n\r\n") {
+			if d, ok := strings.CutPrefix(strings.TrimSpace(ev), "data: "); ok {
+				var m map[string]any
+				if err := json.Unmarshal([]byte(d), &m); err != nil {
+					t.Fatalf("SSE chunk %q: %v", d, err)
+				}
+				chunks = append(chunks, m)
+			}
+		}
+	case strings.Contains(path, "stream"):
+		if err := json.Unmarshal(b, &chunks); err != nil {
+			t.Fatalf("JSON array stream: %v\n%s", err, b)
+		}
+	default:
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("unary: %v\n%s", err, b)
+		}
+		chunks = append(chunks, m)
+	}
+	var a answer
+	for _, c := range chunks {
+		if id, ok := c["responseId"].(string); ok {
+			a.ID = id
+		}
+		if u, ok := c["usageMetadata"].(map[string]any); ok {
+			a.Usage = u
+		}
+		cands, _ := c["candidates"].([]any)
+		if len(cands) == 0 {
+			continue
+		}
+		cand, _ := cands[0].(map[string]any)
+		if fr, ok := cand["finishReason"].(string); ok {
+			a.Finish = fr
+		}
+		content, _ := cand["content"].(map[string]any)
+		parts, _ := content["parts"].([]any)
+		for _, p := range parts {
+			pm, _ := p.(map[string]any)
+			s, _ := pm["text"].(string)
+			a.Text += s
+		}
+	}
+	return a
+}
+
+func userTurn(text string) string {
+	b, _ := json.Marshal(map[string]any{"role": "user", "parts": []any{map[string]any{"text": text}}})
+	return string(b)
+}
+
+func modelTurn(text string) string {
+	b, _ := json.Marshal(map[string]any{"role": "model", "parts": []any{map[string]any{"text": text}}})
+	return string(b)
+}
+
+// lastInteraction returns the body of the last interactions request the
+// emulator received.
+func lastReceived(t *testing.T, emu *emulator.Server) emulator.Received {
+	t.Helper()
+	rs := emu.Received()
+	if len(rs) == 0 {
+		t.Fatal("emulator received nothing")
+	}
+	return rs[len(rs)-1]
+}
+
+type ixBody struct {
+	Model  string            `json:"model"`
+	Prev   string            `json:"previous_interaction_id"`
+	Input  []json.RawMessage `json:"input"`
+	Stream bool              `json:"stream"`
+	Store  *bool             `json:"store"`
+}
+
+func decodeIx(t *testing.T, b []byte) ixBody {
+	t.Helper()
+	var x ixBody
+	if err := json.Unmarshal(b, &x); err != nil {
+		t.Fatalf("interaction body: %v\n%s", err, b)
+	}
+	return x
+}
+
+// TestInteractionsConversation: a three-turn conversation in each framing
+// goes as a new interaction and then as continuations carrying only the
+// new turn, and the client gets what the emulator answers without the
+// feature (text, finish reason, usage).
+func TestInteractionsConversation(t *testing.T) {
+	for _, path := range []string{genURL, sseURL, arrayURL} {
+		t.Run(path, func(t *testing.T) {
+			f := newIxFixture(t, emulator.Options{})
+			plain := emulator.New(emulator.Options{})
+			direct := httptest.NewServer(plain)
+			defer direct.Close()
+
+			var turns []string
+			var prevID string
+			for i, q := range []string{"Hello, who are you?", "Tell me more.", "Thanks, and one last thing?"} {
+				turns = append(turns, userTurn(q))
+				body := fmt.Sprintf(turnsJSON, strings.Join(turns, ","))
+				code, got := call(t, f.front.URL, path, keyA, body)
+				if code != 200 {
+					t.Fatalf("turn %d: status %d: %s", i+1, code, got)
+				}
+				rec := lastReceived(t, f.emu)
+				if rec.API != "interactions" || rec.Status != 200 {
+					t.Fatalf("turn %d: emulator got %s (status %d), want interactions", i+1, rec.API, rec.Status)
+				}
+				ix := decodeIx(t, rec.Body)
+				if ix.Prev != prevID {
+					t.Errorf("turn %d: previous_interaction_id = %q, want %q", i+1, ix.Prev, prevID)
+				}
+				wantInput := len(turns)
+				if i > 0 {
+					wantInput = 1
+				}
+				if len(ix.Input) != wantInput || !strings.Contains(string(ix.Input[len(ix.Input)-1]), q) {
+					t.Errorf("turn %d: input = %s, want %d step(s) ending with the new question", i+1, ix.Input, wantInput)
+				}
+				if ix.Stream != strings.Contains(path, "stream") || ix.Model != "gemini-2.5-flash" {
+					t.Errorf("turn %d: stream=%v model=%q", i+1, ix.Stream, ix.Model)
+				}
+				a := parseAnswer(t, path, got)
+				_, want := call(t, direct.URL, path, keyA, body)
+				w := parseAnswer(t, path, want)
+				if diff := cmp.Diff(w, a, ignoreID); diff != "" {
+					t.Errorf("turn %d: answer differs from the emulator without the proxy feature (-want +got):\n%s", i+1, diff)
+				}
+				// The next turn continues the interaction that just
+				// answered: its id is the responseId the client saw.
+				prevID = a.ID
+				turns = append(turns, modelTurn(a.Text))
+			}
+			if got := testutil.ToFloat64(f.m.InteractionRequests.WithLabelValues(metrics.InteractionContinued)); got != 2 {
+				t.Errorf("continued requests = %v, want 2", got)
+			}
+			if got := testutil.ToFloat64(f.m.InteractionRequests.WithLabelValues(metrics.InteractionStarted)); got != 1 {
+				t.Errorf("started requests = %v, want 1", got)
+			}
+			if got := testutil.ToFloat64(f.m.InteractionSavedBytes); got <= 0 {
+				t.Errorf("saved bytes = %v, want > 0", got)
+			}
+			if got := testutil.ToFloat64(f.m.UsageTokens.WithLabelValues("gemini-2.5-flash", metrics.TokensPrompt)); got <= 0 {
+				t.Errorf("usage tokens recorded = %v, want the translated usage to reach the tap", got)
+			}
+			if !strings.Contains(f.logs.String(), "interaction=continued") {
+				t.Errorf("access log has no interaction=continued field:\n%s", f.logs.String())
+			}
+		})
+	}
+}
+
+// converse runs two turns for key through f and returns the contents of
+// a third request (history plus a new question).
+func converse(t *testing.T, f *ixFixture, path, key string) []string {
+	t.Helper()
+	turns := []string{userTurn("First question?")}
+	for i := range 2 {
+		code, got := call(t, f.front.URL, path, key, fmt.Sprintf(turnsJSON, strings.Join(turns, ",")))
+		if code != 200 {
+			t.Fatalf("turn %d: %d %s", i+1, code, got)
+		}
+		turns = append(turns, modelTurn(parseAnswer(t, path, got).Text), userTurn(fmt.Sprintf("Follow-up %d?", i+1)))
+	}
+	return turns
+}
+
+// TestInteractionsFallback: when the upstream no longer has the
+// interaction (404, or 400 where it answers so) or the interaction request
+// fails before any byte reached the client, the client gets the answer of
+// the full generateContent request.
+func TestInteractionsFallback(t *testing.T) {
+	onlyInteractions := func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/interactions") }
+	tests := []struct {
+		name   string
+		path   string
+		eo     emulator.Options
+		break_ func(*emulator.Server)
+		reason string
+		// fresh: the next turn starts a new interaction (the old ones
+		// are gone); else it continues the last one that answered,
+		// with the turns since as input.
+		fresh bool
+	}{
+		{"deleted unary", genURL, emulator.Options{}, func(e *emulator.Server) { e.DeleteInteractions() }, metrics.FallbackNotFound, true},
+		{"deleted sse", sseURL, emulator.Options{}, func(e *emulator.Server) { e.DeleteInteractions() }, metrics.FallbackNotFound, true},
+		{"deleted array", arrayURL, emulator.Options{}, func(e *emulator.Server) { e.DeleteInteractions() }, metrics.FallbackNotFound, true},
+		{"rejected 400", genURL, emulator.Options{UnknownPreviousStatus: 400}, func(e *emulator.Server) { e.DeleteInteractions() }, metrics.FallbackRejected, true},
+		{"upstream 503", sseURL, emulator.Options{}, func(e *emulator.Server) {
+			e.SetFault(emulator.Fault{Status: 503, Times: 1, Match: onlyInteractions})
+		}, metrics.FallbackUpstreamError, false},
+		{"stream cut before the first chunk", sseURL, emulator.Options{}, func(e *emulator.Server) {
+			e.SetFault(emulator.Fault{DisconnectAfterChunks: 2, Times: 1, Match: onlyInteractions})
+		}, metrics.FallbackUntranslatable, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newIxFixture(t, tt.eo)
+			turns := converse(t, f, tt.path, keyA)
+			body := fmt.Sprintf(turnsJSON, strings.Join(turns, ","))
+			tt.break_(f.emu)
+			before := len(f.emu.Received())
+			code, got := call(t, f.front.URL, tt.path, keyA, body)
+			if code != 200 {
+				t.Fatalf("status %d: %s", code, got)
+			}
+			plain := httptest.NewServer(emulator.New(emulator.Options{}))
+			defer plain.Close()
+			_, want := call(t, plain.URL, tt.path, keyA, body)
+			if diff := cmp.Diff(parseAnswer(t, tt.path, want), parseAnswer(t, tt.path, got), ignoreID); diff != "" {
+				t.Errorf("answer after fallback (-want +got):\n%s", diff)
+			}
+			rs := f.emu.Received()[before:]
+			last := rs[len(rs)-1]
+			if last.API == "interactions" || len(last.Contents) != len(turns) {
+				t.Errorf("last upstream request = %s with %d contents, want the full generate request with %d", last.API, len(last.Contents), len(turns))
+			}
+			if got := testutil.ToFloat64(f.m.InteractionFallbacks.WithLabelValues(tt.reason)); got != 1 {
+				t.Errorf("fallbacks{reason=%s} = %v, want 1", tt.reason, got)
+			}
+			waitFor(t, "the access log", func() bool { return strings.Contains(f.logs.String(), "fallback="+tt.reason) })
+			// The conversation goes on: the next turn starts a new
+			// interaction and the one after continues it.
+			turns = append(turns, modelTurn(parseAnswer(t, tt.path, got).Text), userTurn("Still there?"))
+			if code, got := call(t, f.front.URL, tt.path, keyA, fmt.Sprintf(turnsJSON, strings.Join(turns, ","))); code != 200 {
+				t.Fatalf("after fallback: %d %s", code, got)
+			}
+			r := lastReceived(t, f.emu)
+			x := decodeIx(t, r.Body)
+			switch {
+			case r.API != "interactions" || r.Status != 200:
+				t.Errorf("after fallback: upstream got %s (status %d), want an interaction", r.API, r.Status)
+			case tt.fresh && (x.Prev != "" || len(x.Input) != len(turns)):
+				t.Errorf("after fallback: prev %q, %d input steps; want a new interaction with all %d turns", x.Prev, len(x.Input), len(turns))
+			case !tt.fresh && (x.Prev == "" || len(x.Input) != 3):
+				t.Errorf("after fallback: prev %q, %d input steps; want the turn-2 interaction continued with 3 steps", x.Prev, len(x.Input))
+			}
+		})
+	}
+}
+
+// TestInteractionsStreamCutAfterFirstByte: once a chunk reached the
+// client, a failing interaction stream is not retried (the client would
+// see two answers): the client sees the stream cut, as it would from
+// generateContent.
+func TestInteractionsStreamCutAfterFirstByte(t *testing.T) {
+	f := newIxFixture(t, emulator.Options{StreamChunkBytes: 16})
+	turns := converse(t, f, sseURL, keyA)
+	// Events: interaction.created, step.start, then text deltas, 30 ms
+	// apart, so that the first chunk reaches the client before the cut.
+	f.emu.SetFault(emulator.Fault{ChunkDelay: 30 * time.Millisecond, DisconnectAfterChunks: 5, Times: 1, Match: func(r *http.Request) bool {
+		return strings.HasSuffix(r.URL.Path, "/interactions")
+	}})
+	before := len(f.emu.Received())
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, f.front.URL+sseURL, strings.NewReader(fmt.Sprintf(turnsJSON, strings.Join(turns, ","))))
+	req.Header.Set("X-Goog-Api-Key", keyA)
+	res, err := rawClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var buf bytes.Buffer
+	_, err = buf.ReadFrom(res.Body)
+	if err == nil {
+		t.Errorf("stream ended cleanly, want it cut; got %q", buf.String())
+	}
+	if !strings.HasPrefix(buf.String(), "data: ") {
+		t.Errorf("client got %q before the cut, want at least one chunk", buf.String())
+	}
+	for _, r := range f.emu.Received()[before:] {
+		if r.API != "interactions" {
+			t.Errorf("upstream got a %s request after the first byte was sent", r.API)
+		}
+	}
+	if n := testutil.ToFloat64(f.m.InteractionFallbacks.WithLabelValues(metrics.FallbackUntranslatable)); n != 0 {
+		t.Errorf("fallbacks = %v after the first byte, want 0", n)
+	}
+}
+
+// TestInteractionsNoContinuation: a changed earlier turn, another
+// tenant's key, another model, an untranslatable field, cachedContent,
+// Vertex paths and rewrite off never continue.
+func TestInteractionsNoContinuation(t *testing.T) {
+	f := newIxFixture(t, emulator.Options{})
+	turns := converse(t, f, genURL, keyA)
+	changed := append([]string{userTurn("First question!")}, turns[1:]...)
+	body := func(ts []string, extra string) string {
+		return `{"contents":[` + strings.Join(ts, ",") + `]` + extra + `}`
+	}
+	tests := []struct {
+		name, path, key, body string
+		hdr                   []string
+		wantAPI               string
+	}{
+		{"changed earlier turn", genURL, keyA, body(changed, ""), nil, "interactions"},
+		{"other tenant", genURL, keyB, body(turns, ""), nil, "interactions"},
+		{"other model", "/v1beta/models/gemini-2.5-pro:generateContent", keyA, body(turns, ""), nil, "interactions"},
+		{"untranslatable topK", genURL, keyA, body(turns, `,"generationConfig":{"topK":3}`), nil, "generateContent"},
+		{"rewrite off", genURL, keyA, body(turns, ""), []string{HeaderRewrite, "off"}, "generateContent"},
+		{"vertex", "/v1beta1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash:generateContent", keyA, body(turns, ""), []string{"Authorization", "Bearer tok"}, "generateContent"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := len(f.emu.Received())
+			code, got := call(t, f.front.URL, tt.path, tt.key, tt.body, tt.hdr...)
+			if code != 200 {
+				t.Fatalf("status %d: %s", code, got)
+			}
+			rs := f.emu.Received()[before:]
+			if len(rs) != 1 || rs[0].API != tt.wantAPI {
+				t.Fatalf("upstream got %d requests, last %s; want one %s", len(rs), rs[len(rs)-1].API, tt.wantAPI)
+			}
+			if tt.wantAPI == "interactions" {
+				if x := decodeIx(t, rs[0].Body); x.Prev != "" {
+					t.Errorf("continued %q, want a new interaction", x.Prev)
+				}
+			}
+		})
+	}
+	// cachedContent is never sent as an interaction (no upstream cache
+	// exists here, so only the routing is checked).
+	code, _ := call(t, f.front.URL, genURL, keyA, body(turns, `,"cachedContent":"cachedContents/x"`))
+	if r := lastReceived(t, f.emu); r.API == "interactions" || code == 200 {
+		t.Errorf("cachedContent request went as %s (status %d), want generateContent's own error", r.API, code)
+	}
+}
+
+// TestInteractionsSession: with X-Gemini-Proxy-Session, stateless
+// requests continue one interaction per session, a re-sent unchanged
+// document becomes a session reference, the header is not forwarded, and
+// sessions are per tenant.
+func TestInteractionsSession(t *testing.T) {
+	f := newIxFixture(t, emulator.Options{})
+	doc := "```go main.go\n" + strings.Repeat("func handler() error { return nil } // keep\n", 30) + "```\n"
+	ask := func(key, session, q string) emulator.Received {
+		t.Helper()
+		code, got := call(t, f.front.URL, genURL, key, fmt.Sprintf(turnsJSON, userTurn(doc+q)), HeaderSession, session)
+		if code != 200 {
+			t.Fatalf("%s: %d %s", q, code, got)
+		}
+		return lastReceived(t, f.emu)
+	}
+	r1 := ask(keyA, "s1", "What does it do?")
+	x1 := decodeIx(t, r1.Body)
+	if x1.Prev != "" || !strings.Contains(string(r1.Body), "func handler") {
+		t.Fatalf("first request: prev %q; want a new interaction with the document", x1.Prev)
+	}
+	if r1.Header.Get(HeaderSession) != "" {
+		t.Error("the session header reached the upstream")
+	}
+	r2 := ask(keyA, "s1", "Add logging.")
+	x2 := decodeIx(t, r2.Body)
+	if x2.Prev == "" || len(x2.Input) != 1 {
+		t.Fatalf("second request: prev %q, %d steps; want a continuation of the session", x2.Prev, len(x2.Input))
+	}
+	if strings.Contains(string(r2.Body), "func handler") || !strings.Contains(string(r2.Body), rewrite.SessionWhere) {
+		t.Errorf("second request still carries the document or lacks the session reference:\n%s", r2.Body)
+	}
+	if !strings.Contains(string(r2.Body), "Add logging.") {
+		t.Error("second request lost the question")
+	}
+	// The model sees the whole session: 2 earlier contents + the new one.
+	if !strings.Contains(r2.Reply, "has 3 contents") {
+		t.Errorf("reply %q, want the emulator to see 3 contents", r2.Reply)
+	}
+	r3 := ask(keyA, "s2", "Another session.")
+	if x := decodeIx(t, r3.Body); x.Prev != "" || !strings.Contains(string(r3.Body), "func handler") {
+		t.Errorf("another session: prev %q; want a new interaction with the document", x.Prev)
+	}
+	r4 := ask(keyB, "s1", "Same session name, other tenant.")
+	if x := decodeIx(t, r4.Body); x.Prev != "" {
+		t.Errorf("other tenant continued %q", x.Prev)
+	}
+	if got := testutil.ToFloat64(f.m.InteractionRequests.WithLabelValues(metrics.InteractionSession)); got != 1 {
+		t.Errorf("session requests = %v, want 1", got)
+	}
+	// The session's interaction is gone: the request goes as sent, and
+	// the session starts over.
+	f.emu.DeleteInteractions()
+	r5 := ask(keyA, "s1", "After expiry.")
+	if r5.API != "generateContent" || !strings.Contains(string(r5.Body), "func handler") {
+		t.Errorf("after expiry: %s, want the full generate request", r5.API)
+	}
+	r6 := ask(keyA, "s1", "Fresh start.")
+	if x := decodeIx(t, r6.Body); x.Prev != "" {
+		t.Errorf("after the fallback the session continued %q, want a fresh interaction", x.Prev)
+	}
+}

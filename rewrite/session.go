@@ -1,0 +1,104 @@
+package rewrite
+
+import "slices"
+
+// SessionWhere is the WHERE of the references Elide writes: the full copy
+// was sent in an earlier request of the same session, which the upstream
+// holds as conversation history.
+const SessionWhere = "earlier in this session"
+
+// Elide replaces, in the last content (the new turn) of a
+// generateContent request body, each block that sent reports as already
+// sent earlier in the same session by a reference in the package's format
+// (see the package documentation), with WHERE SessionWhere:
+//
+//	[unchanged: NAME sha256:HASH12, identical to the copy earlier in this session]
+//	[same MIME sha256:HASH12 as earlier in this session]
+//
+// sent receives the hex SHA-256 of each candidate block, computed as for
+// Report.Blocks (so a Report.Blocks SHA256 of an earlier request matches).
+// Only blocks of at least Options.MinBlockBytes whose reference is at most
+// half their size are replaced, as in Request. body should be the output
+// of Request with the same options: Elide analyses it the same way, so
+// any replacement Request would still make is made too and reported.
+//
+// It is meant for the proxy's opt-in session mode (issue 8), where the
+// upstream continues a stored interaction that already holds the earlier
+// copy; without that history a reference would point at nothing. The
+// returned Replacements are in request order; those made for the session
+// have Target -1 and Rule RuleUnchanged (RuleImage for inline data). When
+// nothing is replaced the returned slice is body itself.
+func Elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, []Replacement, error) {
+	st := states.Get().(*state)
+	defer st.release()
+	req, err := scanWith(body, st)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(req.contents) == 0 {
+		return nil, nil, ErrNoContents
+	}
+	e := newEngine(body, req, &opts)
+	e.st = st
+	e.analyse()
+	last := len(req.contents) - 1
+	// Spans already replaced in a part, so that nested blocks (a fence
+	// inside a document tag) are never replaced twice.
+	type span struct{ tp, start, end int }
+	var taken []span
+	overlaps := func(o *occ) bool {
+		return slices.ContainsFunc(taken, func(s span) bool {
+			return s.tp == o.tp && o.tp >= 0 && o.b.start < s.end && s.start < o.b.end
+		})
+	}
+	for i := range e.occs {
+		if o := &e.occs[i]; o.replace && o.tp >= 0 {
+			taken = append(taken, span{o.tp, o.b.start, o.b.end})
+		}
+	}
+	for i := range e.runs {
+		o := &e.runs[i]
+		taken = append(taken, span{o.tp, o.b.start, o.b.end})
+	}
+	for i := range e.occs {
+		o := &e.occs[i]
+		if o.turn != last || o.b.shell || o.replace || overlaps(o) {
+			continue
+		}
+		var content string
+		var size int
+		if o.b.kind == kindImage {
+			content, size = o.content, o.img.obj.end-o.img.obj.start
+		} else {
+			content = e.parts[o.tp].text[o.b.start:o.b.end]
+			size = len(content)
+		}
+		if len(content) < e.opts.MinBlockBytes {
+			continue
+		}
+		h := e.sha(content)
+		if !sent(h) {
+			continue
+		}
+		o.sha, o.target, o.rule = h, -1, RuleUnchanged
+		name := displayName(e.name(o))
+		if o.b.kind == kindImage {
+			o.rule = RuleImage
+			o.ref = "[same " + name + " sha256:" + h[:12] + " as " + SessionWhere + "]"
+			o.refBytes = len(`{"text":""}`) + len(appendEscaped(nil, o.ref))
+		} else {
+			o.ref = "[unchanged: " + name + " sha256:" + h[:12] + ", identical to the copy " + SessionWhere + "]"
+			o.refBytes = len(o.ref)
+		}
+		if o.refBytes*2 > size {
+			continue
+		}
+		o.replace = true
+		if o.tp >= 0 {
+			taken = append(taken, span{o.tp, o.b.start, o.b.end})
+		}
+	}
+	reps := e.final()
+	out := e.emit(reps)
+	return out, e.report(reps), nil
+}
