@@ -46,6 +46,15 @@
 //	gemini_proxy_upstream_responses_total                 counter    route, code                  upstream responses by HTTP status, including the rejected first attempt of a fallback
 //	gemini_proxy_client_cancels_total                     counter    -                            requests whose client went away before the response completed
 //	gemini_proxy_build_info                               gauge      version, goversion           always 1; identifies the running build
+//	gemini_proxy_context_cache_created_total               counter    model                        explicit context caches (cachedContents) the proxy created (upstream_state.context_cache)
+//	gemini_proxy_context_cache_live                        gauge      model                        proxy-made caches not yet expired or deleted
+//	gemini_proxy_context_cache_storage_token_seconds_total  counter   model                        storage billed: cache tokens × seconds from creation to deletion or expiry (÷ 3600 = token-hours), counted when a cache ends
+//	gemini_proxy_context_cache_cached_tokens_total         counter    model                        cachedContentTokenCount of requests that named a proxy-made cache (billed at the cached rate)
+//	gemini_proxy_context_cache_saved_dollars_total         counter    model                        USD saved before costs: cached tokens × (input − cached_input)
+//	gemini_proxy_context_cache_cost_dollars_total          counter    model, kind                  USD the caches cost, kind=creation (tokens × input) or storage (token-hours × storage); net saving = saved − cost
+//	gemini_proxy_context_cache_fallbacks_total             counter    model                        requests whose proxy-made cache the upstream rejected (expired, deleted), retried in full before any byte reached the client
+//	gemini_proxy_context_cache_requests_total              counter    model, outcome               answered generate requests with context caching on: outcome=cached|full
+//	gemini_proxy_context_cache_operations_total            counter    op, result                   cachedContents calls: op=create|renew|delete, result=ok|error|dropped (no free worker)
 //	gemini_proxy_cache_hits_total                         counter    area                         cache lookups that found an entry; area=served|blocks|conversations (cache.go)
 //	gemini_proxy_cache_misses_total                       counter    area                         cache lookups that found nothing
 //	gemini_proxy_cache_evictions_total                    counter    area                         entries removed for room or TTL

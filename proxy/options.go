@@ -114,6 +114,11 @@ type Options struct {
 	// response has been copied to the client (or has failed), on the
 	// request's goroutine. It must not block for long.
 	OnExchange func(Exchange)
+	// ContextCache, when set, turns on explicit context caching of stable
+	// prefixes of generate requests (see ContextCacheOptions and package
+	// contextcache). It applies to bodies rewritten in mode on. Nil means
+	// off.
+	ContextCache *ContextCacheOptions
 }
 
 // RewriteOptions configures request rewriting.
