@@ -50,11 +50,13 @@
 // counts the sightings, estimates tokens, and starts cache calls in the
 // background, so that creation never adds latency to a request; the cache
 // is used from the next request on. A cache in use is renewed (PATCH ttl)
-// when less than half its TTL is left and its own use rate pays for its
-// storage (uses per hour × (input − cached_input) × (1 − s) ≥ storage);
-// other caches of the scope older than half a TTL whose use rate no longer
-// pays are deleted; the rest expire. Manager.Fallback forgets a cache the
-// upstream rejected.
+// when less than half its TTL is left and its use rate pays for its
+// storage (uses per hour × (input − cached_input) × (1 − s) ≥ storage).
+// The use rate is (uses + 1) ÷ age, but at most 1 ÷ time since the last
+// use, so a cache that stopped being used loses it. Other caches of the
+// scope whose rate no longer pays are deleted when a request of the scope
+// settles; the rest expire. Manager.Fallback forgets a cache the upstream
+// rejected.
 //
 // A scope is one tenant, one upstream credential and one model; caches
 // never cross scopes, and every call is made with the credential of the

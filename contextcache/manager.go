@@ -193,6 +193,7 @@ type entry struct {
 	size            int // bytes of the prefix
 	tokens          float64
 	created, expire time.Time
+	lastUse         time.Time // created until first used
 	uses            int
 	renewing        bool
 	gone            bool
@@ -334,6 +335,7 @@ func (m *Manager) Settle(u *Use, usage Usage, ok bool) {
 	mt := m.opts.Metrics
 	label := m.label(u.call.Model)
 	price, priced := m.opts.Prices[u.call.Model]
+	priced = priced && price.known()
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -362,6 +364,7 @@ func (m *Manager) Settle(u *Use, usage Usage, ok bool) {
 	usedK, usedSize, usedTokens := -1, 0, 0.0
 	if e != nil {
 		e.uses++
+		e.lastUse = now
 		usedK, usedSize, usedTokens = e.k, e.size, e.tokens
 	}
 	if den := float64(req.Total() - usedSize); den > 0 && float64(usage.PromptTokens) > usedTokens {
@@ -416,7 +419,7 @@ func (m *Manager) Settle(u *Use, usage Usage, ok bool) {
 		m.startRenew(s, u.call, e)
 	}
 	for _, c := range s.caches {
-		if c == e || now.Sub(c.created) < m.ttl/2 || price.keeps(usesPerHour(c, now), m.shareOf(s, c)) {
+		if c == e || price.keeps(usesPerHour(c, now), m.shareOf(s, c)) {
 			continue
 		}
 		m.dropLocked(s, c, now)
@@ -425,9 +428,15 @@ func (m *Manager) Settle(u *Use, usage Usage, ok bool) {
 	m.evictLocked(s)
 }
 
-// usesPerHour is a cache's observed use rate since it was created.
+// usesPerHour estimates a cache's use rate from now on: (uses + 1) over
+// its age, counting its creation as a use so that a new cache is not
+// judged before its first reuse could come, and at most one use per time
+// it has been idle, so that a cache nobody uses any more loses its rate
+// even if it was busy once.
 func usesPerHour(e *entry, now time.Time) float64 {
-	return float64(e.uses) / max(now.Sub(e.created), time.Second).Hours()
+	age := max(now.Sub(e.created), time.Second).Hours()
+	idle := max(now.Sub(e.lastUse), time.Second).Hours()
+	return min(float64(e.uses+1)/age, 1/idle)
 }
 
 func (m *Manager) shareOf(s *scope, e *entry) float64 {
@@ -635,7 +644,7 @@ func (m *Manager) create(ctx context.Context, call Call, key Key, k, size int, e
 	if tokens <= 0 {
 		tokens = est
 	}
-	e := &entry{name: out.Name, key: key, k: k, size: size, tokens: tokens, created: now, expire: now.Add(m.ttl)}
+	e := &entry{name: out.Name, key: key, k: k, size: size, tokens: tokens, created: now, lastUse: now, expire: now.Add(m.ttl)}
 	s.caches[key] = e
 	if p != nil {
 		p.tokens = tokens
