@@ -28,9 +28,9 @@ var bodies = map[string]string{
   "futureField": {"nested": [1, 2.5e3, true, null]}
 }
 `,
-	"snake": `{"system_instruction":{"parts":[{"text":"s"}]},"tool_config":{"function_calling_config":{"mode":"ANY"}},"contents":[{"parts":[{"text":"a"}]},{"parts":[{"text":"b"}]}],"labels":{"k":"v"}}`,
+	"snake":         `{"system_instruction":{"parts":[{"text":"s"}]},"tool_config":{"function_calling_config":{"mode":"ANY"}},"contents":[{"parts":[{"text":"a"}]},{"parts":[{"text":"b"}]}],"labels":{"k":"v"}}`,
 	"only contents": `{"contents":[{"parts":[{"text":"a"}]},{"parts":[{"text":"b"}]}]}`,
-	"tools last": `{"contents":[{"parts":[{"text":"a"}]},{"parts":[{"text":"b"}]}],"tools":[{"codeExecution":{}}]}`,
+	"tools last":    `{"contents":[{"parts":[{"text":"a"}]},{"parts":[{"text":"b"}]}],"tools":[{"codeExecution":{}}]}`,
 }
 
 // decoded is a request as the API reads it.
