@@ -349,15 +349,19 @@ func (m *Manager) Settle(u *Use, usage Usage, ok bool) {
 		e = nil
 	}
 	if mt != nil {
-		outcome := metrics.CacheOutcomeFull
-		if u.entry != nil {
-			outcome = metrics.CacheOutcomeCached
-			mt.ContextCacheCachedTokens.WithLabelValues(label).Add(float64(usage.CachedTokens))
-			if priced {
-				mt.ContextCacheSavedDollars.WithLabelValues(label).Add(float64(usage.CachedTokens) * (price.Input - price.CachedInput) / 1e6)
+		// Counted last, after the calls this request starts were spawned,
+		// so that whoever sees the count can Wait for them.
+		defer func() {
+			outcome := metrics.CacheOutcomeFull
+			if u.entry != nil {
+				outcome = metrics.CacheOutcomeCached
+				mt.ContextCacheCachedTokens.WithLabelValues(label).Add(float64(usage.CachedTokens))
+				if priced {
+					mt.ContextCacheSavedDollars.WithLabelValues(label).Add(float64(usage.CachedTokens) * (price.Input - price.CachedInput) / 1e6)
+				}
 			}
-		}
-		mt.ContextCacheRequests.WithLabelValues(label, outcome).Inc()
+			mt.ContextCacheRequests.WithLabelValues(label, outcome).Inc()
+		}()
 	}
 
 	req := u.req

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -159,9 +160,11 @@ func cacheTarget(u *url.URL) (model string, collection *url.URL, ok bool) {
 
 // contextCacheFallback runs in the transport after the upstream answered a
 // request that named a proxy-made cache. When the upstream rejected the
-// cache (404, or 400/403 whose error names the cached content: expired,
-// deleted, refused), nothing has reached the client yet: the Manager
-// forgets the cache and the full body is sent instead.
+// cache (403: unknown, deleted or not the caller's; 404: expired; 400
+// whose error names the cached content), nothing has reached the client
+// yet: the Manager forgets the cache and the full body is sent instead. A
+// 403 for another reason (a bad key) costs one more request that gets the
+// same 403.
 func (h *Handler) contextCacheFallback(base http.RoundTripper, req *http.Request, res *http.Response, st *reqState) (*http.Response, error) {
 	cs := st.cc
 	if cs == nil || cs.use.Cache() == "" || cs.fellBack {
@@ -172,10 +175,12 @@ func (h *Handler) contextCacheFallback(base http.RoundTripper, req *http.Request
 	default:
 		return res, nil
 	}
-	head, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
-	if res.StatusCode != http.StatusNotFound && !namesCache(head) {
-		res.Body = readCloser{io.MultiReader(bytes.NewReader(head), res.Body), res.Body}
-		return res, nil
+	if res.StatusCode == http.StatusBadRequest {
+		head, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+		if !namesCache(head, res.Header.Get("Content-Encoding")) {
+			res.Body = readCloser{io.MultiReader(bytes.NewReader(head), res.Body), res.Body}
+			return res, nil
+		}
 	}
 	io.CopyN(io.Discard, res.Body, 64<<10) //nolint:errcheck // only to reuse the connection
 	res.Body.Close()
@@ -193,9 +198,16 @@ func (h *Handler) contextCacheFallback(base http.RoundTripper, req *http.Request
 	return res, err
 }
 
-// namesCache reports whether an upstream error body is about the cached
-// content.
-func namesCache(body []byte) bool {
+// namesCache reports whether an upstream error body (gzip-compressed when
+// the client accepted it) is about the cached content.
+func namesCache(body []byte, encoding string) bool {
+	if strings.EqualFold(encoding, "gzip") {
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return false
+		}
+		body, _ = io.ReadAll(io.LimitReader(zr, 64<<10))
+	}
 	b := bytes.ToLower(body)
 	return bytes.Contains(b, []byte("cachedcontent")) || bytes.Contains(b, []byte("cached content")) || bytes.Contains(b, []byte("cached_content"))
 }
