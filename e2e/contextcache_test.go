@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -112,6 +113,7 @@ type ccSession struct {
 	client  *genai.Client
 	history []*genai.Content
 	config  *genai.GenerateContentConfig
+	n       int // turns asked
 }
 
 func newCCSession(t *testing.T, baseURL, key string) *ccSession {
@@ -130,13 +132,30 @@ func newCCSession(t *testing.T, baseURL, key string) *ccSession {
 	}}
 }
 
-// turn asks question with the file attached and returns the answer.
+// turn asks question with the file attached and returns the answer. Every
+// third turn is streamed (SSE); its answer is the joined chunks with the
+// last chunk's usage.
 func (c *ccSession) turn(t *testing.T, question string) *genai.GenerateContentResponse {
 	t.Helper()
 	user := genai.NewContentFromText("Here is my file:\n"+fenced(bufferGo)+"\n"+question, genai.RoleUser)
-	resp, err := c.client.Models.GenerateContent(t.Context(), "gemini-2.5-flash", append(c.history, user), c.config)
-	if err != nil {
-		t.Fatalf("GenerateContent(%q): %v", question, err)
+	c.n++
+	var resp *genai.GenerateContentResponse
+	if c.n%3 == 0 {
+		var text strings.Builder
+		for chunk, err := range c.client.Models.GenerateContentStream(t.Context(), "gemini-2.5-flash", append(c.history, user), c.config) {
+			if err != nil {
+				t.Fatalf("GenerateContentStream(%q): %v", question, err)
+			}
+			text.WriteString(chunk.Text())
+			resp = chunk
+		}
+		resp = &genai.GenerateContentResponse{Candidates: []*genai.Candidate{{Content: genai.NewContentFromText(text.String(), genai.RoleModel)}}, UsageMetadata: resp.UsageMetadata}
+	} else {
+		var err error
+		resp, err = c.client.Models.GenerateContent(t.Context(), "gemini-2.5-flash", append(c.history, user), c.config)
+		if err != nil {
+			t.Fatalf("GenerateContent(%q): %v", question, err)
+		}
 	}
 	c.history = append(c.history, user, genai.NewContentFromText(resp.Text(), genai.RoleModel))
 	return resp
@@ -304,6 +323,8 @@ func TestContextCacheFallback(t *testing.T) {
 	rec := generateRequests(on.emu.Received())
 	if r1, r2 := rec[len(rec)-2], rec[len(rec)-1]; r1.Status != 403 || r1.CachedContent != names[0] || r2.Status != 200 || r2.CachedContent != "" {
 		t.Errorf("emulator saw %d %q then %d %q; want 403 naming the deleted cache, then 200 in full", r1.Status, r1.CachedContent, r2.Status, r2.CachedContent)
+	} else if !r1.SSE || !r2.SSE {
+		t.Errorf("the fallback turn (%d) was not streamed: every third turn should be", turn)
 	}
 
 	// A new cache comes; then the emulator's clock jumps past its expiry

@@ -20,6 +20,14 @@
 //     "skipped" (body too large, unknown length over the limit, or a
 //     Content-Encoding such as gzip: compressed request bodies are never
 //     rewritten) and "bytes=N->N; error".
+//   - With Options.ContextCache set, a rewritten generate body whose prefix
+//     (systemInstruction, tools, toolConfig, leading contents) a live
+//     proxy-made cachedContents entry of the same tenant, credential and
+//     model holds names that cache instead of carrying the prefix (package
+//     contextcache); caches are made in the background after the answer
+//     that made them pay. A request whose cache the upstream rejects (403,
+//     404, or 400 about the cache) is resent in full before any byte
+//     reached the client.
 //   - With Options.APIKey set, the client's key is replaced by ours.
 //   - X-Goog-Upload-Url response headers are pointed at the proxy.
 //
