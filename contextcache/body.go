@@ -1,6 +1,7 @@
 package contextcache
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
@@ -311,16 +312,23 @@ func skipWS(b []byte, i int) int {
 }
 
 // skipString returns the index after the string starting at b[i] == '"'.
+// A quote ends the string unless an odd number of backslashes precede it.
 func skipString(b []byte, i int) (int, bool) {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1, true
+	for i++; ; {
+		q := bytes.IndexByte(b[i:], '"')
+		if q < 0 {
+			return 0, false
 		}
+		q += i
+		n := 0
+		for j := q - 1; j >= i && b[j] == '\\'; j-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1, true
+		}
+		i = q + 1
 	}
-	return 0, false
 }
 
 // skipValue returns the index after the JSON value starting at b[i]. It
