@@ -33,6 +33,7 @@ var bodies = map[string]string{
 `,
 	"snake":         `{"system_instruction":{"parts":[{"text":"s"}]},"tool_config":{"function_calling_config":{"mode":"ANY"}},"contents":[{"parts":[{"text":"a"}]},{"parts":[{"text":"b"}]}],"labels":{"k":"v"}}`,
 	"only contents": `{"contents":[{"parts":[{"text":"a"}]},{"parts":[{"text":"b"}]}]}`,
+	"backslashes":   `{"contents":[{"parts":[{"text":"a\\"}]},{"parts":[{"text":"\"b\\\""}]}],"x":"}\\"}`,
 	"tools last":    `{"contents":[{"parts":[{"text":"a"}]},{"parts":[{"text":"b"}]}],"tools":[{"codeExecution":{}}]}`,
 }
 
