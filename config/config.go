@@ -168,23 +168,69 @@ type Price struct {
 	Output float64 `mapstructure:"output"`
 	// Checked is the date (YYYY-MM-DD) the price was last checked.
 	Checked string `mapstructure:"checked"`
+	// Storage is the price of keeping a million tokens in an explicit
+	// context cache for one hour. Zero means unknown: with
+	// upstream_state.context_cache on, such a model is never cached.
+	Storage float64 `mapstructure:"storage"`
 }
 
 // DefaultPrices are Google's published standard-tier prices, from the price
 // data in shared/gemini-api.md §6.3 (each row with the date it was checked).
 // Verify against https://ai.google.dev/gemini-api/docs/pricing.
 var DefaultPrices = []Price{
-	{"gemini-2.5-flash", 0.30, 0.03, 2.50, "2025-10-31"},
-	{"gemini-2.5-flash-lite", 0.10, 0.01, 0.40, "2025-10-31"},
-	{"gemini-2.5-pro", 1.25, 0.125, 10, "2025-10-31"},
-	{"gemini-3-flash-preview", 0.50, 0.05, 3.00, "2025-12-19"},
-	{"gemini-3-pro-preview", 2, 0.20, 12, "2025-11-18"},
-	{"gemini-3.1-pro-preview", 2, 0.20, 12, "2026-02-23"},
-	{"gemini-3.1-flash-lite", 0.25, 0.025, 1.50, "2026-05-12"},
-	{"gemini-3.5-flash", 1.50, 0.15, 9.00, "2026-05-19"},
-	{"gemini-3.5-flash-lite", 0.30, 0.03, 2.50, "2026-07-22"},
-	{"gemini-3.6-flash", 0.75, 0.075, 3.75, "2026-08-13"},
-	{"gemini-3.7-flash", 0.75, 0.075, 3.75, "2026-08-13"},
+	// Storage 1.00 for 2.5 Flash is marked "recalled" in gemini-api.md
+	// §6.3; 2.5 Pro's 4.50 is from a forum answer. Check both.
+	{"gemini-2.5-flash", 0.30, 0.03, 2.50, "2025-10-31", 1.00},
+	{"gemini-2.5-flash-lite", 0.10, 0.01, 0.40, "2025-10-31", 0},
+	{"gemini-2.5-pro", 1.25, 0.125, 10, "2025-10-31", 4.50},
+	{"gemini-3-flash-preview", 0.50, 0.05, 3.00, "2025-12-19", 0},
+	{"gemini-3-pro-preview", 2, 0.20, 12, "2025-11-18", 0},
+	{"gemini-3.1-pro-preview", 2, 0.20, 12, "2026-02-23", 0},
+	{"gemini-3.1-flash-lite", 0.25, 0.025, 1.50, "2026-05-12", 0},
+	{"gemini-3.5-flash", 1.50, 0.15, 9.00, "2026-05-19", 0},
+	{"gemini-3.5-flash-lite", 0.30, 0.03, 2.50, "2026-07-22", 0},
+	{"gemini-3.6-flash", 0.75, 0.075, 3.75, "2026-08-13", 0.50},
+	{"gemini-3.7-flash", 0.75, 0.075, 3.75, "2026-08-13", 0.50},
+}
+
+// UpstreamState configures state the proxy keeps at the upstream for its
+// clients (issue #8).
+type UpstreamState struct {
+	// Interactions continues conversations server-side through the
+	// Interactions API: a generate request whose contents begin with an
+	// earlier exchange of the same tenant and model sends only its new
+	// turns, with previous_interaction_id. It needs rewrite.enabled (the
+	// proxy reads generate bodies only then). False (the default) sends
+	// every request as generateContent.
+	Interactions bool `mapstructure:"interactions"`
+	// ContextCache turns on explicit context caching: a stable prefix
+	// (systemInstruction, tools, toolConfig, leading contents) that a tenant
+	// sends again and again to one model is put in a cachedContents entry,
+	// made with that tenant's credential, when the price model says it
+	// pays, and requests name it instead of carrying it.
+	ContextCache bool `mapstructure:"context_cache"`
+	// ContextCacheTTL is the lifetime of each cache and of each renewal.
+	ContextCacheTTL time.Duration `mapstructure:"context_cache_ttl"`
+	// ContextCacheMinTokens lists models' minimum cache sizes in tokens
+	// (gemini-api.md §6.1); other models use
+	// ContextCacheDefaultMinTokens.
+	ContextCacheMinTokens []ModelTokens `mapstructure:"context_cache_min_tokens"`
+	// ContextCacheDefaultMinTokens is the minimum cache size of models not
+	// in ContextCacheMinTokens.
+	ContextCacheDefaultMinTokens int `mapstructure:"context_cache_default_min_tokens"`
+	// ContextCacheMaxPrefixes bounds the request prefixes tracked in
+	// memory over all tenants.
+	ContextCacheMaxPrefixes int `mapstructure:"context_cache_max_prefixes"`
+	// ContextCacheWorkers bounds the cachedContents calls in flight.
+	ContextCacheWorkers int `mapstructure:"context_cache_workers"`
+}
+
+// ModelTokens is a token count for one model.
+type ModelTokens struct {
+	// Model is the model name as in the request path.
+	Model string `mapstructure:"model"`
+	// Tokens is the count.
+	Tokens int `mapstructure:"tokens"`
 }
 
 // Log configures logging.
@@ -243,6 +289,16 @@ func Default() Config {
 			Prices:               append([]Price(nil), DefaultPrices...),
 		},
 		Log: Log{Level: "info", Format: "text"},
+		UpstreamState: UpstreamState{
+			ContextCacheTTL: 5 * time.Minute,
+			ContextCacheMinTokens: []ModelTokens{
+				{"gemini-2.5-flash", 2048},
+				{"gemini-2.5-pro", 2048},
+			},
+			ContextCacheDefaultMinTokens: 4096,
+			ContextCacheMaxPrefixes:      100_000,
+			ContextCacheWorkers:          2,
+		},
 	}
 }
 
@@ -254,15 +310,3 @@ var secretKeys = map[string]bool{
 
 // redactedURLKeys hold URLs whose password is redacted when printed.
 var redactedURLKeys = map[string]bool{"cache.redis_url": true}
-
-// UpstreamState configures what the proxy lets the upstream remember for
-// it (issue 8).
-type UpstreamState struct {
-	// Interactions continues conversations server-side through the
-	// Interactions API: a generate request whose contents begin with an
-	// earlier exchange of the same tenant and model sends only its new
-	// turns, with previous_interaction_id. It needs rewrite.enabled (the
-	// proxy reads generate bodies only then). False (the default) sends
-	// every request as generateContent.
-	Interactions bool `mapstructure:"interactions"`
-}

@@ -315,6 +315,28 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	for i, p := range c.Metrics.Prices {
+		if p.Storage < 0 {
+			bad(fmt.Sprintf("metrics.prices[%d]", i), "storage must not be negative")
+		}
+	}
+	if c.UpstreamState.ContextCacheTTL < 2*time.Second {
+		bad("upstream_state.context_cache_ttl", "must be at least 2s")
+	}
+	for i, mt := range c.UpstreamState.ContextCacheMinTokens {
+		if mt.Model == "" || mt.Tokens < 1 {
+			bad(fmt.Sprintf("upstream_state.context_cache_min_tokens[%d]", i), "needs a model and a positive token count")
+		}
+	}
+	if c.UpstreamState.ContextCacheDefaultMinTokens < 1 {
+		bad("upstream_state.context_cache_default_min_tokens", "must be positive")
+	}
+	if c.UpstreamState.ContextCacheMaxPrefixes < 1 {
+		bad("upstream_state.context_cache_max_prefixes", "must be positive")
+	}
+	if w := c.UpstreamState.ContextCacheWorkers; w < 1 || w > 64 {
+		bad("upstream_state.context_cache_workers", "%d must be in [1, 64]", w)
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

@@ -50,8 +50,17 @@ func yamlValue(key string, v reflect.Value) string {
 	case []Price:
 		items := make([]string, len(x))
 		for i, p := range x {
-			items[i] = fmt.Sprintf("\n%s  - {model: %q, input: %v, cached_input: %v, output: %v, checked: %q}",
-				strings.Repeat("  ", strings.Count(key, ".")), p.Model, p.Input, p.CachedInput, p.Output, p.Checked)
+			items[i] = fmt.Sprintf("\n%s  - {model: %q, input: %v, cached_input: %v, output: %v, checked: %q, storage: %v}",
+				strings.Repeat("  ", strings.Count(key, ".")), p.Model, p.Input, p.CachedInput, p.Output, p.Checked, p.Storage)
+		}
+		if len(items) == 0 {
+			return "[]"
+		}
+		return strings.Join(items, "")
+	case []ModelTokens:
+		items := make([]string, len(x))
+		for i, mt := range x {
+			items[i] = fmt.Sprintf("\n%s  - {model: %q, tokens: %d}", strings.Repeat("  ", strings.Count(key, ".")), mt.Model, mt.Tokens)
 		}
 		if len(items) == 0 {
 			return "[]"

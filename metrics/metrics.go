@@ -69,6 +69,25 @@ const (
 	PriceInput       = "input"
 	PriceCachedInput = "cached_input"
 	PriceOutput      = "output"
+
+	// Operations and results for
+	// gemini_proxy_context_cache_operations_total: cachedContents calls
+	// the proxy made (dropped: no free worker, tried again later).
+	CacheOpCreate      = "create"
+	CacheOpRenew       = "renew"
+	CacheOpDelete      = "delete"
+	CacheResultOK      = "ok"
+	CacheResultError   = "error"
+	CacheResultDropped = "dropped"
+
+	// Cost kinds for gemini_proxy_context_cache_cost_dollars_total.
+	CacheCostCreation = "creation"
+	CacheCostStorage  = "storage"
+
+	// Outcomes for gemini_proxy_context_cache_requests_total: the request
+	// named a cache the proxy made, or went out in full.
+	CacheOutcomeCached = "cached"
+	CacheOutcomeFull   = "full"
 )
 
 // LatencyBuckets are the buckets, in seconds, of the request, upstream and
@@ -118,9 +137,18 @@ type Metrics struct {
 	BuildInfo         *prometheus.GaugeVec // version, goversion
 
 	// Interactions continuation (issue 8, upstream_state.interactions).
-	InteractionRequests   *prometheus.CounterVec // kind
-	InteractionSavedBytes prometheus.Counter
-	InteractionFallbacks  *prometheus.CounterVec // reason
+	InteractionRequests             *prometheus.CounterVec // kind
+	InteractionSavedBytes           prometheus.Counter
+	InteractionFallbacks            *prometheus.CounterVec // reason
+	ContextCacheCreated             *prometheus.CounterVec // model
+	ContextCacheLive                *prometheus.GaugeVec   // model
+	ContextCacheStorageTokenSeconds *prometheus.CounterVec // model
+	ContextCacheCachedTokens        *prometheus.CounterVec // model
+	ContextCacheSavedDollars        *prometheus.CounterVec // model
+	ContextCacheCostDollars         *prometheus.CounterVec // model, kind
+	ContextCacheFallbacks           *prometheus.CounterVec // model
+	ContextCacheRequests            *prometheus.CounterVec // model, outcome
+	ContextCacheOperations          *prometheus.CounterVec // op, result
 }
 
 // Kinds for gemini_proxy_interactions_requests_total: how a generate
@@ -289,6 +317,42 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "build_info",
 			Help: "Always 1; labelled with the version of the running build and the Go version.",
 		}, []string{"version", "goversion"}),
+		ContextCacheCreated: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "context_cache_created_total",
+			Help: "Explicit context caches (cachedContents) the proxy created, by normalised model.",
+		}, []string{"model"}),
+		ContextCacheLive: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "context_cache_live",
+			Help: "Explicit context caches the proxy made that have not expired or been deleted, by normalised model.",
+		}, []string{"model"}),
+		ContextCacheStorageTokenSeconds: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "context_cache_storage_token_seconds_total",
+			Help: "Storage billed for the proxy's explicit context caches, in token-seconds (tokens times seconds from creation to deletion or expiry; divide by 3600 for the token-hours prices are quoted in), counted when each cache ends.",
+		}, []string{"model"}),
+		ContextCacheCachedTokens: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "context_cache_cached_tokens_total",
+			Help: "Prompt tokens billed at the cached rate (usageMetadata.cachedContentTokenCount) on requests that named a cache the proxy made.",
+		}, []string{"model"}),
+		ContextCacheSavedDollars: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "context_cache_saved_dollars_total",
+			Help: "Estimated US dollars the proxy's explicit context caches saved before their own costs: cached tokens times (input price minus cached-input price).",
+		}, []string{"model"}),
+		ContextCacheCostDollars: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "context_cache_cost_dollars_total",
+			Help: "Estimated US dollars the proxy's explicit context caches cost, by kind: creation (cache tokens at the input price) and storage (token-hours at the storage price).",
+		}, []string{"model", "kind"}),
+		ContextCacheFallbacks: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "context_cache_fallbacks_total",
+			Help: "Requests naming a proxy-made cache that the upstream rejected (expired, deleted or refused) and that were retried in full before any byte reached the client.",
+		}, []string{"model"}),
+		ContextCacheRequests: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "context_cache_requests_total",
+			Help: "Generate requests the upstream answered while context caching was on, by whether they named a proxy-made cache (cached) or went out in full (full).",
+		}, []string{"model", "outcome"}),
+		ContextCacheOperations: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "context_cache_operations_total",
+			Help: "cachedContents calls the proxy made, by operation (create, renew, delete) and result (ok, error, dropped when no worker was free).",
+		}, []string{"op", "result"}),
 	}
 	for _, k := range []string{UpstreamTimeout, UpstreamUnreachable, UpstreamTLS, UpstreamAborted, UpstreamOther} {
 		m.UpstreamErrors.WithLabelValues(k)

@@ -107,6 +107,32 @@ var metricCases = []metricCase{
 		func(m *metrics.Metrics) { m.InteractionSavedBytes.Add(4096) }, 4096},
 	{"gemini_proxy_interactions_fallbacks_total", dto.MetricType_COUNTER, []string{"reason"},
 		func(m *metrics.Metrics) { m.InteractionFallbacks.WithLabelValues(metrics.FallbackNotFound).Inc() }, 1},
+	{"gemini_proxy_context_cache_created_total", dto.MetricType_COUNTER, []string{"model"},
+		func(m *metrics.Metrics) { m.ContextCacheCreated.WithLabelValues("gemini-2.5-flash").Inc() }, 1},
+	{"gemini_proxy_context_cache_live", dto.MetricType_GAUGE, []string{"model"},
+		func(m *metrics.Metrics) { m.ContextCacheLive.WithLabelValues("gemini-2.5-flash").Set(2) }, 2},
+	{"gemini_proxy_context_cache_storage_token_seconds_total", dto.MetricType_COUNTER, []string{"model"},
+		func(m *metrics.Metrics) {
+			m.ContextCacheStorageTokenSeconds.WithLabelValues("gemini-2.5-flash").Add(3600)
+		}, 3600},
+	{"gemini_proxy_context_cache_cached_tokens_total", dto.MetricType_COUNTER, []string{"model"},
+		func(m *metrics.Metrics) { m.ContextCacheCachedTokens.WithLabelValues("gemini-2.5-flash").Add(4096) }, 4096},
+	{"gemini_proxy_context_cache_saved_dollars_total", dto.MetricType_COUNTER, []string{"model"},
+		func(m *metrics.Metrics) { m.ContextCacheSavedDollars.WithLabelValues("gemini-2.5-flash").Add(0.5) }, 0.5},
+	{"gemini_proxy_context_cache_cost_dollars_total", dto.MetricType_COUNTER, []string{"kind", "model"},
+		func(m *metrics.Metrics) {
+			m.ContextCacheCostDollars.WithLabelValues("gemini-2.5-flash", metrics.CacheCostStorage).Add(0.25)
+		}, 0.25},
+	{"gemini_proxy_context_cache_fallbacks_total", dto.MetricType_COUNTER, []string{"model"},
+		func(m *metrics.Metrics) { m.ContextCacheFallbacks.WithLabelValues("gemini-2.5-flash").Inc() }, 1},
+	{"gemini_proxy_context_cache_requests_total", dto.MetricType_COUNTER, []string{"model", "outcome"},
+		func(m *metrics.Metrics) {
+			m.ContextCacheRequests.WithLabelValues("gemini-2.5-flash", metrics.CacheOutcomeCached).Inc()
+		}, 1},
+	{"gemini_proxy_context_cache_operations_total", dto.MetricType_COUNTER, []string{"op", "result"},
+		func(m *metrics.Metrics) {
+			m.ContextCacheOperations.WithLabelValues(metrics.CacheOpCreate, metrics.CacheResultOK).Inc()
+		}, 1},
 }
 
 // gatherOne returns the family called name from reg, or nil.

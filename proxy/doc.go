@@ -30,6 +30,14 @@
 //     whole request as a new stored interaction; X-Gemini-Proxy-Session
 //     stitches stateless requests into one. Any failure before the first
 //     byte reached the client sends the generateContent request instead.
+//   - With Options.ContextCache set, a rewritten generate body whose prefix
+//     (systemInstruction, tools, toolConfig, leading contents) a live
+//     proxy-made cachedContents entry of the same tenant, credential and
+//     model holds names that cache instead of carrying the prefix (package
+//     contextcache); caches are made in the background after the answer
+//     that made them pay. A request whose cache the upstream rejects (403,
+//     404, or 400 about the cache) is resent in full before any byte
+//     reached the client.
 //   - With Options.APIKey set, the client's key is replaced by ours.
 //   - X-Goog-Upload-Url response headers are pointed at the proxy.
 //

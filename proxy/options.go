@@ -117,6 +117,11 @@ type Options struct {
 	// Interactions configures continuing conversations server-side through
 	// the Interactions API. The zero value is off.
 	Interactions InteractionsOptions
+	// ContextCache, when set, turns on explicit context caching of stable
+	// prefixes of generate requests (see ContextCacheOptions and package
+	// contextcache). It applies to bodies rewritten in mode on. Nil means
+	// off.
+	ContextCache *ContextCacheOptions
 }
 
 // RewriteOptions configures request rewriting.

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gemini-proxy/gemini-proxy/contextcache"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
 )
@@ -55,6 +56,7 @@ type Handler struct {
 	sav      *savings
 	rp       *httputil.ReverseProxy // unary routes
 	rpStream *httputil.ReverseProxy // streaming routes: flush every write
+	cc       *contextcache.Manager  // nil: context caching off
 
 	// rewriteFn is rewrite.Request; tests replace it to inject failures.
 	rewriteFn rewriteFunc
@@ -126,6 +128,9 @@ func New(opts Options, logger *slog.Logger, m *metrics.Metrics) (*Handler, error
 	sav.countTokens = func(ctx context.Context, s *sample) (int64, error) { return callCountTokens(ctx, base, s) }
 	h.sav = sav
 	h.ix = newInteractions(opts.Interactions, h.rwOpts, m)
+	if h.cc, err = h.newContextCache(base); err != nil {
+		return nil, err
+	}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewriteRequest,
 		Transport:      &transport{h: h, base: base},
@@ -206,6 +211,7 @@ type reqState struct {
 	fallback      bool
 	upStatus      int
 	tb            *tapBody
+	cc            *ccState // context caching; nil when it does not apply
 
 	pe  *proxyError
 	err error // safe to log
@@ -637,6 +643,7 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 		}
 	}
 	h.recordRewrite(st, r, ml, priceModel, usage)
+	h.contextCacheSettle(st, usage)
 
 	level := slog.LevelInfo
 	if code >= 500 && (st.pe != nil || aborted) {
@@ -751,12 +758,16 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.upstreamDur = time.Since(now)
 		return res, err
 	}
+	req = t.h.contextCacheRequest(req, st)
 	if req.ContentLength > 0 && st.orig != nil {
 		st.sent += req.ContentLength
 	}
 	res, err := t.base.RoundTrip(req)
 	if err == nil {
 		t.h.m.UpstreamResponses.WithLabelValues(string(st.info.route), statusLabel(res.StatusCode)).Inc()
+	}
+	if err == nil && st.cc != nil {
+		res, err = t.h.contextCacheFallback(t.base, req, res, st)
 	}
 	if err == nil && st.rewritten && (res.StatusCode == http.StatusBadRequest || res.StatusCode >= 500) {
 		io.CopyN(io.Discard, res.Body, 64<<10) //nolint:errcheck // only to reuse the connection

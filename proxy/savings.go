@@ -60,6 +60,10 @@ type Price struct {
 	CachedInput float64
 	// Output is the price of output tokens, thinking included.
 	Output float64
+	// Storage is the price of keeping a million tokens in an explicit
+	// context cache for one hour. Zero means unknown: the model is never
+	// cached.
+	Storage float64
 	// Checked is the date the price was checked, as YYYY-MM-DD. Empty
 	// means unknown; it is exported as
 	// gemini_proxy_price_checked_timestamp_seconds.

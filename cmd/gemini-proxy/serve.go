@@ -140,7 +140,20 @@ func proxyOptions(c config.Config) (proxy.Options, error) {
 	}
 	prices := make(map[string]proxy.Price, len(c.Metrics.Prices))
 	for _, p := range c.Metrics.Prices {
-		prices[p.Model] = proxy.Price{Input: p.Input, CachedInput: p.CachedInput, Output: p.Output, Checked: p.Checked}
+		prices[p.Model] = proxy.Price{Input: p.Input, CachedInput: p.CachedInput, Output: p.Output, Storage: p.Storage, Checked: p.Checked}
+	}
+	var cc *proxy.ContextCacheOptions
+	if us := c.UpstreamState; us.ContextCache {
+		cc = &proxy.ContextCacheOptions{
+			TTL:              us.ContextCacheTTL,
+			MinTokens:        make(map[string]int, len(us.ContextCacheMinTokens)),
+			DefaultMinTokens: us.ContextCacheDefaultMinTokens,
+			MaxPrefixes:      us.ContextCacheMaxPrefixes,
+			Workers:          us.ContextCacheWorkers,
+		}
+		for _, mt := range us.ContextCacheMinTokens {
+			cc.MinTokens[mt.Model] = mt.Tokens
+		}
 	}
 	var secret []byte
 	if c.Cache.TenantSecret != "" {
@@ -169,5 +182,6 @@ func proxyOptions(c config.Config) (proxy.Options, error) {
 		Prices:                prices,
 		CountTokensSampleRate: c.Metrics.CountTokensSampleRate,
 		CountTokensPerSecond:  c.Metrics.CountTokensPerSecond,
+		ContextCache:          cc,
 	}, nil
 }

@@ -13,6 +13,10 @@ import (
 // defaultCacheTTL applies when a cachedContents create names no expiration.
 const defaultCacheTTL = time.Hour
 
+// maxExpiredCaches bounds the ids of expired caches remembered to answer
+// them with 404 rather than 403.
+const maxExpiredCaches = 4096
+
 type cachedContent struct {
 	id, keyID, displayName, model string
 	contents                      []Content
@@ -21,8 +25,28 @@ type cachedContent struct {
 	created, updated, expire      time.Time
 }
 
+// errCacheNotFound answers a cache id that never existed, belongs to
+// another key or was deleted: 403 PERMISSION_DENIED, as the API answers an
+// id it cannot show the caller (gemini-api.md §5.4: "file/cache of another
+// project").
 func errCacheNotFound() *apiError {
 	return newError(403, "CachedContent not found (or permission denied)")
+}
+
+// errCacheExpired answers a cache of the caller that expired: 404
+// NOT_FOUND (gemini-api.md §5.4: "expired cache/file" [R]).
+func errCacheExpired(id string) *apiError {
+	return newError(404, fmt.Sprintf("CachedContent not found: cachedContents/%s (it has expired).", id))
+}
+
+// expireLocked forgets an expired cache, remembering its id and key so
+// that its owner is told it expired. s.mu must be held.
+func (s *Server) expireLocked(id string, cc *cachedContent) {
+	delete(s.caches, id)
+	if s.expiredCaches == nil || len(s.expiredCaches) >= maxExpiredCaches {
+		s.expiredCaches = map[string]string{}
+	}
+	s.expiredCaches[id] = cc.keyID
 }
 
 // routeCaches serves {v}/cachedContents[/{id}].
@@ -62,11 +86,17 @@ func (s *Server) lookupCache(c *call, name string) (*cachedContent, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cc := s.caches[id]
-	if cc == nil || cc.keyID != c.keyID {
+	if cc != nil && !s.now().Before(cc.expire) {
+		s.expireLocked(id, cc)
+		cc = nil
+	}
+	if cc == nil {
+		if key, ok := s.expiredCaches[id]; ok && key == c.keyID {
+			return nil, errCacheExpired(id)
+		}
 		return nil, errCacheNotFound()
 	}
-	if !s.now().Before(cc.expire) {
-		delete(s.caches, id)
+	if cc.keyID != c.keyID {
 		return nil, errCacheNotFound()
 	}
 	return cc, nil
@@ -116,7 +146,11 @@ func (s *Server) createCache(c *call) {
 		cc.counts["TEXT"]--
 	}
 	cc.counts["TEXT"] += jsonTokens(norm["tools"]) + jsonTokens(norm["toolConfig"])
-	if min := s.opts.CacheMinTokens; min > 0 && cc.counts.total() < min {
+	min := s.opts.CacheMinTokens
+	if n, ok := s.opts.CacheMinTokensByModel[model]; ok {
+		min = n
+	}
+	if min > 0 && cc.counts.total() < min {
 		writeError(c.w, c.r, errInvalid(fmt.Sprintf("Cached content is too small. total_token_count=%d, min_total_token_count=%d", cc.counts.total(), min)), modeUnary)
 		return
 	}
@@ -204,7 +238,7 @@ func (s *Server) listCaches(c *call) {
 	var all []*cachedContent
 	for id, cc := range s.caches {
 		if !now.Before(cc.expire) {
-			delete(s.caches, id)
+			s.expireLocked(id, cc)
 			continue
 		}
 		if cc.keyID == c.keyID {

@@ -54,7 +54,11 @@
 // non-empty contents, roles user/model (or omitted), no empty parts, exactly
 // one data field per part (an empty text without a thoughtSignature counts
 // as none), cachedContent together with systemInstruction/tools/toolConfig,
-// cache model mismatch, Gemini 3 ("gemini-3*") current-turn functionCall
+// cache model mismatch (400), a cache that expired (404 NOT_FOUND, for the
+// key that made it), a cache that is unknown, deleted or another key's (403
+// PERMISSION_DENIED "CachedContent not found (or permission denied)"), a
+// cache below the model's minimum size (Options.CacheMinTokens,
+// CacheMinTokensByModel; 400), Gemini 3 ("gemini-3*") current-turn functionCall
 // without thoughtSignature, unknown model, unknown fileData file, body over
 // 100 MB (413).
 //

@@ -36,9 +36,11 @@ type Server struct {
 	implicit     map[string][]prefixEntry // by key id
 	implicitKeys []string                 // LRU order of implicit
 	caches       map[string]*cachedContent
-	files        map[string]*storedFile
-	uploads      map[string]*uploadSession
-	interactions map[string]*interaction
+	// expiredCaches maps ids of expired caches to the key that made them.
+	expiredCaches map[string]string
+	files         map[string]*storedFile
+	uploads       map[string]*uploadSession
+	interactions  map[string]*interaction
 }
 
 // New returns a Server configured by opts.
@@ -93,6 +95,7 @@ func (s *Server) Reset() {
 	s.implicit = map[string][]prefixEntry{}
 	s.implicitKeys = nil
 	s.caches = map[string]*cachedContent{}
+	s.expiredCaches = map[string]string{}
 	s.files = map[string]*storedFile{}
 	s.uploads = map[string]*uploadSession{}
 	s.interactions = map[string]*interaction{}

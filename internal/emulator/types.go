@@ -21,6 +21,10 @@ type Options struct {
 	// CacheMinTokens is the minimum size of an explicit cachedContents entry.
 	// Zero means 1024; a negative value disables the check.
 	CacheMinTokens int
+	// CacheMinTokensByModel overrides CacheMinTokens for the listed model
+	// ids (gemini-api.md §6.1: the minimum is model-dependent); a value of
+	// zero or less disables the check for that model.
+	CacheMinTokensByModel map[string]int
 	// Reply scripts the answer text. Nil means the deterministic default reply.
 	Reply func(ReplyRequest) string
 	// Models lists the served model ids (without "models/"). Nil means

@@ -362,6 +362,7 @@ func startProxy(t *testing.T, ctx context.Context, bin, upstream, redisURL strin
 		"GEMINI_PROXY_LOG_FORMAT=json",
 		"GEMINI_PROXY_METRICS_COUNT_TOKENS_SAMPLE_RATE=1",
 		"GEMINI_PROXY_METRICS_COUNT_TOKENS_PER_SECOND=2",
+		"GEMINI_PROXY_UPSTREAM_STATE_CONTEXT_CACHE=true",
 	)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -1,0 +1,73 @@
+// Package contextcache decides when an explicit context cache
+// (cachedContents, gemini-api.md §1.5, §6.2) pays, makes it, and rewrites
+// generate requests to use it (issue #8, upstream_state.context_cache).
+//
+// # Prefixes
+//
+// A prefix of a generateContent body is its systemInstruction, tools and
+// toolConfig plus its first k contents, 0 <= k < len(contents): a request
+// naming a cache must carry none of the three fields and at least one
+// content. Parse reads the body as byte ranges and keys each prefix by a
+// SHA-256 chain over the model id and the raw bytes of those values, so a
+// prefix matches only when it is byte-identical. Request.Apply is the body
+// surgery: it drops the three fields, keeps the contents from k on and
+// adds "cachedContent" at the end; every other byte, unknown fields
+// included, is copied unchanged. Request.CreateBody is the matching
+// cachedContents create body. Both are pure.
+//
+// # Price model
+//
+// Prices are US dollars per million tokens: input, cached input, and
+// storage per hour. A model without a storage price is never cached. A new
+// cache of T tokens, expected to be reused R times within its TTL, pays
+// when
+//
+//	R × (T − C) × (input − cached_input) × (1 − s) > T × input + T × storage × TTL
+//
+// where creation is billed at the input price, C is the part of the prefix
+// already served by a live cache the request used (0 for the first cache),
+// and s is the share of the prefix that implicit caching already billed at
+// the cached rate on recent requests (observed cachedContentTokenCount ÷
+// T, smoothed): an explicit cache saves nothing on tokens that were cached
+// anyway. With C = s = 0 this is the issue's inequality. Among the prefixes
+// of a request the one with the largest positive margin is created, when
+// its estimated tokens reach the model's minimum (DefaultMinTokensByModel,
+// gemini-api.md §6.1).
+//
+// R comes from ExpectedReuses: the smaller of the observed sighting rate
+// × TTL, (n − 1) / (last − first) × TTL, and n − 1 (a prefix is not
+// expected to recur more often than it already has). A gap longer than the
+// TTL restarts the count. T is estimated from the request's own
+// usageMetadata: promptTokenCount over the prompt's bytes (moved fields and
+// contents) times the prefix's bytes, and is replaced by the exact
+// totalTokenCount the create call returns.
+//
+// # Manager
+//
+// Manager.Plan runs before the upstream call: it parses the body and, when
+// a live cache of the scope holds one of its prefixes (the longest wins),
+// returns the body naming it. Manager.Settle runs after the answer: it
+// counts the sightings, estimates tokens, and starts cache calls in the
+// background, so that creation never adds latency to a request; the cache
+// is used from the next request on. A cache in use is renewed (PATCH ttl)
+// when less than half its TTL is left and its use rate pays for its
+// storage (uses per hour × (input − cached_input) × (1 − s) ≥ storage).
+// The use rate is (uses + 1) ÷ age, but at most 1 ÷ time since the last
+// use, so a cache that stopped being used loses it. Other caches of the
+// scope whose rate no longer pays are deleted when a request of the scope
+// settles; the rest expire. Manager.Fallback forgets a cache the upstream
+// rejected.
+//
+// A scope is one tenant, one upstream credential and one model; caches
+// never cross scopes, and every call is made with the credential of the
+// request that triggered it. No credential is kept after those calls: a
+// cache of a scope that stops sending requests is not deleted but expires
+// by its TTL, which the price model already paid for.
+//
+// State is in memory, per replica, and bounded: MaxPrefixes prefixes over
+// all scopes (least recently used scopes forgotten first), 512 prefixes
+// and 8 live caches per scope, 32 tracked prefixes per request, and
+// Options.Workers cache calls in flight (a call finding no free worker is
+// dropped and tried on a later request). Replicas do not share caches; each
+// may create its own for the same prefix.
+package contextcache

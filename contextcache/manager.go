@@ -1,0 +1,762 @@
+package contextcache
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gemini-proxy/gemini-proxy/metrics"
+)
+
+// Defaults applied by New to zero-valued Options fields.
+const (
+	// DefaultTTL is the lifetime of a cache the Manager creates, renewed by
+	// use. Short lifetimes need fewer reuses to pay for their storage.
+	DefaultTTL = 5 * time.Minute
+	// DefaultMaxPrefixes bounds the prefixes tracked over all scopes.
+	DefaultMaxPrefixes = 100_000
+	// DefaultWorkers bounds the cache calls (create, renew, delete) in
+	// flight at once.
+	DefaultWorkers = 2
+)
+
+// Internal bounds.
+const (
+	// maxScopePrefixes bounds the prefixes tracked for one scope; the least
+	// recently seen goes first.
+	maxScopePrefixes = 512
+	// maxScopeCaches bounds the live caches of one scope.
+	maxScopeCaches = 8
+	// maxCandidates bounds the prefixes of one request that are tracked:
+	// the longest ones large enough to be cached.
+	maxCandidates = 32
+	// callTimeout bounds one cachedContents call.
+	callTimeout = 30 * time.Second
+	// maxResponse bounds the cachedContents response read.
+	maxResponse = 1 << 20
+	// sweepEvery is how often expired caches of every scope are forgotten.
+	sweepEvery = time.Minute
+	// priorTokensPerByte estimates tokens before a scope measured its own
+	// ratio (gemini-api.md §8.3: 3.1–4.9 bytes per token).
+	priorTokensPerByte = 1 / 3.5
+)
+
+// Options configures a Manager. Transport is required.
+type Options struct {
+	// Transport carries the cachedContents calls to the upstream. Required.
+	Transport http.RoundTripper
+	// TTL is the lifetime of a created cache and of each renewal. Zero
+	// means DefaultTTL.
+	TTL time.Duration
+	// MinTokens maps normalised model names to the smallest cache the API
+	// accepts for them, in tokens. Nil means DefaultMinTokensByModel.
+	MinTokens map[string]int
+	// DefaultMinTokens applies to models not in MinTokens. Zero means
+	// DefaultMinTokens.
+	DefaultMinTokens int
+	// Prices maps normalised model names to their prices. A model without
+	// a price, or without a storage price, is never cached.
+	Prices map[string]Price
+	// MaxPrefixes bounds the prefixes tracked over all scopes; the least
+	// recently used scope is forgotten first (its caches expire upstream
+	// by their TTL). Zero means DefaultMaxPrefixes.
+	MaxPrefixes int
+	// Workers bounds the cachedContents calls in flight; a call that finds
+	// no free worker is dropped and tried again on a later request. Zero
+	// means DefaultWorkers.
+	Workers int
+	// Metrics receives the gemini_proxy_context_cache_* metrics. Nil
+	// records none.
+	Metrics *metrics.Metrics
+	// Label maps a normalised model name to its metrics label. Nil uses
+	// the name.
+	Label func(model string) string
+	// Logger receives failures of cache calls at Debug (never a body or a
+	// credential). Nil discards.
+	Logger *slog.Logger
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Call is one generate request as the Manager sees it.
+type Call struct {
+	// Scope identifies who may share caches: one tenant, one upstream
+	// credential, one model. Caches never cross scopes.
+	Scope string
+	// Model is the normalised model name (prices, minimum sizes, metrics).
+	Model string
+	// ModelID is the model id as in the request path; caches are created
+	// for "models/" + ModelID.
+	ModelID string
+	// Collection is the cachedContents collection URL of the request's
+	// upstream and API version ({base}/{version}/cachedContents), with the
+	// key query parameter when the credential travels in it.
+	Collection *url.URL
+	// Header holds the credential headers for cache calls. It is kept only
+	// until the calls this request starts are done; never logged.
+	Header http.Header
+	// Body is the request body to be sent (after rewriting).
+	Body []byte
+}
+
+// Usage is what the upstream reported for one request.
+type Usage struct {
+	// PromptTokens is usageMetadata.promptTokenCount (cached included).
+	PromptTokens int64
+	// CachedTokens is usageMetadata.cachedContentTokenCount.
+	CachedTokens int64
+}
+
+// Use is the plan for one request: the body to send and what to learn
+// from its answer. Build it with Manager.Plan, finish it with Settle.
+type Use struct {
+	call  Call
+	req   *Request
+	entry *entry // the cache the body names; nil: the full body goes out
+	body  []byte
+}
+
+// Body returns the body naming a cache, or nil when the request goes out
+// unchanged.
+func (u *Use) Body() []byte {
+	if u == nil {
+		return nil
+	}
+	return u.body
+}
+
+// Cache returns the name of the cache the body names, or "".
+func (u *Use) Cache() string {
+	if u == nil || u.entry == nil {
+		return ""
+	}
+	return u.entry.name
+}
+
+// Manager tracks the prefixes of generate requests per scope and creates,
+// renews and deletes cachedContents when the price model says so. State
+// is in memory and bounded (one replica's view; see the package doc).
+// Safe for concurrent use.
+type Manager struct {
+	opts   Options
+	ttl    time.Duration
+	margin time.Duration // a cache this close to its expiry is not used
+	now    func() time.Time
+	label  func(string) string
+	log    *slog.Logger
+	sem    chan struct{}
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	scopes    map[string]*scope
+	lru       *list.List // *scope, most recently used first
+	prefixes  int
+	lastSweep time.Time
+}
+
+type scope struct {
+	key      string
+	model    string
+	elem     *list.Element
+	prefixes map[Key]*prefix
+	caches   map[Key]*entry
+	ratio    float64 // prompt tokens per byte, last measured; 0: none yet
+}
+
+// prefix is what is known of one prefix of one scope.
+type prefix struct {
+	n           int // sightings since first
+	first, last time.Time
+	tokens      float64 // estimated (exact once cached)
+	share       float64 // implicit-cache share, smoothed
+	shareSeen   bool
+	creating    bool
+	retryAt     time.Time // after a failed create
+	tooSmall    bool      // the API refused it as below its minimum
+}
+
+// entry is a live cache.
+type entry struct {
+	name            string
+	key             Key
+	k               int // leading contents it holds
+	size            int // bytes of the prefix
+	tokens          float64
+	created, expire time.Time
+	lastUse         time.Time // created until first used
+	uses            int
+	renewing        bool
+	gone            bool
+}
+
+// New returns a Manager. It starts no goroutine of its own: cache calls
+// run on at most Options.Workers goroutines, started per call.
+func New(opts Options) (*Manager, error) {
+	if opts.Transport == nil {
+		return nil, errors.New("contextcache: transport is required")
+	}
+	if opts.TTL < 0 || opts.MaxPrefixes < 0 || opts.Workers < 0 || opts.DefaultMinTokens < 0 {
+		return nil, errors.New("contextcache: negative option")
+	}
+	m := &Manager{opts: opts, ttl: opts.TTL, now: opts.Now, label: opts.Label, log: opts.Logger,
+		scopes: map[string]*scope{}, lru: list.New()}
+	if m.ttl == 0 {
+		m.ttl = DefaultTTL
+	}
+	if m.ttl < 2*time.Second {
+		return nil, fmt.Errorf("contextcache: ttl %v is below 2s", m.ttl)
+	}
+	m.margin = min(10*time.Second, m.ttl/10)
+	if m.now == nil {
+		m.now = time.Now
+	}
+	if m.label == nil {
+		m.label = func(s string) string { return s }
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	if m.opts.MinTokens == nil {
+		m.opts.MinTokens = DefaultMinTokensByModel
+	}
+	if m.opts.DefaultMinTokens == 0 {
+		m.opts.DefaultMinTokens = DefaultMinTokens
+	}
+	if m.opts.MaxPrefixes == 0 {
+		m.opts.MaxPrefixes = DefaultMaxPrefixes
+	}
+	w := m.opts.Workers
+	if w == 0 {
+		w = DefaultWorkers
+	}
+	m.sem = make(chan struct{}, w)
+	if mt := m.opts.Metrics; mt != nil {
+		// Series start at zero for every cacheable model, so that rate()
+		// and the dashboard have a value before the first cache.
+		for model, p := range m.opts.Prices {
+			if l := m.label(model); l == model && p.known() {
+				mt.ContextCacheCreated.WithLabelValues(l)
+				mt.ContextCacheLive.WithLabelValues(l)
+				mt.ContextCacheStorageTokenSeconds.WithLabelValues(l)
+				mt.ContextCacheCachedTokens.WithLabelValues(l)
+				mt.ContextCacheSavedDollars.WithLabelValues(l)
+				mt.ContextCacheCostDollars.WithLabelValues(l, metrics.CacheCostCreation)
+				mt.ContextCacheCostDollars.WithLabelValues(l, metrics.CacheCostStorage)
+				mt.ContextCacheFallbacks.WithLabelValues(l)
+				mt.ContextCacheRequests.WithLabelValues(l, metrics.CacheOutcomeCached)
+				mt.ContextCacheRequests.WithLabelValues(l, metrics.CacheOutcomeFull)
+			}
+		}
+		for _, op := range []string{metrics.CacheOpCreate, metrics.CacheOpRenew, metrics.CacheOpDelete} {
+			for _, r := range []string{metrics.CacheResultOK, metrics.CacheResultError, metrics.CacheResultDropped} {
+				mt.ContextCacheOperations.WithLabelValues(op, r)
+			}
+		}
+	}
+	return m, nil
+}
+
+// minTokens returns the smallest cache the API accepts for model.
+func (m *Manager) minTokens(model string) int {
+	if n, ok := m.opts.MinTokens[model]; ok {
+		return n
+	}
+	return m.opts.DefaultMinTokens
+}
+
+// Plan parses c.Body and returns what to send: Use.Body names the longest
+// live cache of c.Scope that holds a prefix of the request, with that
+// prefix removed. It returns nil when the request cannot be planned
+// (invalid JSON, no contents, already naming a cache); such a request is
+// forwarded unchanged and teaches nothing.
+func (m *Manager) Plan(c Call) *Use {
+	req, err := Parse(c.Body, c.ModelID)
+	if err != nil {
+		return nil
+	}
+	u := &Use{call: c, req: req}
+	now := m.now()
+	m.mu.Lock()
+	if s := m.scopes[c.Scope]; s != nil {
+		m.lru.MoveToFront(s.elem)
+		for k := req.Len() - 1; k >= 0; k-- {
+			if e := s.caches[req.Key(k)]; e != nil && now.Before(e.expire.Add(-m.margin)) {
+				u.entry = e
+				break
+			}
+		}
+	}
+	m.mu.Unlock()
+	if u.entry != nil {
+		u.body = req.Apply(u.entry.k, u.entry.name)
+	}
+	return u
+}
+
+// Fallback records that the upstream rejected u's cache (expired, deleted
+// or refused): the cache is forgotten and u becomes a full request.
+func (m *Manager) Fallback(u *Use) {
+	if u == nil || u.entry == nil {
+		return
+	}
+	now := m.now()
+	m.mu.Lock()
+	if s := m.scopes[u.call.Scope]; s != nil && !u.entry.gone {
+		m.dropLocked(s, u.entry, now)
+	}
+	m.mu.Unlock()
+	if mt := m.opts.Metrics; mt != nil {
+		mt.ContextCacheFallbacks.WithLabelValues(m.label(u.call.Model)).Inc()
+	}
+	u.entry, u.body = nil, nil
+}
+
+// Settle learns from the answer to u: ok reports a 2xx answer with usage.
+// It counts the sighting of each of the request's prefixes, estimates
+// their tokens from usage, and starts, in the background, the cache calls
+// that pay: create the best new prefix, renew the cache used, delete
+// caches of the scope that no longer pay for their storage. It never
+// blocks on the upstream.
+func (m *Manager) Settle(u *Use, usage Usage, ok bool) {
+	if u == nil {
+		return
+	}
+	now := m.now()
+	mt := m.opts.Metrics
+	label := m.label(u.call.Model)
+	price, priced := m.opts.Prices[u.call.Model]
+	priced = priced && price.known()
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sweepLocked(now)
+	if !ok {
+		return
+	}
+	s := m.scopeLocked(u.call)
+	e := u.entry
+	if e != nil && e.gone {
+		e = nil
+	}
+	if mt != nil {
+		// Counted last, after the calls this request starts were spawned,
+		// so that whoever sees the count can Wait for them.
+		defer func() {
+			outcome := metrics.CacheOutcomeFull
+			if u.entry != nil {
+				outcome = metrics.CacheOutcomeCached
+				mt.ContextCacheCachedTokens.WithLabelValues(label).Add(float64(usage.CachedTokens))
+				if priced {
+					mt.ContextCacheSavedDollars.WithLabelValues(label).Add(float64(usage.CachedTokens) * (price.Input - price.CachedInput) / 1e6)
+				}
+			}
+			mt.ContextCacheRequests.WithLabelValues(label, outcome).Inc()
+		}()
+	}
+
+	req := u.req
+	usedK, usedSize, usedTokens := -1, 0, 0.0
+	if e != nil {
+		e.uses++
+		e.lastUse = now
+		usedK, usedSize, usedTokens = e.k, e.size, e.tokens
+	}
+	if den := float64(req.Total() - usedSize); den > 0 && float64(usage.PromptTokens) > usedTokens {
+		s.ratio = (float64(usage.PromptTokens) - usedTokens) / den
+	}
+	ratio := s.ratio
+	if ratio == 0 {
+		ratio = priorTokensPerByte
+	}
+	tokensOf := func(k int) float64 {
+		if c := s.caches[req.Key(k)]; c != nil {
+			return c.tokens
+		}
+		if e != nil && k > usedK {
+			return usedTokens + float64(req.Size(k)-usedSize)*ratio
+		}
+		return float64(req.Size(k)) * ratio
+	}
+
+	minTok := m.minTokens(u.call.Model)
+	best, bestNet := -1, 0.0
+	for _, k := range candidates(req, minTok) {
+		p := m.prefixLocked(s, req.Key(k))
+		if p.n > 0 && now.Sub(p.last) > m.ttl {
+			p.n = 0 // a gap longer than a cache would live: start again
+		}
+		if p.n == 0 {
+			p.first = now
+		}
+		p.n++
+		p.last = now
+		p.tokens = tokensOf(k)
+		if e == nil && p.tokens > 0 {
+			sh := min(float64(usage.CachedTokens)/p.tokens, 1)
+			if p.shareSeen {
+				sh = (p.share + sh) / 2
+			}
+			p.share, p.shareSeen = sh, true
+		}
+		if !priced || k <= usedK || p.creating || p.tooSmall || now.Before(p.retryAt) || s.caches[req.Key(k)] != nil || p.tokens < float64(minTok) {
+			continue
+		}
+		est := estimate{tokens: p.tokens, covered: max(usedTokens, 0), reuses: ExpectedReuses(p.n, p.first, p.last, m.ttl), share: p.share, ttl: m.ttl}
+		if v := price.net(est); v > bestNet {
+			best, bestNet = k, v
+		}
+	}
+	if best >= 0 && len(s.caches) < maxScopeCaches {
+		m.startCreate(s, u, best)
+	}
+	if e != nil && !e.renewing && e.expire.Sub(now) < m.ttl/2 && price.keeps(usesPerHour(e, now), m.shareOf(s, e)) {
+		m.startRenew(s, u.call, e)
+	}
+	for _, c := range s.caches {
+		if c == e || price.keeps(usesPerHour(c, now), m.shareOf(s, c)) {
+			continue
+		}
+		m.dropLocked(s, c, now)
+		m.startDelete(u.call, c.name)
+	}
+	m.evictLocked(s)
+}
+
+// usesPerHour estimates a cache's use rate from now on: (uses + 1) over
+// its age, counting its creation as a use so that a new cache is not
+// judged before its first reuse could come, and at most one use per time
+// it has been idle, so that a cache nobody uses any more loses its rate
+// even if it was busy once.
+func usesPerHour(e *entry, now time.Time) float64 {
+	age := max(now.Sub(e.created), time.Second).Hours()
+	idle := max(now.Sub(e.lastUse), time.Second).Hours()
+	return min(float64(e.uses+1)/age, 1/idle)
+}
+
+func (m *Manager) shareOf(s *scope, e *entry) float64 {
+	if p := s.prefixes[e.key]; p != nil {
+		return p.share
+	}
+	return 0
+}
+
+// candidates returns the prefix lengths of req worth tracking: those whose
+// bytes reach the model's minimum in tokens (a token is at least a byte
+// of JSON), at most maxCandidates, the longest ones.
+func candidates(req *Request, minTokens int) []int {
+	var out []int
+	for k := req.Len() - 1; k >= 0 && len(out) < maxCandidates; k-- {
+		if req.Size(k) < minTokens {
+			break // sizes only shrink from here
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+// scopeLocked returns c's scope, creating it.
+func (m *Manager) scopeLocked(c Call) *scope {
+	s := m.scopes[c.Scope]
+	if s == nil {
+		s = &scope{key: c.Scope, model: c.Model, prefixes: map[Key]*prefix{}, caches: map[Key]*entry{}}
+		s.elem = m.lru.PushFront(s)
+		m.scopes[c.Scope] = s
+		return s
+	}
+	m.lru.MoveToFront(s.elem)
+	return s
+}
+
+// prefixLocked returns the record of key in s, creating it and making room.
+func (m *Manager) prefixLocked(s *scope, key Key) *prefix {
+	if p := s.prefixes[key]; p != nil {
+		return p
+	}
+	if len(s.prefixes) >= maxScopePrefixes {
+		var oldest Key
+		var at time.Time
+		found := false
+		for k, p := range s.prefixes {
+			if p.creating || s.caches[k] != nil {
+				continue
+			}
+			if !found || p.last.Before(at) {
+				oldest, at, found = k, p.last, true
+			}
+		}
+		if found {
+			delete(s.prefixes, oldest)
+			m.prefixes--
+		}
+	}
+	p := &prefix{}
+	s.prefixes[key] = p
+	m.prefixes++
+	return p
+}
+
+// evictLocked forgets least recently used scopes other than keep while
+// more than MaxPrefixes prefixes are tracked. Their caches are not
+// deleted (no credential is kept): they expire upstream by their TTL, and
+// their storage until then is counted.
+func (m *Manager) evictLocked(keep *scope) {
+	for m.prefixes > m.opts.MaxPrefixes {
+		el := m.lru.Back()
+		if el == nil || el.Value.(*scope) == keep {
+			return
+		}
+		s := el.Value.(*scope)
+		for _, c := range s.caches {
+			m.dropLocked(s, c, c.expire)
+		}
+		m.prefixes -= len(s.prefixes)
+		m.lru.Remove(el)
+		delete(m.scopes, s.key)
+	}
+}
+
+// sweepLocked forgets expired caches, at most once per sweepEvery.
+func (m *Manager) sweepLocked(now time.Time) {
+	if now.Sub(m.lastSweep) < sweepEvery {
+		return
+	}
+	m.lastSweep = now
+	for _, s := range m.scopes {
+		for _, c := range s.caches {
+			if !now.Before(c.expire) {
+				m.dropLocked(s, c, c.expire)
+			}
+		}
+	}
+}
+
+// dropLocked forgets a cache whose storage ended at end, and counts the
+// storage it was billed for.
+func (m *Manager) dropLocked(s *scope, c *entry, end time.Time) {
+	if c.gone {
+		return
+	}
+	c.gone = true
+	if s.caches[c.key] == c {
+		delete(s.caches, c.key)
+	}
+	mt := m.opts.Metrics
+	if mt == nil {
+		return
+	}
+	label := m.label(s.model)
+	mt.ContextCacheLive.WithLabelValues(label).Dec()
+	ts := c.tokens * max(end.Sub(c.created), 0).Seconds()
+	mt.ContextCacheStorageTokenSeconds.WithLabelValues(label).Add(ts)
+	if p, ok := m.opts.Prices[s.model]; ok {
+		mt.ContextCacheCostDollars.WithLabelValues(label, metrics.CacheCostStorage).Add(ts / 3600 * p.Storage / 1e6)
+	}
+}
+
+// spawn runs job on a free worker, or reports false when none is free.
+func (m *Manager) spawn(op string, job func(context.Context)) bool {
+	select {
+	case m.sem <- struct{}{}:
+	default:
+		m.count(op, metrics.CacheResultDropped)
+		return false
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer func() { <-m.sem }()
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		job(ctx)
+	}()
+	return true
+}
+
+// Wait blocks until every cache call started so far has finished.
+func (m *Manager) Wait() { m.wg.Wait() }
+
+func (m *Manager) count(op, result string) {
+	if mt := m.opts.Metrics; mt != nil {
+		mt.ContextCacheOperations.WithLabelValues(op, result).Inc()
+	}
+}
+
+// startCreate creates the cache of u's prefix with k contents in the
+// background; it is used from the next request on.
+func (m *Manager) startCreate(s *scope, u *Use, k int) {
+	key := u.req.Key(k)
+	p := s.prefixes[key]
+	p.creating = true
+	body := u.req.CreateBody(k, u.call.ModelID, m.ttl)
+	call, size, est := u.call, u.req.Size(k), p.tokens
+	call.Body = nil
+	if !m.spawn(metrics.CacheOpCreate, func(ctx context.Context) { m.create(ctx, call, key, k, size, est, body) }) {
+		p.creating = false
+	}
+}
+
+func (m *Manager) create(ctx context.Context, call Call, key Key, k, size int, est float64, body []byte) {
+	status, raw, err := m.do(ctx, http.MethodPost, call.Collection, call.Header, body)
+	now := m.now()
+	var out struct {
+		Name          string `json:"name"`
+		UsageMetadata struct {
+			TotalTokenCount float64 `json:"totalTokenCount"`
+		} `json:"usageMetadata"`
+	}
+	if err == nil && status/100 == 2 && (json.Unmarshal(raw, &out) != nil || !strings.HasPrefix(out.Name, "cachedContents/")) {
+		err = errors.New("create response has no cache name")
+	}
+	m.mu.Lock()
+	s := m.scopes[call.Scope]
+	var p *prefix
+	if s != nil {
+		p = s.prefixes[key]
+	}
+	if p != nil {
+		p.creating = false
+	}
+	if err != nil || status/100 != 2 {
+		if p != nil {
+			p.retryAt = now.Add(m.ttl)
+			p.tooSmall = status == http.StatusBadRequest && tooSmall(raw)
+		}
+		m.mu.Unlock()
+		m.count(metrics.CacheOpCreate, metrics.CacheResultError)
+		m.log.Debug("context cache create failed", "upstream_status", status, "error", errText(err))
+		return
+	}
+	m.count(metrics.CacheOpCreate, metrics.CacheResultOK)
+	if s == nil || s.caches[key] != nil || len(s.caches) >= maxScopeCaches {
+		// The scope was forgotten, or another cache took the place, while
+		// this one was being made: it will never be used.
+		m.mu.Unlock()
+		m.startDelete(call, out.Name)
+		return
+	}
+	tokens := out.UsageMetadata.TotalTokenCount
+	if tokens <= 0 {
+		tokens = est
+	}
+	e := &entry{name: out.Name, key: key, k: k, size: size, tokens: tokens, created: now, lastUse: now, expire: now.Add(m.ttl)}
+	s.caches[key] = e
+	if p != nil {
+		p.tokens = tokens
+	}
+	m.mu.Unlock()
+	if mt := m.opts.Metrics; mt != nil {
+		label := m.label(call.Model)
+		mt.ContextCacheCreated.WithLabelValues(label).Inc()
+		mt.ContextCacheLive.WithLabelValues(label).Inc()
+		if pr, ok := m.opts.Prices[call.Model]; ok {
+			mt.ContextCacheCostDollars.WithLabelValues(label, metrics.CacheCostCreation).Add(tokens * pr.Input / 1e6)
+		}
+	}
+}
+
+// startRenew extends e's life by the TTL in the background.
+func (m *Manager) startRenew(s *scope, call Call, e *entry) {
+	e.renewing = true
+	call.Body = nil
+	body := []byte(`{"ttl":"` + ttlString(m.ttl) + `"}`)
+	if !m.spawn(metrics.CacheOpRenew, func(ctx context.Context) {
+		status, _, err := m.do(ctx, http.MethodPatch, resourceURL(call.Collection, e.name), call.Header, body)
+		now := m.now()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		e.renewing = false
+		switch {
+		case err == nil && status/100 == 2:
+			m.count(metrics.CacheOpRenew, metrics.CacheResultOK)
+			if !e.gone {
+				e.expire = now.Add(m.ttl)
+			}
+		default:
+			m.count(metrics.CacheOpRenew, metrics.CacheResultError)
+			if status == http.StatusNotFound || status == http.StatusForbidden {
+				if sc := m.scopes[call.Scope]; sc != nil {
+					m.dropLocked(sc, e, now)
+				}
+			}
+		}
+	}) {
+		e.renewing = false
+	}
+}
+
+// startDelete deletes the cache called name in the background.
+func (m *Manager) startDelete(call Call, name string) {
+	call.Body = nil
+	m.spawn(metrics.CacheOpDelete, func(ctx context.Context) {
+		status, _, err := m.do(ctx, http.MethodDelete, resourceURL(call.Collection, name), call.Header, nil)
+		// A cache already gone is what a delete wants.
+		if err == nil && (status/100 == 2 || status == http.StatusNotFound || status == http.StatusForbidden) {
+			m.count(metrics.CacheOpDelete, metrics.CacheResultOK)
+			return
+		}
+		m.count(metrics.CacheOpDelete, metrics.CacheResultError)
+	})
+}
+
+// do makes one cachedContents call and returns its status and body.
+func (m *Manager) do(ctx context.Context, method string, u *url.URL, header http.Header, body []byte) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header = header.Clone()
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := m.opts.Transport.RoundTrip(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, maxResponse))
+	return res.StatusCode, raw, err
+}
+
+// resourceURL returns the URL of the cache called name (cachedContents/…)
+// next to its collection URL, keeping the query.
+func resourceURL(collection *url.URL, name string) *url.URL {
+	u := *collection
+	u.Path = strings.TrimSuffix(u.Path, "cachedContents") + name
+	u.RawPath = ""
+	return &u
+}
+
+// tooSmall reports whether an error body says the cache is below the
+// model's minimum size.
+func tooSmall(raw []byte) bool {
+	s := strings.ToLower(string(raw))
+	return strings.Contains(s, "too small") || strings.Contains(s, "min_total_token_count")
+}
+
+// errText describes an error for the log without a URL (which may carry
+// the key parameter).
+func errText(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,237 @@
+package proxy
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gemini-proxy/gemini-proxy/contextcache"
+	"github.com/gemini-proxy/gemini-proxy/metrics"
+)
+
+// ContextCacheOptions configures explicit context caching
+// (upstream_state.context_cache): see package contextcache.
+type ContextCacheOptions struct {
+	// TTL is the lifetime of each cache and renewal. Zero means
+	// contextcache.DefaultTTL.
+	TTL time.Duration
+	// MinTokens maps model names to the smallest cache the API accepts, in
+	// tokens. Nil means contextcache.DefaultMinTokensByModel.
+	MinTokens map[string]int
+	// DefaultMinTokens applies to other models. Zero means
+	// contextcache.DefaultMinTokens.
+	DefaultMinTokens int
+	// MaxPrefixes bounds the prefixes tracked. Zero means
+	// contextcache.DefaultMaxPrefixes.
+	MaxPrefixes int
+	// Workers bounds the cachedContents calls in flight. Zero means
+	// contextcache.DefaultWorkers.
+	Workers int
+	// Now is the clock of the cache bookkeeping. Nil means time.Now.
+	Now func() time.Time
+}
+
+// ccState is what context caching knows of one request.
+type ccState struct {
+	use      *contextcache.Use
+	full     []byte // the body without the cache, for the fallback
+	fellBack bool
+}
+
+// newContextCache builds the Manager over the upstream transport, or
+// returns nil when context caching is off. Prices come from
+// Options.Prices; a model without a Storage price is never cached.
+func (h *Handler) newContextCache(base http.RoundTripper) (*contextcache.Manager, error) {
+	o := h.opts.ContextCache
+	if o == nil {
+		return nil, nil
+	}
+	prices := make(map[string]contextcache.Price, len(h.opts.Prices))
+	for name, p := range h.opts.Prices {
+		prices[normalizeModel(name)] = contextcache.Price{Input: p.Input, CachedInput: p.CachedInput, Storage: p.Storage}
+	}
+	var minTokens map[string]int
+	if o.MinTokens != nil {
+		minTokens = make(map[string]int, len(o.MinTokens))
+		for name, n := range o.MinTokens {
+			minTokens[normalizeModel(name)] = n
+		}
+	}
+	return contextcache.New(contextcache.Options{
+		Transport:        base,
+		TTL:              o.TTL,
+		MinTokens:        minTokens,
+		DefaultMinTokens: o.DefaultMinTokens,
+		Prices:           prices,
+		MaxPrefixes:      o.MaxPrefixes,
+		Workers:          o.Workers,
+		Metrics:          h.m,
+		Label:            h.modelLabel,
+		Logger:           h.log.With("component", "context_cache"),
+		Now:              o.Now,
+	})
+}
+
+// contextCacheRequest runs in the transport before the upstream call. For
+// a generate request whose body the proxy holds, it asks the Manager for a
+// plan and, when a live cache of the caller holds a prefix, returns a copy
+// of req whose body names it. Vertex paths, requests that are not rewritten
+// in mode on (off, dry-run, disabled, skipped), bodies naming a cache and
+// callers without a credential pass unchanged.
+func (h *Handler) contextCacheRequest(req *http.Request, st *reqState) *http.Request {
+	if h.cc == nil || st.cc != nil || !st.info.route.isGenerate() || st.info.vertex || st.mode != metrics.ModeOn || st.orig == nil || req.Method != http.MethodPost {
+		return req
+	}
+	body := st.orig
+	if st.rewritten {
+		body = st.sentBody
+	}
+	model, collection, ok := cacheTarget(req.URL)
+	if !ok {
+		return req
+	}
+	header := http.Header{}
+	var material string
+	switch {
+	case req.Header.Get("X-Goog-Api-Key") != "":
+		header.Set("X-Goog-Api-Key", req.Header.Get("X-Goog-Api-Key"))
+		material = "key:" + req.Header.Get("X-Goog-Api-Key")
+	case queryKey(req.URL.RawQuery) != "":
+		collection.RawQuery = "key=" + url.QueryEscape(queryKey(req.URL.RawQuery))
+		material = "key:" + queryKey(req.URL.RawQuery)
+	case req.Header.Get("Authorization") != "":
+		header.Set("Authorization", req.Header.Get("Authorization"))
+		material = "auth:" + req.Header.Get("Authorization")
+	default:
+		return req
+	}
+	// The scope binds tenant, upstream credential and model: a cache is
+	// made with one credential and only that credential may use it.
+	mac := hmac.New(sha256.New, h.secret)
+	mac.Write([]byte("contextcache\x00" + st.tenant + "\x00" + material + "\x00" + st.info.model))
+	use := h.cc.Plan(contextcache.Call{
+		Scope:      hex.EncodeToString(mac.Sum(nil)),
+		Model:      st.info.model,
+		ModelID:    model,
+		Collection: collection,
+		Header:     header,
+		Body:       body,
+	})
+	if use == nil {
+		return req
+	}
+	st.cc = &ccState{use: use, full: body}
+	cached := use.Body()
+	if cached == nil {
+		return req
+	}
+	out := req.WithContext(req.Context())
+	out.Body = io.NopCloser(bytes.NewReader(cached))
+	out.ContentLength = int64(len(cached))
+	out.GetBody = nil
+	return out
+}
+
+// cacheTarget returns the model id of a Gemini API generate URL and its
+// cachedContents collection URL ({base}/{version}/cachedContents).
+func cacheTarget(u *url.URL) (model string, collection *url.URL, ok bool) {
+	p := u.Path
+	i := strings.LastIndexByte(p, ':')
+	j := strings.LastIndex(p, "/models/")
+	if i < 0 || j < 0 || j > i {
+		return "", nil, false
+	}
+	model = p[j+len("/models/") : i]
+	base := p[:j]
+	v := strings.LastIndexByte(base, '/')
+	if v < 0 || !isVersion(base[v+1:]) || model == "" || strings.Contains(model, "/") {
+		return "", nil, false
+	}
+	c := &url.URL{Scheme: u.Scheme, Host: u.Host, Path: base + "/cachedContents"}
+	return model, c, true
+}
+
+// contextCacheFallback runs in the transport after the upstream answered a
+// request that named a proxy-made cache. When the upstream rejected the
+// cache (403: unknown, deleted or not the caller's; 404: expired; 400
+// whose error names the cached content), nothing has reached the client
+// yet: the Manager forgets the cache and the full body is sent instead. A
+// 403 for another reason (a bad key) costs one more request that gets the
+// same 403.
+func (h *Handler) contextCacheFallback(base http.RoundTripper, req *http.Request, res *http.Response, st *reqState) (*http.Response, error) {
+	cs := st.cc
+	if cs == nil || cs.use.Cache() == "" || cs.fellBack {
+		return res, nil
+	}
+	switch res.StatusCode {
+	case http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound:
+	default:
+		return res, nil
+	}
+	if res.StatusCode == http.StatusBadRequest {
+		head, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+		if !namesCache(head, res.Header.Get("Content-Encoding")) {
+			res.Body = readCloser{io.MultiReader(bytes.NewReader(head), res.Body), res.Body}
+			return res, nil
+		}
+	}
+	io.CopyN(io.Discard, res.Body, 64<<10) //nolint:errcheck // only to reuse the connection
+	res.Body.Close()
+	cs.fellBack = true
+	h.cc.Fallback(cs.use)
+	retry := req.Clone(req.Context())
+	retry.Body = io.NopCloser(bytes.NewReader(cs.full))
+	retry.ContentLength = int64(len(cs.full))
+	retry.GetBody = nil
+	st.sent += retry.ContentLength
+	res, err := base.RoundTrip(retry)
+	if err == nil {
+		h.m.UpstreamResponses.WithLabelValues(string(st.info.route), statusLabel(res.StatusCode)).Inc()
+	}
+	return res, err
+}
+
+// namesCache reports whether an upstream error body (gzip-compressed when
+// the client accepted it) is about the cached content.
+func namesCache(body []byte, encoding string) bool {
+	if strings.EqualFold(encoding, "gzip") {
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return false
+		}
+		body, _ = io.ReadAll(io.LimitReader(zr, 64<<10))
+	}
+	b := bytes.ToLower(body)
+	return bytes.Contains(b, []byte("cachedcontent")) || bytes.Contains(b, []byte("cached content")) || bytes.Contains(b, []byte("cached_content"))
+}
+
+// contextCacheSettle hands the answer's usage to the Manager, after the
+// response reached the client. A request the rewrite fallback resent with
+// the original body teaches nothing about the body that was planned.
+func (h *Handler) contextCacheSettle(st *reqState, u *Usage) {
+	if st.cc == nil {
+		return
+	}
+	ok := u != nil && !st.fallback && st.upStatus >= 200 && st.upStatus <= 299
+	var usage contextcache.Usage
+	if u != nil {
+		usage = contextcache.Usage{PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens}
+	}
+	h.cc.Settle(st.cc.use, usage, ok)
+	st.cc = nil // the credential it holds is not needed any more
+}
+
+// WaitContextCache blocks until the cache calls started so far (create,
+// renew, delete) have finished. For tests and benchmarks.
+func (h *Handler) WaitContextCache() {
+	if h.cc != nil {
+		h.cc.Wait()
+	}
+}
