@@ -111,6 +111,12 @@ func (e *engine) stableAt(tp *textPart, in []*occ, minMoved int) (int, bool) {
 	if moved < minMoved || caption(lead) {
 		return 0, false
 	}
+	// The lead holds no block of its own: the first block is not one
+	// file of a blob whose fence opens in the lead (split keeps only
+	// the files as blocks), nor was anything else cut.
+	if len(appendBlocks(nil, splitLines(lead), e.opts.DocumentTags)) > 0 {
+		return 0, false
+	}
 	return s + delta, true
 }
 

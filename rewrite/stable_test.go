@@ -30,7 +30,7 @@ func unstable(in, out []byte, rep *Report, opts Options, v Verifier) ([]byte, *R
 	if diff := cmp.Diff(refRep.Replacements, rep.Replacements); diff != "" || rep.UnflattenedTurns != refRep.UnflattenedTurns {
 		return nil, nil, fmt.Errorf("stable_prefix changed the replacements (-off +on):\n%s", diff)
 	}
-	n, err := checkSplits(ref, out)
+	n, err := checkSplits(ref, out, opts.DocumentTags)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -42,7 +42,7 @@ func unstable(in, out []byte, rep *Report, opts Options, v Verifier) ([]byte, *R
 
 // checkSplits returns the number of parts of ref split in out (see
 // unstable), or what differs otherwise.
-func checkSplits(ref, out []byte) (int, error) {
+func checkSplits(ref, out []byte, tags []string) (int, error) {
 	if bytes.Equal(ref, out) {
 		return 0, nil
 	}
@@ -103,6 +103,8 @@ func checkSplits(ref, out []byte) (int, error) {
 				return 0, fmt.Errorf("turn %d part %d: moved text does not end with a line break", i, pi)
 			case caption(lead):
 				return 0, fmt.Errorf("turn %d part %d: caption %q moved after its blocks", i, pi, lead)
+			case len(segmentLines(splitLines(lead), tags)) > 0:
+				return 0, fmt.Errorf("turn %d part %d: lead %q holds a block", i, pi, lead)
 			}
 			j += 2
 			n++
@@ -226,6 +228,8 @@ func TestStablePrefixKeeps(t *testing.T) {
 		{"question after the file", []string{file + "\nWhy does F3 return 3?"}},
 		{"no line break after the file", []string{"Why?\n" + strings.TrimSuffix(file, "\n")}},
 		{"small file", []string{"Why?\n" + small}},
+		{"blob of files in one fence", []string{"Why?\n```ts\n// File: a.ts\n" + bigFile("a") + "// File: b.ts\n" + bigFile("b") + "```\n"}},
+		{"blob in a fence left open", []string{"Why?\n```ts\n// File: a.ts\n" + bigFile("a") + "// File: b.ts\n" + bigFile("b")}},
 		{"file only", []string{file}},
 		{"blank lead", []string{"\n \n" + file}},
 		{"model turn", []string{"Show me a.go.", "Why not?\n" + file, "Thanks."}},
