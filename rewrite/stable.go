@@ -33,9 +33,9 @@ import (
 //     only where the cache can gain;
 //   - the lead is not a caption of the blocks: its last line does not end
 //     with a colon ("Here is my file:", "Explain the following code:"),
-//     and it uses no word that points forward ("below", "following",
-//     "beneath", "underneath"), so that no text is left pointing at
-//     something that now comes before it.
+//     and it uses no word that points by position ("below", "following",
+//     "beneath", "underneath", "above"), so that no text is left pointing
+//     at something that moved.
 //
 // The decision depends on the part alone (and on whether its first block
 // was replaced), never on the part's position in the request, so that a
@@ -48,8 +48,11 @@ import (
 // stableFactor times Options.MinBlockBytes is the least text a split moves.
 const stableFactor = 8
 
-// forwardWords point at text that follows; a lead using one stays in front.
-var forwardWords = map[string]bool{"below": true, "following": true, "beneath": true, "underneath": true}
+// forwardWords point at text by its position; a lead using one stays in
+// front of its blocks.
+// "above" stays too: it pointed past the blocks, which would now be the
+// nearest text above it.
+var forwardWords = map[string]bool{"below": true, "following": true, "beneath": true, "underneath": true, "above": true}
 
 // split is one text part to split: contents[turn].parts[part], whose
 // decoded output text moves from offset at onwards to the front.
@@ -128,7 +131,7 @@ func caption(lead string) bool {
 		return true
 	}
 	for _, w := range strings.FieldsFunc(t, func(r rune) bool { return !unicode.IsLetter(r) }) {
-		if len(w) >= 5 && len(w) <= 10 && forwardWords[strings.ToLower(w)] {
+		if len(w) <= 10 && forwardWords[strings.ToLower(w)] {
 			return true
 		}
 	}

@@ -312,6 +312,7 @@ func TestCaption(t *testing.T) {
 		{"Why does it panic?\n", false},
 		{"User: hi\nAssistant: hello\nUser: and this?\n", false},
 		{"Follow the style.\n", false},
+		{"As I said above, why?\n", true},
 	}
 	for _, tt := range tests {
 		if got := caption(tt.lead); got != tt.want {
