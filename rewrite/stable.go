@@ -49,9 +49,8 @@ import (
 const stableFactor = 8
 
 // forwardWords point at text by its position; a lead using one stays in
-// front of its blocks.
-// "above" stays too: it pointed past the blocks, which would now be the
-// nearest text above it.
+// front of its blocks ("above" pointed past the blocks, which would become
+// the nearest text above it).
 var forwardWords = map[string]bool{"below": true, "following": true, "beneath": true, "underneath": true, "above": true}
 
 // split is one text part to split: contents[turn].parts[part], whose
@@ -124,7 +123,7 @@ func (e *engine) stableAt(tp *textPart, in []*occ, minMoved int) (int, bool) {
 }
 
 // caption reports whether lead introduces what follows it: its last line
-// ends with a colon, or it uses a word that points forward.
+// ends with a colon, or it uses one of forwardWords.
 func caption(lead string) bool {
 	t := strings.TrimRightFunc(lead, unicode.IsSpace)
 	if strings.HasSuffix(t, ":") || strings.HasSuffix(t, "：") {
