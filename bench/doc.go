@@ -8,7 +8,8 @@
 // ask mode re-sending a file every turn, edit mode where the client applies,
 // discards, undoes and edits by hand, flattened transcripts in four
 // languages, re-sent secondary context, repeated images, a 50-turn session,
-// streaming, and control sessions that must pass unchanged. Each Turn holds
+// streaming, control sessions that must pass unchanged, and a stateless
+// client that sends its question before the same file every time. Each Turn holds
 // the request a naive client sends and the request an ideal stateful client
 // would send for the same step: native user/model turns, each active version
 // of each document once, every other copy replaced by a reference in the
@@ -18,6 +19,10 @@
 // the naive, proxied and ideal replays see the same conversation.
 // RunSavings replays every session naive (direct), through the proxy and
 // ideal, and reads prompt and implicit-cache tokens from usageMetadata.
+// `gemini-proxy bench` replays them once more through a proxy that differs
+// only in rewrite.stable_prefix (StablePrefix, WriteStablePrefixTable), and
+// with --check fails if the option costs any session implicit-cache tokens
+// or adds prompt tokens (CheckStablePrefix).
 //
 // # Overhead
 //

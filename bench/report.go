@@ -49,14 +49,17 @@ type Result struct {
 	Verifier bool      `json:"verifier"`
 	Savings  *Savings  `json:"savings,omitempty"`
 	Overhead *Overhead `json:"overhead,omitempty"`
+	// StablePrefix is the savings with rewrite.stable_prefix off and on.
+	StablePrefix *StablePrefix `json:"stable_prefix,omitempty"`
 }
 
 // Check returns an error naming every savings target s misses: total
 // savings below MinTotalSaved, a dedup session below MinShareOfIdeal of the
 // ideal savings, when verified (the proxy has a Verifier) a flattened
 // session not un-flattened or the flattened sessions together below
-// MinFlattenedShareOfIdeal, a control session the proxy changed at all,
-// differing answers, or request errors.
+// MinFlattenedShareOfIdeal, a control session the proxy changed at all, a
+// stateless session whose prompt tokens grew, differing answers, or request
+// errors.
 func Check(s *Savings, verified bool) error {
 	var errs []error
 	if s.Total.Saved() < MinTotalSaved {
@@ -77,6 +80,10 @@ func Check(s *Savings, verified bool) error {
 		case r.Kind == KindFlattened && verified:
 			if r.Unflattened == 0 {
 				errs = append(errs, fmt.Errorf("session %s: no turn un-flattened although the proxy has a Verifier", r.Name))
+			}
+		case r.Kind == KindStateless:
+			if r.Proxy.Prompt > r.Naive.Prompt {
+				errs = append(errs, fmt.Errorf("stateless session %s: prompt tokens grew through the proxy, %d -> %d", r.Name, r.Naive.Prompt, r.Proxy.Prompt))
 			}
 		case r.Kind == KindDedup:
 			if r.ShareOfIdeal() < MinShareOfIdeal {
@@ -106,7 +113,7 @@ func WriteSavingsTable(w io.Writer, s *Savings, verified bool) {
 	for _, r := range s.Sessions {
 		row(r, false)
 	}
-	for _, k := range []Kind{KindDedup, KindFlattened, KindControl} {
+	for _, k := range []Kind{KindDedup, KindFlattened, KindControl, KindStateless} {
 		if r, ok := s.ByKind[k]; ok {
 			row(r, true)
 		}

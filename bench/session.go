@@ -22,6 +22,10 @@ const (
 	// KindControl sessions are already well written or must not be touched:
 	// the proxy must forward them byte for byte.
 	KindControl Kind = "control"
+	// KindStateless sessions send no history (each request is one user
+	// turn): the proxy removes nothing, and must not add prompt tokens;
+	// rewrite.stable_prefix reorders them for the implicit cache.
+	KindStateless Kind = "stateless"
 )
 
 // Session is one scripted client conversation.

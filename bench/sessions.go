@@ -29,6 +29,7 @@ func Sessions() []*Session {
 		sideTaskSession(),
 		pinnedSession(),
 		functionSession(),
+		statelessSession(),
 	}
 }
 
@@ -381,5 +382,33 @@ func functionSession() *Session {
 	add(genai.RoleModel, call("signature-two-for-the-second-call"))
 	add(genai.RoleUser, resp())
 	turn("InsertBefore returns nil when mark is not an element of the list.")
+	return s
+}
+
+// stateless (NAIVE-PATTERNS N3): a client that keeps no history and sends
+// every request as one user turn, the question first and then the whole
+// file in a named fence ("{question}\n\n```go {path}\n{file}```\n", the
+// shape of command-line helpers that pipe a file after a prompt). The proxy
+// removes nothing; with rewrite.stable_prefix it puts the file first, so
+// that Gemini's implicit cache can match it from one request to the next.
+// The ideal client sends the file first and the question after it.
+func statelessSession() *Session {
+	s := &Session{Name: "stateless-go", Kind: KindStateless, Model: defaultModel,
+		Description: "stateless (N3): question first, then net/http/httputil/reverseproxy.go in a fence, no history, 6 requests"}
+	file := fence("go", "reverseproxy.go", Document("reverseproxy.go.txt"))
+	qs := []string{
+		"Why does ReverseProxy remove hop-by-hop headers before forwarding?",
+		"When is FlushInterval ignored for a response?",
+		"What does Rewrite do that Director cannot?",
+		"How are HTTP trailers forwarded to the client?",
+		"Why is X-Forwarded-For appended to rather than replaced?",
+		"What happens when the backend closes the connection in the middle of a stream?",
+	}
+	for i, q := range qs {
+		naive := user(txt(q+"\n\n"), doc("reverseproxy.go", file), txt("\n"))
+		ideal := user(doc("reverseproxy.go", file), txt("\n\n"+q+"\n"))
+		s.Turns = append(s.Turns, Turn{Naive: render([]msg{naive}), Ideal: render([]msg{ideal}),
+			Answer: fmt.Sprintf("Stateless answer %d. %s The answer is in the comments of reverseproxy.go next to the code that handles it.", i+1, q)})
+	}
 	return s
 }

@@ -108,6 +108,9 @@ type Rewrite struct {
 	DocumentTags []string `mapstructure:"document_tags"`
 	// Labels extends the built-in transcript label lexicon.
 	Labels Labels `mapstructure:"labels"`
+	// StablePrefix puts large blocks that end a user turn's text ahead of
+	// the question before them, for Gemini's implicit cache.
+	StablePrefix bool `mapstructure:"stable_prefix"`
 }
 
 // Labels are extra transcript labels, in addition to the built-in lexicon.
@@ -281,6 +284,7 @@ func Default() Config {
 			MaxBodyBytes:      32 << 20,
 			DocumentTags:      rw.DocumentTags,
 			Labels:            Labels{User: []string{}, Model: []string{}},
+			StablePrefix:      rw.StablePrefix,
 		},
 		Cache: Cache{Backend: "local", MaxBytes: 256 << 20, TTL: time.Hour},
 		Metrics: Metrics{

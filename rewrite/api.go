@@ -22,10 +22,13 @@ const (
 	RuleImage Rule = "image"
 	// RuleUnflatten split a flattened transcript into real user/model turns.
 	RuleUnflatten Rule = "unflatten"
+	// RuleStable split a text part so that its trailing blocks come before
+	// the text that led up to them (Options.StablePrefix).
+	RuleStable Rule = "stable"
 )
 
 // Rules lists every Rule, in a stable order.
-var Rules = []Rule{RuleUnchanged, RuleSuperseded, RuleSecondary, RuleImage, RuleUnflatten}
+var Rules = []Rule{RuleUnchanged, RuleSuperseded, RuleSecondary, RuleImage, RuleUnflatten, RuleStable}
 
 // UnflattenMode selects how flattened transcripts are handled.
 type UnflattenMode string
@@ -58,6 +61,10 @@ type Options struct {
 	// Lexicon holds the labels and cues used to recognise flattened
 	// transcripts. Nil means DefaultLexicon().
 	Lexicon *Lexicon
+	// StablePrefix moves large blocks that end a user turn's text part
+	// ahead of the text before them, so that Gemini's implicit cache can
+	// match them as a prefix (see stable.go). False keeps part order.
+	StablePrefix bool
 }
 
 // DefaultOptions returns the documented defaults (DESIGN §3).
@@ -68,6 +75,7 @@ func DefaultOptions() Options {
 		CompactSuperseded: true,
 		Unflatten:         UnflattenVerified,
 		DocumentTags:      []string{"file", "document", "source", "context", "currentFileContent", "selected", "file_contents"},
+		StablePrefix:      true,
 	}
 }
 
@@ -107,7 +115,8 @@ type Replacement struct {
 	Rule Rule
 	// Turn and Part locate the replaced span: indices into contents and
 	// into that turn's parts, in the request after un-flattening (the
-	// original request when UnflattenedTurns is 0).
+	// original request when UnflattenedTurns is 0) and before the splits
+	// of Options.StablePrefix.
 	Turn, Part int
 	// Document is the document's name, or its first line when it has none.
 	Document string
@@ -132,6 +141,9 @@ type Report struct {
 	Replacements []Replacement
 	// UnflattenedTurns is the number of turns created by un-flattening.
 	UnflattenedTurns int
+	// Reordered is the number of text parts split by Options.StablePrefix
+	// into their trailing blocks followed by the text before them.
+	Reordered int
 
 	// The fields below describe the rewritten request (the request after
 	// un-flattening and replacement, whether or not the caller sends it)
@@ -179,7 +191,7 @@ type Block struct {
 
 // Changed reports whether the rewrite changed the request.
 func (r *Report) Changed() bool {
-	return len(r.Replacements) > 0 || r.UnflattenedTurns > 0
+	return len(r.Replacements) > 0 || r.UnflattenedTurns > 0 || r.Reordered > 0
 }
 
 // RuleStats is the per-rule summary of a Report.
@@ -201,6 +213,9 @@ func (r *Report) ByRule() map[Rule]RuleStats {
 		s := m[RuleUnflatten]
 		s.Count += r.UnflattenedTurns
 		m[RuleUnflatten] = s
+	}
+	if r.Reordered > 0 {
+		m[RuleStable] = RuleStats{Count: r.Reordered}
 	}
 	return m
 }

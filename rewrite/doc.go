@@ -91,6 +91,9 @@
 // Request is idempotent (rewriting its output changes nothing) and
 // deterministic; it never creates, merges or reorders turns except when
 // un-flattening, and the full text of each active version stays in the
-// output. On anything it cannot handle it returns an error (ErrInvalidJSON,
+// output. With Options.StablePrefix it splits a user text part that is a
+// question followed by large blocks into two parts, the blocks first
+// (stable.go gives the rule): text is never changed, only a part boundary
+// added. On anything it cannot handle it returns an error (ErrInvalidJSON,
 // ErrNoContents, ErrUnsupported) and the caller forwards the original.
 package rewrite

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"golang.org/x/tools/txtar"
@@ -41,6 +42,7 @@ func FuzzSession(f *testing.F) {
 	f.Add("```go a.go\nfunc a() {}\nfunc b() {}\n```", "func a() {}\nfunc c() {}\n", uint16(0x5a5a), uint8(0))
 	f.Add("<file path=\"x\">\nalpha\nbeta\n</file>", "--- x ---\nalpha\nbeta\n--- End ---", uint16(0x00ff), uint8(3))
 	f.Add("intro\nalpha beta gamma delta\nepsilon zeta\n", "```\nalpha beta gamma delta\nepsilon zeta\n", uint16(0x1234), uint8(1))
+	f.Add("```go a.go\n"+strings.Repeat("func a() { return 1 }\n", 8)+"```", "<file path=\"b\">\n"+strings.Repeat("beta gamma\n", 16)+"</file>", uint16(0x0f0f), uint8(4))
 	f.Fuzz(func(t *testing.T, a, b string, pat uint16, shape uint8) {
 		var contents []map[string]any
 		for i := 0; i < 8; i++ {
@@ -50,6 +52,9 @@ func FuzzSession(f *testing.F) {
 			}
 			if pat>>(i+8)&1 == 1 {
 				text += "\n" + a
+			}
+			if shape&4 != 0 && i%2 == 0 {
+				text = "Why?\n" + text + "\n" // question first (stable prefix)
 			}
 			c := map[string]any{"parts": []any{map[string]any{"text": text}}}
 			if i%2 == 1 {

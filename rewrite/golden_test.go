@@ -23,6 +23,7 @@ type caseOptions struct {
 	CompactSuperseded *bool    `json:"compact_superseded"`
 	Unflatten         string   `json:"unflatten"`
 	DocumentTags      []string `json:"document_tags"`
+	StablePrefix      *bool    `json:"stable_prefix"`
 	// Served lists the responses the test Verifier confirms as served.
 	Served []string `json:"served"`
 }
@@ -44,6 +45,9 @@ func (c caseOptions) options() (Options, Verifier) {
 	if c.DocumentTags != nil {
 		o.DocumentTags = c.DocumentTags
 	}
+	if c.StablePrefix != nil {
+		o.StablePrefix = *c.StablePrefix
+	}
 	if c.Served == nil {
 		return o, nil
 	}
@@ -57,6 +61,9 @@ func renderReport(r *Report, err error) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "bytes %d -> %d, unflattened turns %d\n", r.BytesBefore, r.BytesAfter, r.UnflattenedTurns)
+	if r.Reordered > 0 {
+		fmt.Fprintf(&b, "stable prefix: %d parts split\n", r.Reordered)
+	}
 	for _, x := range r.Replacements {
 		fmt.Fprintf(&b, "%s turn=%d part=%d target=%d doc=%q sha256=%s bytes=%d ref=%d\n",
 			x.Rule, x.Turn, x.Part, x.Target, x.Document, x.SHA256[:12], x.Bytes, x.RefBytes)

@@ -50,6 +50,9 @@ func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 	e.analyse()
 	reps := e.final()
 	out := e.emit(reps)
+	if opts.StablePrefix {
+		out, rep.Reordered = e.stabilise(out, reps)
+	}
 	rep.Replacements = e.report(reps)
 	rep.BytesAfter = len(out)
 	e.describe(rep)

@@ -84,6 +84,8 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 	// proxy built exactly as serve builds it (same cache and Verifier).
 	var replies *bench.Replies
 	runID := fmt.Sprintf("%x", start.UnixNano())
+	var flipURL string // the in-process proxy with rewrite.stable_prefix flipped
+	stable := config.Default().Rewrite.StablePrefix
 	if proxyURL == "" {
 		replies = new(bench.Replies)
 		logger := slog.New(slog.DiscardHandler)
@@ -92,10 +94,11 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 		if err != nil {
 			return err
 		}
-		done := make(chan error, 2)
+		done := make(chan error, 3)
+		running := 1
 		defer func() {
 			cancel()
-			for range 2 {
+			for range running {
 				<-done
 			}
 		}()
@@ -106,17 +109,28 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 		c.Server.ShutdownGrace = time.Second
 		c.Upstream.URL = upstreamURL
 		addrs := make(chan string, 1)
-		go func() { done <- serveConfig(ctx, c, logger, func(p, _ string) { addrs <- p }) }()
-		select {
-		case a := <-addrs:
-			proxyURL = "http://" + a
-		case err := <-done:
-			done <- nil
-			return err
-		case <-time.After(10 * time.Second):
-			return errors.New("bench: in-process proxy did not start")
+		// The second proxy differs only in rewrite.stable_prefix, so that
+		// the savings say what the option does (issue #8).
+		flip := c
+		flip.Rewrite.StablePrefix = !c.Rewrite.StablePrefix
+		for _, pc := range []config.Config{c, flip} {
+			running++
+			go func() { done <- serveConfig(ctx, pc, logger, func(p, _ string) { addrs <- p }) }()
+			select {
+			case a := <-addrs:
+				if proxyURL == "" {
+					proxyURL = "http://" + a
+				} else {
+					flipURL = "http://" + a
+				}
+			case err := <-done:
+				done <- nil
+				return err
+			case <-time.After(10 * time.Second):
+				return errors.New("bench: in-process proxy did not start")
+			}
 		}
-		fmt.Fprintf(stderr, "bench: emulator %s, proxy %s (in-process)\n", upstreamURL, proxyURL)
+		fmt.Fprintf(stderr, "bench: emulator %s, proxy %s, proxy with stable_prefix=%v %s (in-process)\n", upstreamURL, proxyURL, !stable, flipURL)
 	}
 
 	if doSavings {
@@ -127,6 +141,17 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 		}
 		res.Savings = s
 		res.Verifier = s.ByKind[bench.KindFlattened].Unflattened > 0
+		if flipURL != "" {
+			fmt.Fprintf(stderr, "bench: savings again with rewrite.stable_prefix=%v\n", !stable)
+			f, err := bench.RunSavings(ctx, bench.SavingsOptions{DirectURL: upstreamURL, ProxyURL: flipURL, Replies: replies, RunID: runID + "-flip"})
+			if err != nil {
+				return err
+			}
+			res.StablePrefix = &bench.StablePrefix{Off: f, On: s}
+			if !stable {
+				res.StablePrefix = &bench.StablePrefix{Off: s, On: f}
+			}
+		}
 	}
 	if doOverhead {
 		o, err := runOverhead(ctx, quick, limit, upstreamURL, proxyURL, replies == nil, stderr)
@@ -155,6 +180,11 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 	if check {
 		if err := bench.Check(res.Savings, res.Verifier); err != nil {
 			return fmt.Errorf("bench: savings targets missed:\n%w", err)
+		}
+		if res.StablePrefix != nil {
+			if err := bench.CheckStablePrefix(res.StablePrefix); err != nil {
+				return fmt.Errorf("bench: rewrite.stable_prefix hurts:\n%w", err)
+			}
 		}
 		fmt.Fprintf(stderr, "bench: savings targets met (total ≥ %.0f%%, each dedup session ≥ %.0f%% of the ideal, flattened ≥ %.0f%% with a verifier, control sessions unchanged)\n", 100*bench.MinTotalSaved, 100*bench.MinShareOfIdeal, 100*bench.MinFlattenedShareOfIdeal)
 	}
@@ -351,6 +381,10 @@ func writeBenchMarkdown(w io.Writer, r *bench.Result) {
 			fmt.Fprintln(w)
 		}
 		bench.WriteSavingsTable(w, r.Savings, r.Verifier)
+	}
+	if r.StablePrefix != nil {
+		fmt.Fprintf(w, "\n### Prefix stabilisation (the proxy with rewrite.stable_prefix off and on; implicit-cache tokens from the emulator's prefix model)\n\n")
+		bench.WriteStablePrefixTable(w, r.StablePrefix)
 	}
 	if r.Overhead != nil {
 		fmt.Fprintf(w, "\n### Overhead (added = minus direct to the upstream, ÷ plain = ratio to the plain Go proxy; same cell, batches alternated)\n\n")

@@ -135,6 +135,7 @@ func proxyOptions(c config.Config) (proxy.Options, error) {
 	rw.CompactSuperseded = c.Rewrite.CompactSuperseded
 	rw.Unflatten = rewrite.UnflattenMode(c.Rewrite.Unflatten)
 	rw.DocumentTags = c.Rewrite.DocumentTags
+	rw.StablePrefix = c.Rewrite.StablePrefix
 	if len(c.Rewrite.Labels.User)+len(c.Rewrite.Labels.Model) > 0 {
 		rw.Lexicon = rewrite.DefaultLexicon().Extend(c.Rewrite.Labels.User, c.Rewrite.Labels.Model)
 	}

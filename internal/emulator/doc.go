@@ -77,12 +77,20 @@
 // # Implicit caching
 //
 // Per API key the server remembers the last 32 requests of the last 5
-// minutes (by Options.Now). A request's prefix identity is the model,
-// systemInstruction, tools and toolConfig followed by its contents; the
-// match is at content granularity: the longest run of leading contents
-// identical (after camelCase normalisation) to a remembered request. When
-// that prefix costs at least ImplicitCacheMinTokens (default 2048) its token
-// count is reported as cachedContentTokenCount with cacheTokensDetails.
+// minutes (by Options.Now). Like the API's, the match is on the prompt's
+// prefix (gemini-api.md §6.1): the model, systemInstruction, tools and
+// toolConfig must be identical; then the prompt is read as a sequence of
+// units, each content's role marker followed by its parts, and whole
+// units are shared while they are identical (after camelCase
+// normalisation). Inside the first text part that differs, the tokenizer
+// runs both texts share are shared too, except the run the first
+// difference falls in (a word cut by the difference is a different
+// token). A part boundary is a unit boundary (how the API tokenises one
+// is not documented): "AB" as one part and "A", "B" as two share the runs
+// of "A" but its last.
+// When the longest prefix shared with any remembered request costs at
+// least ImplicitCacheMinTokens (default 2048), its token count is reported
+// as cachedContentTokenCount with cacheTokensDetails.
 // Requests using an explicit cachedContent report that cache instead.
 // Interactions report the history of previous_interaction_id as
 // total_cached_tokens under the same threshold.

@@ -4,20 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 	"unicode"
-)
-
-// implicitWindow is how long a request's prefix stays eligible for
-// implicit caching; implicitPerKey and implicitKeys bound the memory.
-const (
-	implicitWindow = 5 * time.Minute
-	implicitPerKey = 32
-	implicitKeys   = 1024
 )
 
 // genRequest is a validated generateContent request.
@@ -647,69 +637,6 @@ func writeStream(c *call, mode streamMode, chunks []genResponse) {
 	if mode == modeArray {
 		_, _ = c.w.Write([]byte("]"))
 	}
-}
-
-// prefixEntry is one remembered request for implicit caching: hashes[i] is
-// the identity of the prefix made of the model/system/tools plus the first
-// i contents, counts[i] its tokens.
-type prefixEntry struct {
-	hashes []string
-	counts []modalityCounts
-	at     time.Time
-}
-
-// implicitHit reports the cached tokens of req's longest prefix (at content
-// granularity) shared with a request of the same key in the last
-// implicitWindow, if it reaches the minimum, and remembers req.
-func (s *Server) implicitHit(keyID string, req *genRequest, base modalityCounts, fileText func(string) (string, string, bool)) modalityCounts {
-	ident, _ := json.Marshal([]any{req.model, req.norm["systemInstruction"], req.norm["tools"], req.norm["toolConfig"]})
-	sum := sha256.Sum256(ident)
-	h := hex.EncodeToString(sum[:])
-	e := prefixEntry{hashes: []string{h}, counts: []modalityCounts{base}, at: s.now()}
-	contents, _ := req.norm["contents"].([]any)
-	cum := modalityCounts{}
-	cum.add(base)
-	for i, ct := range contents {
-		b, _ := json.Marshal(ct)
-		sum := sha256.Sum256(append([]byte(h), b...))
-		h = hex.EncodeToString(sum[:])
-		next := modalityCounts{}
-		next.add(cum)
-		next.add(contentsTokens(req.contents[i:i+1], fileText))
-		cum = next
-		e.hashes = append(e.hashes, h)
-		e.counts = append(e.counts, cum)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var best modalityCounts
-	kept := s.implicit[keyID][:0:0]
-	for _, old := range s.implicit[keyID] {
-		if e.at.Sub(old.at) > implicitWindow || e.at.Before(old.at.Add(-implicitWindow)) {
-			continue
-		}
-		kept = append(kept, old)
-		l := 0
-		for l < len(old.hashes) && l < len(e.hashes) && old.hashes[l] == e.hashes[l] {
-			l++
-		}
-		if l > 0 && old.counts[l-1].total() >= s.opts.ImplicitCacheMinTokens && old.counts[l-1].total() > best.total() {
-			best = old.counts[l-1]
-		}
-	}
-	kept = append(kept, e)
-	if len(kept) > implicitPerKey {
-		kept = kept[len(kept)-implicitPerKey:]
-	}
-	if _, seen := s.implicit[keyID]; !seen {
-		s.implicitKeys = append(s.implicitKeys, keyID)
-		if len(s.implicitKeys) > implicitKeys {
-			delete(s.implicit, s.implicitKeys[0])
-			s.implicitKeys = s.implicitKeys[1:]
-		}
-	}
-	s.implicit[keyID] = kept
-	return best
 }
 
 // countTokens serves models/{m}:countTokens.

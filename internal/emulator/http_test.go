@@ -330,7 +330,9 @@ func TestImplicitCaching(t *testing.T) {
 	if got := cached(turn(big, "answer", "q1"), nil); got != 0 {
 		t.Errorf("first request cached = %d, want 0", got)
 	}
-	want := 1 + emulator.CountTokens(big) + 1 + emulator.CountTokens("answer")
+	// Two whole contents, and the role of the third: "q1" and "q2" share
+	// no whole token.
+	want := 1 + emulator.CountTokens(big) + 1 + emulator.CountTokens("answer") + 1
 	if got := cached(turn(big, "answer", "q2"), nil); got != want {
 		t.Errorf("shared 2-content prefix cached = %d, want %d", got, want)
 	}
