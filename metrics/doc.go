@@ -29,7 +29,7 @@
 //	gemini_proxy_rewrite_requests_total                   counter    mode, outcome                generate requests by rewrite mode (on|dry-run|off|disabled) and outcome (changed|unchanged|error|skipped)
 //	gemini_proxy_rewrite_bytes_total                      counter    stage                        body bytes of generate requests rewritten in mode on, stage=before|after, when the upstream accepted them without fallback
 //	gemini_proxy_rewrite_saved_bytes_total                counter    rule                         bytes removed by each rewrite rule (replaced content minus references); only bodies the upstream accepted, never after a fallback
-//	gemini_proxy_rewrite_replacements_total               counter    rule                         spans replaced (or turns created, for unflatten) by each rule, same condition
+//	gemini_proxy_rewrite_replacements_total               counter    rule                         spans replaced (or turns created, for unflatten; parts split, for stable) by each rule, same condition
 //	gemini_proxy_rewrite_errors_total                     counter    -                            rewrites that failed or panicked; the original body was forwarded
 //	gemini_proxy_rewrite_fallbacks_total                  counter    -                            rewritten requests retried with the original body after a 400 or 5xx
 //	gemini_proxy_tokens_saved_total                       counter    rule, model                  estimated prompt tokens not sent: text bytes removed × tokens_per_byte (image: 258 per image minus its reference); same condition as saved bytes

@@ -251,7 +251,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"rule"}),
 		RewriteReplacements: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "rewrite_replacements_total",
-			Help: "Spans replaced by each rewrite rule (turns created, for unflatten).",
+			Help: "Spans replaced by each rewrite rule (turns created, for unflatten; parts split, for stable).",
 		}, []string{"rule"}),
 		RewriteErrors: f.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "rewrite_errors_total",
