@@ -29,8 +29,12 @@ const HeaderSession = "X-Gemini-Proxy-Session"
 // ids and session state) per tenant, with a TTL; cache.Store satisfies it.
 // Keys are hex hashes, never text. Implementations must be safe for
 // concurrent use and may forget entries at any time.
+//
+// Conversations returns the values of keys (nil where missing) in one
+// lookup: the proxy makes one call per request, so a shared store should
+// answer it in one round trip.
 type InteractionStore interface {
-	Conversation(tenant, key string) ([]byte, bool)
+	Conversations(tenant string, keys []string) [][]byte
 	SetConversation(tenant, key string, value []byte) bool
 }
 
@@ -43,8 +47,9 @@ type InteractionsOptions struct {
 	Enabled bool
 	// Store holds the interaction ids. Nil disables continuation.
 	Store InteractionStore
-	// MaxLookups bounds the store lookups one request makes, one per
-	// earlier model turn from the newest back. Zero means 8.
+	// MaxLookups bounds the interaction ids one request looks up, one per
+	// earlier model turn from the newest back, all in one
+	// InteractionStore.Conversations call. Zero means 8.
 	MaxLookups int
 }
 
@@ -383,15 +388,30 @@ func (x *interactions) decide(body []byte, tenant, model, apiModel string, strea
 		}
 	}
 
-	// The longest stored prefix that ends with a model turn.
-	looked := 0
-	for j := len(units) - 2; j >= 0 && looked < x.lookups; j-- {
-		if units[j].role != "model" {
-			continue
+	// The longest stored prefix that ends with a model turn: the chains
+	// of up to x.lookups model turns, newest first, and the session's
+	// state, all in one store call (one Redis round trip in shared mode).
+	var keys []string
+	var at []int // units index of keys[i]
+	for j := len(units) - 2; j >= 0 && len(keys) < x.lookups; j-- {
+		if units[j].role == "model" {
+			keys = append(keys, chainKey(hs[j+1]))
+			at = append(at, j)
 		}
-		looked++
-		id, ok := x.store.Conversation(tenant, chainKey(hs[j+1]))
-		if !ok || len(id) == 0 {
+	}
+	if session != "" {
+		keys = append(keys, sessionKey(model, session))
+	}
+	if len(keys) == 0 {
+		return x.start(body, apiModel, len(req.Contents), stream, plan)
+	}
+	vals := x.store.Conversations(tenant, keys)
+	if len(vals) != len(keys) {
+		return none
+	}
+	for i, j := range at {
+		id := vals[i]
+		if len(id) == 0 {
 			continue
 		}
 		// Interactions expire oldest first: when this one is gone, the
@@ -412,7 +432,7 @@ func (x *interactions) decide(body []byte, tenant, model, apiModel string, strea
 	}
 
 	if session != "" {
-		if v, ok := x.store.Conversation(tenant, sessionKey(model, session)); ok {
+		if v := vals[len(vals)-1]; len(v) > 0 {
 			var s sessionState
 			if json.Unmarshal(v, &s) == nil && s.ID != "" {
 				plan.sess = &s
@@ -436,9 +456,15 @@ func (x *interactions) decide(body []byte, tenant, model, apiModel string, strea
 		}
 	}
 
-	out, ok, err := upstream.ToInteraction(body, apiModel, "", len(req.Contents), stream)
+	return x.start(body, apiModel, len(req.Contents), stream, plan)
+}
+
+// start completes plan as a new stored interaction holding all n contents
+// of body, or returns the empty plan when body does not translate exactly.
+func (x *interactions) start(body []byte, apiModel string, n int, stream bool, plan ixPlan) ixPlan {
+	out, ok, err := upstream.ToInteraction(body, apiModel, "", n, stream)
 	if err != nil || !ok {
-		return none
+		return ixPlan{}
 	}
 	plan.kind, plan.body = metrics.InteractionStarted, out
 	return plan

@@ -26,11 +26,14 @@ type memStore struct {
 	m  map[string][]byte
 }
 
-func (s *memStore) Conversation(tenant, k string) ([]byte, bool) {
+func (s *memStore) Conversations(tenant string, keys []string) [][]byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.m[tenant+"\x00"+k]
-	return v, ok
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = s.m[tenant+"\x00"+k]
+	}
+	return out
 }
 
 func (s *memStore) SetConversation(tenant, k string, v []byte) bool {
@@ -562,4 +565,55 @@ func TestInteractionsSession(t *testing.T) {
 	if x := decodeIx(t, r6.Body); x.Prev != "" {
 		t.Errorf("after the fallback the session continued %q, want a fresh interaction", x.Prev)
 	}
+}
+
+// TestInteractionsOneStoreCall: whatever the history length and whether a
+// session header is sent, a request makes one Conversations call, for at
+// most MaxLookups chains plus the session's state, so a shared store
+// answers it in one round trip.
+func TestInteractionsOneStoreCall(t *testing.T) {
+	var turns []string
+	for i := range 12 {
+		turns = append(turns, userTurn(fmt.Sprintf("question %d", i)), modelTurn(fmt.Sprintf("answer %d", i)))
+	}
+	turns = append(turns, userTurn("last question"))
+	body := fmt.Sprintf(turnsJSON, strings.Join(turns, ","))
+	for _, tc := range []struct {
+		name string
+		hdr  []string
+	}{{"no session", nil}, {"session", []string{HeaderSession, "s1"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newIxFixture(t, emulator.Options{})
+			rec := &keyCounter{InteractionStore: f.store}
+			f.fixture = newFixture(t, f.up.URL, Options{
+				Rewrite:      RewriteOptions{Enabled: true},
+				Interactions: InteractionsOptions{Enabled: true, Store: rec},
+			})
+			if code, b := call(t, f.front.URL, genURL, keyA, body, tc.hdr...); code != http.StatusOK {
+				t.Fatalf("status %d: %s", code, b)
+			}
+			want := 8
+			if tc.hdr != nil {
+				want++
+			}
+			if rec.calls != 1 || rec.keys != want {
+				t.Errorf("Conversations: %d calls for %d keys, want 1 call for %d keys", rec.calls, rec.keys, want)
+			}
+		})
+	}
+}
+
+// keyCounter counts Conversations calls and the keys they ask for.
+type keyCounter struct {
+	InteractionStore
+	mu          sync.Mutex
+	calls, keys int
+}
+
+func (k *keyCounter) Conversations(tenant string, keys []string) [][]byte {
+	k.mu.Lock()
+	k.calls++
+	k.keys += len(keys)
+	k.mu.Unlock()
+	return k.InteractionStore.Conversations(tenant, keys)
 }
