@@ -570,7 +570,7 @@ func (x *interactions) roundTrip(base http.RoundTripper, req *http.Request, st *
 	}
 	var translated *http.Response
 	if st.stream {
-		translated, err = x.stream(up, model, !sse, done)
+		translated, err = x.stream(up, model, !sse, st.sdk == SDKGenerativeAIJS, done)
 	} else {
 		translated, err = x.unary(up, model, done)
 	}
@@ -649,10 +649,10 @@ func responseParts(b []byte) (string, []any) {
 
 // stream translates a streamed interaction. It reads until the first
 // translated chunk exists, so that a failure before it is a fallback; the
-// rest is translated as the client reads.
-func (x *interactions) stream(up *http.Response, model string, array bool, done func(string, []any)) (*http.Response, error) {
+// rest is translated as the client reads. bare is chunkSink.bare.
+func (x *interactions) stream(up *http.Response, model string, array, bare bool, done func(string, []any)) (*http.Response, error) {
 	s := &ixStream{up: up.Body, buf: make([]byte, 32<<10), done: done}
-	s.sink = &chunkSink{array: array, out: &s.out}
+	s.sink = &chunkSink{array: array, bare: bare, out: &s.out}
 	s.tr = upstream.NewStreamTranslator(model, s.sink)
 	for s.out.Len() == 0 && s.err == nil {
 		s.fill()
@@ -729,6 +729,15 @@ func (s *ixStream) Close() error { return s.up.Close() }
 // (no alt), "[" obj ",\r\n" obj … "]" (gemini-api.md §1.3.2).
 type chunkSink struct {
 	array bool
+	// bare drops the content of the final chunk when it holds only an
+	// empty text part: the deprecated @google/generative-ai JS SDK
+	// aggregates a stream one part per chunk and, finding an empty text
+	// part, leaves the whole turn out of a chat's history. The Gemini API
+	// puts the last text piece and finishReason in one chunk; the
+	// translator cannot know a piece is the last when it writes it. The
+	// current SDKs need every chunk to have content (@google/genai's chat
+	// records an empty answer otherwise), so only that SDK gets it.
+	bare  bool
 	out   *bytes.Buffer
 	n     int
 	id    string
@@ -736,7 +745,14 @@ type chunkSink struct {
 }
 
 func (c *chunkSink) Write(p []byte) (int, error) {
+	n := len(p)
 	js := bytes.TrimSuffix(bytes.TrimPrefix(p, []byte("data: ")), []byte("\r\n\r\n"))
+	if c.bare {
+		if b, ok := withoutEmptyContent(js); ok {
+			js = b
+			p = append(append([]byte("data: "), b...), "\r\n\r\n"...)
+		}
+	}
 	id, parts := responseParts(js)
 	if id != "" {
 		c.id = id
@@ -744,7 +760,7 @@ func (c *chunkSink) Write(p []byte) (int, error) {
 	c.parts = append(c.parts, parts...)
 	if !c.array {
 		c.out.Write(p)
-		return len(p), nil
+		return n, nil
 	}
 	if c.n == 0 {
 		c.out.WriteByte('[')
@@ -753,7 +769,43 @@ func (c *chunkSink) Write(p []byte) (int, error) {
 	}
 	c.out.Write(js)
 	c.n++
-	return len(p), nil
+	return n, nil
+}
+
+// withoutEmptyContent returns the chunk js without candidate 0's content
+// when that candidate has a finishReason and its content holds exactly
+// one part, {"text":""}; ok is false (and js is kept) otherwise.
+func withoutEmptyContent(js []byte) ([]byte, bool) {
+	if !bytes.Contains(js, []byte(`"finishReason"`)) {
+		return nil, false
+	}
+	v, err := decodeAny(js)
+	if err != nil {
+		return nil, false
+	}
+	m, _ := v.(map[string]any)
+	cands, _ := m["candidates"].([]any)
+	if len(cands) == 0 {
+		return nil, false
+	}
+	c, _ := cands[0].(map[string]any)
+	if _, ok := c["finishReason"]; !ok {
+		return nil, false
+	}
+	content, _ := c["content"].(map[string]any)
+	parts, _ := content["parts"].([]any)
+	if len(parts) != 1 {
+		return nil, false
+	}
+	if p, _ := parts[0].(map[string]any); len(p) != 1 || p["text"] != "" {
+		return nil, false
+	}
+	delete(c, "content")
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, false
+	}
+	return b, true
 }
 
 // close ends a JSON-array stream.

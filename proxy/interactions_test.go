@@ -617,3 +617,76 @@ func (k *keyCounter) Conversations(tenant string, keys []string) [][]byte {
 	k.mu.Unlock()
 	return k.InteractionStore.Conversations(tenant, keys)
 }
+
+func TestWithoutEmptyContent(t *testing.T) {
+	const usage = `"usageMetadata":{"promptTokenCount":3,"totalTokenCount":79}`
+	tests := []struct {
+		name, in, want string // want "" keeps the chunk
+	}{
+		{"final empty text",
+			`{"candidates":[{"content":{"parts":[{"text":""}],"role":"model"},"finishReason":"STOP","index":0}],` + usage + `,"responseId":"v1_a"}`,
+			`{"candidates":[{"finishReason":"STOP","index":0}],` + usage + `,"responseId":"v1_a"}`},
+		{"final with text", `{"candidates":[{"content":{"parts":[{"text":"end."}],"role":"model"},"finishReason":"STOP"}]}`, ""},
+		{"final with signature", `{"candidates":[{"content":{"parts":[{"text":"","thoughtSignature":"c2ln"}],"role":"model"},"finishReason":"STOP"}]}`, ""},
+		{"empty text without finish", `{"candidates":[{"content":{"parts":[{"text":""}],"role":"model"}}]}`, ""},
+		{"two parts", `{"candidates":[{"content":{"parts":[{"text":""},{"text":""}],"role":"model"},"finishReason":"STOP"}]}`, ""},
+		{"no candidates", `{"usageMetadata":{"totalTokenCount":1},"finishReason":"x"}`, ""},
+	}
+	for _, tt := range tests {
+		got, ok := withoutEmptyContent([]byte(tt.in))
+		if ok != (tt.want != "") {
+			t.Errorf("%s: withoutEmptyContent changed = %v, want %v", tt.name, ok, tt.want != "")
+			continue
+		}
+		if ok {
+			var g, w any
+			if err := json.Unmarshal(got, &g); err != nil {
+				t.Fatalf("%s: %v", tt.name, err)
+			}
+			json.Unmarshal([]byte(tt.want), &w) //nolint:errcheck // a test constant
+			if diff := cmp.Diff(w, g); diff != "" {
+				t.Errorf("%s: withoutEmptyContent (-want +got):\n%s", tt.name, diff)
+			}
+		}
+	}
+}
+
+// TestInteractionsStreamFinalChunk: the final chunk of a translated stream
+// keeps its empty text part for the current SDKs (whose chat helpers
+// need content in every chunk) and loses its content for the deprecated
+// @google/generative-ai JS SDK (whose chat drops a turn with an empty
+// text part); the answer is the same, and the next turn continues either
+// way.
+func TestInteractionsStreamFinalChunk(t *testing.T) {
+	for _, tc := range []struct {
+		client    string
+		wantEmpty bool
+	}{
+		{"google-genai-sdk/1.30.0 gl-node/v22.1.0", true},
+		{"google-genai-sdk/1.77.0 gl-go/1.26", true},
+		{"genai-js/0.24.1", false},
+	} {
+		t.Run(tc.client, func(t *testing.T) {
+			f := newIxFixture(t, emulator.Options{StreamChunkBytes: 1 << 20})
+			first := userTurn("Hello")
+			code, b := call(t, f.front.URL, sseURL, keyA, fmt.Sprintf(turnsJSON, first), "X-Goog-Api-Client", tc.client)
+			if code != http.StatusOK {
+				t.Fatalf("status %d: %s", code, b)
+			}
+			if got := strings.Contains(string(b), `{"text":""}`); got != tc.wantEmpty {
+				t.Errorf("empty text part in the stream = %v, want %v:\n%s", got, tc.wantEmpty, b)
+			}
+			a := parseAnswer(t, sseURL, b)
+			if a.Finish != "STOP" || a.Usage == nil || a.Text == "" {
+				t.Errorf("answer %+v, want text, STOP and usage", a)
+			}
+			next := fmt.Sprintf(turnsJSON, strings.Join([]string{first, modelTurn(a.Text), userTurn("More")}, ","))
+			if code, b := call(t, f.front.URL, sseURL, keyA, next, "X-Goog-Api-Client", tc.client); code != http.StatusOK {
+				t.Fatalf("turn 2 status %d: %s", code, b)
+			}
+			if x := decodeIx(t, lastReceived(t, f.emu).Body); x.Prev == "" || len(x.Input) != 1 {
+				t.Errorf("turn 2: prev %q, %d input steps; want a continuation", x.Prev, len(x.Input))
+			}
+		})
+	}
+}

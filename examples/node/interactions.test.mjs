@@ -223,11 +223,10 @@ describe('chats through gemini-proxy with Interactions continuation', { timeout:
     checkUpload(env.upstream, 0, QUESTIONS);
   });
 
-  test('@google/generative-ai startChat, unary (deprecated SDK)', async (t) => {
-    // Unary only: this SDK's sendMessageStream aggregates the chunks one part
-    // each and drops the turn from its history when any part is an empty
-    // text, which the final chunk of a translated interaction stream has
-    // (README, Limits).
+  test('@google/generative-ai startChat, unary and streamed (deprecated SDK)', async (t) => {
+    // This SDK aggregates a stream one part per chunk and leaves the turn
+    // out of the chat history when a part is an empty text: the proxy sends
+    // it the final chunk of a translated stream without content (README).
     const env = await stack(['--stream-chunk-bytes', '1048576']);
     t.after(() => env.stop());
     const chat = (baseUrl) =>
@@ -235,9 +234,20 @@ describe('chats through gemini-proxy with Interactions continuation', { timeout:
     const pc = chat(env.proxyURL);
     const dc = chat(env.emulatorURL);
     for (const [i, q] of QUESTIONS.entries()) {
-      const got = (await pc.sendMessage(q)).response.text();
-      const want = (await dc.sendMessage(q)).response.text();
-      assert.equal(got, want, `turn ${i + 1}`);
+      const send = async (c) => {
+        if (i % 2 === 0) {
+          const r = (await c.sendMessage(q)).response;
+          return { text: r.text(), usage: r.usageMetadata };
+        }
+        const r = await c.sendMessageStream(q);
+        for await (const _ of r.stream);
+        const a = await r.response;
+        return { text: a.text(), usage: a.usageMetadata };
+      };
+      const got = await send(pc);
+      const want = await send(dc);
+      assert.deepEqual(got, want, `turn ${i + 1}`);
+      assert.equal((await pc.getHistory()).length, 2 * (i + 1), `turn ${i + 1}: history through the proxy`);
     }
     assert.deepEqual(await pc.getHistory(), await dc.getHistory());
     checkUpload(env.upstream, 0, QUESTIONS);
