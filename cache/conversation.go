@@ -35,14 +35,58 @@ func (s *Store) Conversation(tenant, k string) ([]byte, bool) {
 	return v, true
 }
 
+// Conversations is Conversation for several keys of one tenant at once: the
+// value of keys[i] is at index i, nil when missing. The keys missing
+// locally are asked of Redis in one MGET, one round trip bounded by
+// Options.RedisTimeout however many keys there are (no Redis call when
+// every key is local, in local-only mode, or while Redis is paused after
+// an error); what Redis has is kept locally. The caller must not modify the
+// values.
+func (s *Store) Conversations(tenant string, keys []string) [][]byte {
+	out := make([][]byte, len(keys))
+	var miss []int
+	for i, k := range keys {
+		if v, ok := s.Get(AreaConversations, tenant, k); ok {
+			out[i] = v
+			continue
+		}
+		miss = append(miss, i)
+	}
+	if s.redis == nil || len(miss) == 0 {
+		return out
+	}
+	rk := make([]string, len(miss))
+	for j, i := range miss {
+		rk[j] = conversationKey(tenant, keys[i])
+	}
+	vs := s.redis.getValues(rk)
+	for j, v := range vs {
+		if v == nil {
+			continue
+		}
+		i := miss[j]
+		out[i] = v
+		s.areas[AreaConversations].set(key(tenant, keys[i]), v, s.opts.TTL)
+	}
+	return out
+}
+
 // SetConversation stores value under (tenant, k) in AreaConversations for
 // Options.TTL and, in shared mode, queues the same write for Redis (with
 // the TTL) so that other replicas see it once it landed; it never waits
-// for Redis. It reports whether the local cache accepted the entry. The
+// for Redis. The local write is visible to Conversation and Conversations
+// when SetConversation returns (it waits for the local cache to apply it,
+// unlike Set; see the README section on Interactions continuation for the
+// measured cost), so a client's next turn on this replica finds it however
+// soon it comes. It reports whether the local cache accepted the entry. The
 // Store keeps value: the caller must not modify it afterwards. Call Wait
-// before expecting the write to be visible.
+// before expecting the Redis write to be visible to other replicas.
 func (s *Store) SetConversation(tenant, k string, value []byte) bool {
-	ok := s.Set(AreaConversations, tenant, k, value)
+	a := s.areas[AreaConversations]
+	ok := a.set(key(tenant, k), value, s.opts.TTL)
+	if ok {
+		a.c.Wait()
+	}
 	if s.redis != nil {
 		s.redis.enqueue(servedWrite{tenant: tenant, key: conversationKey(tenant, k), val: value})
 	}
@@ -68,4 +112,28 @@ func (r *redisBackend) getValue(k string) ([]byte, bool) {
 	r.succeeded()
 	r.hits.Add(1)
 	return b, true
+}
+
+// getValues reads plain values with one MGET: the value of keys[i] at
+// index i, nil when missing or when Redis is unavailable.
+func (r *redisBackend) getValues(keys []string) [][]byte {
+	out := make([][]byte, len(keys))
+	if !r.available() || len(keys) == 0 {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	vs, err := r.c.MGet(ctx, keys...).Result()
+	if err != nil {
+		r.failed(&r.readErrors, err)
+		return out
+	}
+	r.succeeded()
+	for i, v := range vs {
+		if s, ok := v.(string); ok && i < len(out) {
+			out[i] = []byte(s)
+			r.hits.Add(1)
+		}
+	}
+	return out
 }

@@ -1,7 +1,14 @@
 package cache_test
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/gemini-proxy/gemini-proxy/cache"
 	"github.com/gemini-proxy/gemini-proxy/cache/cachetest"
@@ -46,5 +53,149 @@ func TestConversationRedis(t *testing.T) {
 	srv.Stop()
 	if v, ok := b.Conversation(tenantA, "ix:0123"); !ok || string(v) != "v1_shared" {
 		t.Errorf("after Redis stopped, replica B Conversation = %q, %v; want the local copy", v, ok)
+	}
+}
+
+// TestConversationImmediate: a SetConversation is visible to Conversation
+// and Conversations as soon as it returns, without Wait: a client's next
+// turn may arrive right after the previous response ended.
+func TestConversationImmediate(t *testing.T) {
+	s := newStore(t, cache.Options{})
+	for i := range 200 {
+		k := fmt.Sprintf("ix:%04d", i)
+		want := fmt.Sprintf("v1_%d", i)
+		if !s.SetConversation(tenantA, k, []byte(want)) {
+			t.Fatalf("SetConversation(%s) rejected", k)
+		}
+		if v, ok := s.Conversation(tenantA, k); !ok || string(v) != want {
+			t.Fatalf("Conversation(%s) right after SetConversation = %q, %v; want %s, true", k, v, ok, want)
+		}
+		if vs := s.Conversations(tenantA, []string{k}); string(vs[0]) != want {
+			t.Fatalf("Conversations(%s) right after SetConversation = %q; want %s", k, vs[0], want)
+		}
+	}
+}
+
+// TestConversationsLocal: Conversations returns each key's value at its
+// index, nil for missing keys and for another tenant's.
+func TestConversationsLocal(t *testing.T) {
+	s := newStore(t, cache.Options{})
+	s.SetConversation(tenantA, "ix:1", []byte("one"))
+	s.SetConversation(tenantA, "ix:3", []byte("three"))
+	s.SetConversation(tenantB, "ix:2", []byte("b-two"))
+	got := s.Conversations(tenantA, []string{"ix:1", "ix:2", "ix:3", "ix:4"})
+	want := [][]byte{[]byte("one"), nil, []byte("three"), nil}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Conversations (-want +got):\n%s", diff)
+	}
+	if got := s.Conversations(tenantA, nil); len(got) != 0 {
+		t.Errorf("Conversations(no keys) = %q, want none", got)
+	}
+}
+
+// TestConversationsRedis: another replica reads eight conversation keys
+// with one MGET (one round trip), keeps them locally, asks Redis nothing
+// when every key is local, and with Redis stopped answers from its local
+// copy within about one Redis timeout.
+func TestConversationsRedis(t *testing.T) {
+	srv := cachetest.StartRedis(t)
+	a := newStore(t, cache.Options{RedisURL: srv.URL()})
+	b := newStore(t, cache.Options{RedisURL: srv.URL(), RedisTimeout: 50 * time.Millisecond})
+	var keys []string
+	var want [][]byte
+	for i := range 8 {
+		k := fmt.Sprintf("ix:%02d", i)
+		keys = append(keys, k)
+		if i%2 == 0 {
+			a.SetConversation(tenantA, k, []byte("v1_"+k))
+			want = append(want, []byte("v1_"+k))
+		} else {
+			want = append(want, nil)
+		}
+	}
+	a.Wait()
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rc.Close()
+	if err := rc.ConfigResetStat(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, b.Conversations(tenantA, keys)); diff != "" {
+		t.Errorf("replica B Conversations (-want +got):\n%s", diff)
+	}
+	if got := b.Conversations(tenantB, keys); slices.ContainsFunc(got, func(v []byte) bool { return v != nil }) {
+		t.Errorf("replica B found tenant A's entries for tenant B: %q", got)
+	}
+	b.Wait()
+	// Only the keys missing locally go to Redis: none of the found ones.
+	b.Conversations(tenantA, []string{keys[0], keys[2]})
+	stats, err := rc.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stats, "cmdstat_mget:calls=2,") || strings.Contains(stats, "cmdstat_get:") {
+		t.Errorf("Redis commands = %s; want 2 MGET (tenant A, tenant B) and no GET", stats)
+	}
+
+	srv.Stop()
+	start := time.Now()
+	got := b.Conversations(tenantA, keys)
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Conversations with Redis stopped took %v", d)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("replica B Conversations with Redis stopped (-want +got):\n%s", diff)
+	}
+}
+
+// TestConversationsSlowRedis: a Redis that never answers costs one
+// Conversations call about one Redis timeout, however many keys it asks,
+// and the next call nothing (Redis is paused).
+func TestConversationsSlowRedis(t *testing.T) {
+	ln := blackhole(t)
+	s := newStore(t, cache.Options{RedisURL: "redis://" + ln + "/0", RedisTimeout: 30 * time.Millisecond})
+	keys := make([]string, 8)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("ix:%02d", i)
+	}
+	start := time.Now()
+	s.Conversations(tenantA, keys)
+	first := time.Since(start)
+	s.Conversations(tenantA, keys)
+	total := time.Since(start)
+	if first > 300*time.Millisecond || total-first > 20*time.Millisecond {
+		t.Errorf("8 keys against a silent Redis took %v, then %v; want about the 30ms timeout, then nothing", first, total-first)
+	}
+	if st := s.Stats().Redis; st.ReadErrors != 1 || st.Up {
+		t.Errorf("redis stats = %+v, want one read error and down", st)
+	}
+}
+
+// BenchmarkSetConversation compares SetConversation, which waits for the
+// local cache to apply the write, with Set, which does not, in parallel
+// like concurrent requests.
+func BenchmarkSetConversation(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		set  func(s *cache.Store, k string, v []byte)
+	}{
+		{"Set", func(s *cache.Store, k string, v []byte) { s.Set(cache.AreaConversations, tenantA, k, v) }},
+		{"SetConversation", func(s *cache.Store, k string, v []byte) { s.SetConversation(tenantA, k, v) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, err := cache.New(cache.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			v := []byte("v1_abcdefghijklmnopqrstuvwxyz")
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					i++
+					tc.set(s, fmt.Sprintf("ix:%p:%d", pb, i), v)
+				}
+			})
+		})
 	}
 }

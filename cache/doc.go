@@ -89,6 +89,9 @@
 // queue as served responses, read on a local miss): the proxy keeps its
 // Interactions API ids and session state there (issue 8), so that any
 // replica can continue a conversation another one started.
+// Store.Conversations reads many keys with one MGET of the local misses.
+// Unlike Set, SetConversation returns only once the local write is
+// visible, so the next request on this replica finds it.
 //
 // Verifier does not implement rewrite.Memo. A warm memo made turn 50 of a
 // conversation slower than no memo at all (BenchmarkTurn50, -count 5

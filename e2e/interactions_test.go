@@ -29,6 +29,13 @@ const ixModel = "gemini-2.5-flash"
 // real cache.Store.
 func newIxStack(t *testing.T, opts emulator.Options) *stack {
 	t.Helper()
+	return newIxStackStore(t, opts, func(s *cache.Store) proxy.InteractionStore { return &waitingStore{s} })
+}
+
+// newIxStackStore is newIxStack with the proxy's InteractionStore made
+// from the cache.Store by wrap.
+func newIxStackStore(t *testing.T, opts emulator.Options, wrap func(*cache.Store) proxy.InteractionStore) *stack {
+	t.Helper()
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return fixedNow }
 	}
@@ -50,7 +57,7 @@ func newIxStack(t *testing.T, opts emulator.Options) *stack {
 		Upstream:     up,
 		Rewrite:      proxy.RewriteOptions{Enabled: true},
 		Verifier:     func(tenant string) rewrite.Verifier { return store.Verifier(tenant) },
-		Interactions: proxy.InteractionsOptions{Enabled: true, Store: &waitingStore{store}},
+		Interactions: proxy.InteractionsOptions{Enabled: true, Store: wrap(store)},
 	}, slog.New(slog.DiscardHandler), m)
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)
@@ -189,6 +196,32 @@ func TestInteractionsChat(t *testing.T) {
 				t.Errorf("continued requests = %v, want %d", n, len(questions)-1)
 			}
 		})
+	}
+}
+
+// TestInteractionsImmediateNextTurn: with the proxy's own cache.Store
+// (no test wrapper that waits for cache writes), a chat that sends each
+// turn as soon as it read the previous answer, unary or streamed, with no
+// pause, continues on every turn: the interaction id of an answer is
+// visible locally before the answer's body ends.
+func TestInteractionsImmediateNextTurn(t *testing.T) {
+	st := newIxStackStore(t, oneChunk, func(s *cache.Store) proxy.InteractionStore { return s })
+	for round := range 5 {
+		chat, err := newClient(t, st.proxyURL).Chats.Create(t.Context(), ixModel, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 6 {
+			before := len(st.emu.Received())
+			send(t, chat, i%2 == 1, fmt.Sprintf("round %d, question %d", round, i))
+			rs := st.emu.Received()
+			if len(rs) != before+1 {
+				t.Fatalf("round %d turn %d: %d upstream requests, want 1", round, i+1, len(rs)-before)
+			}
+			if x := ixOf(t, rs[len(rs)-1]); i > 0 && (x.Prev == "" || len(x.Input) != 1) {
+				t.Errorf("round %d turn %d: prev %q, %d input steps; want a continuation with the new turn only", round, i+1, x.Prev, len(x.Input))
+			}
+		}
 	}
 }
 

@@ -29,8 +29,12 @@ const HeaderSession = "X-Gemini-Proxy-Session"
 // ids and session state) per tenant, with a TTL; cache.Store satisfies it.
 // Keys are hex hashes, never text. Implementations must be safe for
 // concurrent use and may forget entries at any time.
+//
+// Conversations returns the values of keys (nil where missing) in one
+// lookup: the proxy makes one call per request, so a shared store should
+// answer it in one round trip.
 type InteractionStore interface {
-	Conversation(tenant, key string) ([]byte, bool)
+	Conversations(tenant string, keys []string) [][]byte
 	SetConversation(tenant, key string, value []byte) bool
 }
 
@@ -43,8 +47,9 @@ type InteractionsOptions struct {
 	Enabled bool
 	// Store holds the interaction ids. Nil disables continuation.
 	Store InteractionStore
-	// MaxLookups bounds the store lookups one request makes, one per
-	// earlier model turn from the newest back. Zero means 8.
+	// MaxLookups bounds the interaction ids one request looks up, one per
+	// earlier model turn from the newest back, all in one
+	// InteractionStore.Conversations call. Zero means 8.
 	MaxLookups int
 }
 
@@ -383,15 +388,30 @@ func (x *interactions) decide(body []byte, tenant, model, apiModel string, strea
 		}
 	}
 
-	// The longest stored prefix that ends with a model turn.
-	looked := 0
-	for j := len(units) - 2; j >= 0 && looked < x.lookups; j-- {
-		if units[j].role != "model" {
-			continue
+	// The longest stored prefix that ends with a model turn: the chains
+	// of up to x.lookups model turns, newest first, and the session's
+	// state, all in one store call (one Redis round trip in shared mode).
+	var keys []string
+	var at []int // units index of keys[i]
+	for j := len(units) - 2; j >= 0 && len(keys) < x.lookups; j-- {
+		if units[j].role == "model" {
+			keys = append(keys, chainKey(hs[j+1]))
+			at = append(at, j)
 		}
-		looked++
-		id, ok := x.store.Conversation(tenant, chainKey(hs[j+1]))
-		if !ok || len(id) == 0 {
+	}
+	if session != "" {
+		keys = append(keys, sessionKey(model, session))
+	}
+	if len(keys) == 0 {
+		return x.start(body, apiModel, len(req.Contents), stream, plan)
+	}
+	vals := x.store.Conversations(tenant, keys)
+	if len(vals) != len(keys) {
+		return none
+	}
+	for i, j := range at {
+		id := vals[i]
+		if len(id) == 0 {
 			continue
 		}
 		// Interactions expire oldest first: when this one is gone, the
@@ -412,7 +432,7 @@ func (x *interactions) decide(body []byte, tenant, model, apiModel string, strea
 	}
 
 	if session != "" {
-		if v, ok := x.store.Conversation(tenant, sessionKey(model, session)); ok {
+		if v := vals[len(vals)-1]; len(v) > 0 {
 			var s sessionState
 			if json.Unmarshal(v, &s) == nil && s.ID != "" {
 				plan.sess = &s
@@ -436,9 +456,15 @@ func (x *interactions) decide(body []byte, tenant, model, apiModel string, strea
 		}
 	}
 
-	out, ok, err := upstream.ToInteraction(body, apiModel, "", len(req.Contents), stream)
+	return x.start(body, apiModel, len(req.Contents), stream, plan)
+}
+
+// start completes plan as a new stored interaction holding all n contents
+// of body, or returns the empty plan when body does not translate exactly.
+func (x *interactions) start(body []byte, apiModel string, n int, stream bool, plan ixPlan) ixPlan {
+	out, ok, err := upstream.ToInteraction(body, apiModel, "", n, stream)
 	if err != nil || !ok {
-		return none
+		return ixPlan{}
 	}
 	plan.kind, plan.body = metrics.InteractionStarted, out
 	return plan
@@ -544,7 +570,7 @@ func (x *interactions) roundTrip(base http.RoundTripper, req *http.Request, st *
 	}
 	var translated *http.Response
 	if st.stream {
-		translated, err = x.stream(up, model, !sse, done)
+		translated, err = x.stream(up, model, !sse, st.sdk == SDKGenerativeAIJS, done)
 	} else {
 		translated, err = x.unary(up, model, done)
 	}
@@ -623,10 +649,10 @@ func responseParts(b []byte) (string, []any) {
 
 // stream translates a streamed interaction. It reads until the first
 // translated chunk exists, so that a failure before it is a fallback; the
-// rest is translated as the client reads.
-func (x *interactions) stream(up *http.Response, model string, array bool, done func(string, []any)) (*http.Response, error) {
+// rest is translated as the client reads. bare is chunkSink.bare.
+func (x *interactions) stream(up *http.Response, model string, array, bare bool, done func(string, []any)) (*http.Response, error) {
 	s := &ixStream{up: up.Body, buf: make([]byte, 32<<10), done: done}
-	s.sink = &chunkSink{array: array, out: &s.out}
+	s.sink = &chunkSink{array: array, bare: bare, out: &s.out}
 	s.tr = upstream.NewStreamTranslator(model, s.sink)
 	for s.out.Len() == 0 && s.err == nil {
 		s.fill()
@@ -703,6 +729,15 @@ func (s *ixStream) Close() error { return s.up.Close() }
 // (no alt), "[" obj ",\r\n" obj … "]" (gemini-api.md §1.3.2).
 type chunkSink struct {
 	array bool
+	// bare drops the content of the final chunk when it holds only an
+	// empty text part: the deprecated @google/generative-ai JS SDK
+	// aggregates a stream one part per chunk and, finding an empty text
+	// part, leaves the whole turn out of a chat's history. The Gemini API
+	// puts the last text piece and finishReason in one chunk; the
+	// translator cannot know a piece is the last when it writes it. The
+	// current SDKs need every chunk to have content (@google/genai's chat
+	// records an empty answer otherwise), so only that SDK gets it.
+	bare  bool
 	out   *bytes.Buffer
 	n     int
 	id    string
@@ -710,7 +745,14 @@ type chunkSink struct {
 }
 
 func (c *chunkSink) Write(p []byte) (int, error) {
+	n := len(p)
 	js := bytes.TrimSuffix(bytes.TrimPrefix(p, []byte("data: ")), []byte("\r\n\r\n"))
+	if c.bare {
+		if b, ok := withoutEmptyContent(js); ok {
+			js = b
+			p = append(append([]byte("data: "), b...), "\r\n\r\n"...)
+		}
+	}
 	id, parts := responseParts(js)
 	if id != "" {
 		c.id = id
@@ -718,7 +760,7 @@ func (c *chunkSink) Write(p []byte) (int, error) {
 	c.parts = append(c.parts, parts...)
 	if !c.array {
 		c.out.Write(p)
-		return len(p), nil
+		return n, nil
 	}
 	if c.n == 0 {
 		c.out.WriteByte('[')
@@ -727,7 +769,43 @@ func (c *chunkSink) Write(p []byte) (int, error) {
 	}
 	c.out.Write(js)
 	c.n++
-	return len(p), nil
+	return n, nil
+}
+
+// withoutEmptyContent returns the chunk js without candidate 0's content
+// when that candidate has a finishReason and its content holds exactly
+// one part, {"text":""}; ok is false (and js is kept) otherwise.
+func withoutEmptyContent(js []byte) ([]byte, bool) {
+	if !bytes.Contains(js, []byte(`"finishReason"`)) {
+		return nil, false
+	}
+	v, err := decodeAny(js)
+	if err != nil {
+		return nil, false
+	}
+	m, _ := v.(map[string]any)
+	cands, _ := m["candidates"].([]any)
+	if len(cands) == 0 {
+		return nil, false
+	}
+	c, _ := cands[0].(map[string]any)
+	if _, ok := c["finishReason"]; !ok {
+		return nil, false
+	}
+	content, _ := c["content"].(map[string]any)
+	parts, _ := content["parts"].([]any)
+	if len(parts) != 1 {
+		return nil, false
+	}
+	if p, _ := parts[0].(map[string]any); len(p) != 1 || p["text"] != "" {
+		return nil, false
+	}
+	delete(c, "content")
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, false
+	}
+	return b, true
 }
 
 // close ends a JSON-array stream.

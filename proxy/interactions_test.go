@@ -26,11 +26,14 @@ type memStore struct {
 	m  map[string][]byte
 }
 
-func (s *memStore) Conversation(tenant, k string) ([]byte, bool) {
+func (s *memStore) Conversations(tenant string, keys []string) [][]byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.m[tenant+"\x00"+k]
-	return v, ok
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = s.m[tenant+"\x00"+k]
+	}
+	return out
 }
 
 func (s *memStore) SetConversation(tenant, k string, v []byte) bool {
@@ -561,5 +564,129 @@ func TestInteractionsSession(t *testing.T) {
 	r6 := ask(keyA, "s1", "Fresh start.")
 	if x := decodeIx(t, r6.Body); x.Prev != "" {
 		t.Errorf("after the fallback the session continued %q, want a fresh interaction", x.Prev)
+	}
+}
+
+// TestInteractionsOneStoreCall: whatever the history length and whether a
+// session header is sent, a request makes one Conversations call, for at
+// most MaxLookups chains plus the session's state, so a shared store
+// answers it in one round trip.
+func TestInteractionsOneStoreCall(t *testing.T) {
+	var turns []string
+	for i := range 12 {
+		turns = append(turns, userTurn(fmt.Sprintf("question %d", i)), modelTurn(fmt.Sprintf("answer %d", i)))
+	}
+	turns = append(turns, userTurn("last question"))
+	body := fmt.Sprintf(turnsJSON, strings.Join(turns, ","))
+	for _, tc := range []struct {
+		name string
+		hdr  []string
+	}{{"no session", nil}, {"session", []string{HeaderSession, "s1"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newIxFixture(t, emulator.Options{})
+			rec := &keyCounter{InteractionStore: f.store}
+			f.fixture = newFixture(t, f.up.URL, Options{
+				Rewrite:      RewriteOptions{Enabled: true},
+				Interactions: InteractionsOptions{Enabled: true, Store: rec},
+			})
+			if code, b := call(t, f.front.URL, genURL, keyA, body, tc.hdr...); code != http.StatusOK {
+				t.Fatalf("status %d: %s", code, b)
+			}
+			want := 8
+			if tc.hdr != nil {
+				want++
+			}
+			if rec.calls != 1 || rec.keys != want {
+				t.Errorf("Conversations: %d calls for %d keys, want 1 call for %d keys", rec.calls, rec.keys, want)
+			}
+		})
+	}
+}
+
+// keyCounter counts Conversations calls and the keys they ask for.
+type keyCounter struct {
+	InteractionStore
+	mu          sync.Mutex
+	calls, keys int
+}
+
+func (k *keyCounter) Conversations(tenant string, keys []string) [][]byte {
+	k.mu.Lock()
+	k.calls++
+	k.keys += len(keys)
+	k.mu.Unlock()
+	return k.InteractionStore.Conversations(tenant, keys)
+}
+
+func TestWithoutEmptyContent(t *testing.T) {
+	const usage = `"usageMetadata":{"promptTokenCount":3,"totalTokenCount":79}`
+	tests := []struct {
+		name, in, want string // want "" keeps the chunk
+	}{
+		{"final empty text",
+			`{"candidates":[{"content":{"parts":[{"text":""}],"role":"model"},"finishReason":"STOP","index":0}],` + usage + `,"responseId":"v1_a"}`,
+			`{"candidates":[{"finishReason":"STOP","index":0}],` + usage + `,"responseId":"v1_a"}`},
+		{"final with text", `{"candidates":[{"content":{"parts":[{"text":"end."}],"role":"model"},"finishReason":"STOP"}]}`, ""},
+		{"final with signature", `{"candidates":[{"content":{"parts":[{"text":"","thoughtSignature":"c2ln"}],"role":"model"},"finishReason":"STOP"}]}`, ""},
+		{"empty text without finish", `{"candidates":[{"content":{"parts":[{"text":""}],"role":"model"}}]}`, ""},
+		{"two parts", `{"candidates":[{"content":{"parts":[{"text":""},{"text":""}],"role":"model"},"finishReason":"STOP"}]}`, ""},
+		{"no candidates", `{"usageMetadata":{"totalTokenCount":1},"finishReason":"x"}`, ""},
+	}
+	for _, tt := range tests {
+		got, ok := withoutEmptyContent([]byte(tt.in))
+		if ok != (tt.want != "") {
+			t.Errorf("%s: withoutEmptyContent changed = %v, want %v", tt.name, ok, tt.want != "")
+			continue
+		}
+		if ok {
+			var g, w any
+			if err := json.Unmarshal(got, &g); err != nil {
+				t.Fatalf("%s: %v", tt.name, err)
+			}
+			json.Unmarshal([]byte(tt.want), &w) //nolint:errcheck // a test constant
+			if diff := cmp.Diff(w, g); diff != "" {
+				t.Errorf("%s: withoutEmptyContent (-want +got):\n%s", tt.name, diff)
+			}
+		}
+	}
+}
+
+// TestInteractionsStreamFinalChunk: the final chunk of a translated stream
+// keeps its empty text part for the current SDKs (whose chat helpers
+// need content in every chunk) and loses its content for the deprecated
+// @google/generative-ai JS SDK (whose chat drops a turn with an empty
+// text part); the answer is the same, and the next turn continues either
+// way.
+func TestInteractionsStreamFinalChunk(t *testing.T) {
+	for _, tc := range []struct {
+		client    string
+		wantEmpty bool
+	}{
+		{"google-genai-sdk/1.30.0 gl-node/v22.1.0", true},
+		{"google-genai-sdk/1.77.0 gl-go/1.26", true},
+		{"genai-js/0.24.1", false},
+	} {
+		t.Run(tc.client, func(t *testing.T) {
+			f := newIxFixture(t, emulator.Options{StreamChunkBytes: 1 << 20})
+			first := userTurn("Hello")
+			code, b := call(t, f.front.URL, sseURL, keyA, fmt.Sprintf(turnsJSON, first), "X-Goog-Api-Client", tc.client)
+			if code != http.StatusOK {
+				t.Fatalf("status %d: %s", code, b)
+			}
+			if got := strings.Contains(string(b), `{"text":""}`); got != tc.wantEmpty {
+				t.Errorf("empty text part in the stream = %v, want %v:\n%s", got, tc.wantEmpty, b)
+			}
+			a := parseAnswer(t, sseURL, b)
+			if a.Finish != "STOP" || a.Usage == nil || a.Text == "" {
+				t.Errorf("answer %+v, want text, STOP and usage", a)
+			}
+			next := fmt.Sprintf(turnsJSON, strings.Join([]string{first, modelTurn(a.Text), userTurn("More")}, ","))
+			if code, b := call(t, f.front.URL, sseURL, keyA, next, "X-Goog-Api-Client", tc.client); code != http.StatusOK {
+				t.Fatalf("turn 2 status %d: %s", code, b)
+			}
+			if x := decodeIx(t, lastReceived(t, f.emu).Body); x.Prev == "" || len(x.Input) != 1 {
+				t.Errorf("turn 2: prev %q, %d input steps; want a continuation", x.Prev, len(x.Input))
+			}
+		})
 	}
 }

@@ -18,6 +18,7 @@ func emulatorFlags(fs *pflag.FlagSet) {
 	fs.Bool("lenient", false, "accept unknown request fields (the real API rejects them)")
 	fs.Int("implicit-cache-min-tokens", 0, "smallest repeated prefix reported as implicitly cached (default 2048)")
 	fs.String("log-level", "info", "debug logs one line per request")
+	fs.Int("stream-chunk-bytes", 0, "answer text per streamed chunk (default 64)")
 }
 
 // runEmulator runs the local Gemini API emulator, for the demo, the examples
@@ -28,6 +29,7 @@ func runEmulator(ctx context.Context, fs *pflag.FlagSet, _, stderr io.Writer) er
 	lenient, _ := fs.GetBool("lenient")
 	minTokens, _ := fs.GetInt("implicit-cache-min-tokens")
 	level, _ := fs.GetString("log-level")
+	chunk, _ := fs.GetInt("stream-chunk-bytes")
 	logger := newLogger(config.Log{Level: level, Format: "text"}, stderr)
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
@@ -37,6 +39,7 @@ func runEmulator(ctx context.Context, fs *pflag.FlagSet, _, stderr io.Writer) er
 		ValidKeys:              keys,
 		Lenient:                lenient,
 		ImplicitCacheMinTokens: minTokens,
+		StreamChunkBytes:       chunk,
 		Logger:                 logger,
 	})
 	l, err := listen("emulator", addr, h, config.Server{ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}, logger)

@@ -170,19 +170,22 @@ async function answers200(url) {
 /**
  * start runs the emulator and the proxy in front of it and returns their
  * URLs and a stop function. stop is safe to call more than once and after a
- * failed start; callers run it in after().
+ * failed start; callers run it in after(). Options: args are extra proxy
+ * flags (e.g. ['--config', path]); emulatorArgs extra emulator flags;
+ * upstream, if given, maps the emulator's
+ * URL to the URL the proxy sends to (e.g. a recording forwarder).
  */
-export async function start() {
+export async function start(opts = {}) {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await startOnce();
+      return await startOnce(opts);
     } catch (err) {
       if (attempt === 3 || !/address already in use/.test(err.message)) throw err;
     }
   }
 }
 
-async function startOnce() {
+async function startOnce({ args = [], emulatorArgs = [], upstream } = {}) {
   const children = [];
   const stop = async () => {
     await Promise.all(children.map((c) => c.stop()));
@@ -193,7 +196,7 @@ async function startOnce() {
     // The admin listener needs a different address string (config rejects
     // admin.listen == server.listen, even for port 0), so it gets a port
     // that was free a moment ago; start retries if someone took it since.
-    const emulator = new Child('emulator', ['emulator', '--listen', '127.0.0.1:0']);
+    const emulator = new Child('emulator', ['emulator', '--listen', '127.0.0.1:0', ...emulatorArgs]);
     children.push(emulator);
     let emuAddr;
     await emulator.waitUntil('the emulator logs its listening address', () => {
@@ -206,7 +209,8 @@ async function startOnce() {
       'serve',
       '--listen', '127.0.0.1:0',
       '--admin-listen', `127.0.0.1:${await freePort()}`,
-      '--upstream', emulatorURL,
+      '--upstream', upstream ? await upstream(emulatorURL) : emulatorURL,
+      ...args,
     ]);
     children.push(proxy);
     let addrs;
