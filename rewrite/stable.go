@@ -3,6 +3,7 @@ package rewrite
 import (
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Prefix stabilisation (Options.StablePrefix, issue #8).
@@ -34,8 +35,8 @@ import (
 //   - the lead is not a caption of the blocks: its last line does not end
 //     with a colon ("Here is my file:", "Explain the following code:"),
 //     and it uses no word that points by position ("below", "following",
-//     "beneath", "underneath", "above"), so that no text is left pointing
-//     at something that moved.
+//     "next", "abaixo", "siguiente", "下面", … see pointers), so that no
+//     text is left pointing at something that moved.
 //
 // The decision depends on the part alone (and on whether its first block
 // was replaced), never on the part's position in the request, so that a
@@ -48,10 +49,32 @@ import (
 // stableFactor times Options.MinBlockBytes is the least text a split moves.
 const stableFactor = 8
 
-// forwardWords point at text by its position; a lead using one stays in
-// front of its blocks ("above" pointed past the blocks, which would become
-// the nearest text above it).
-var forwardWords = map[string]bool{"below": true, "following": true, "beneath": true, "underneath": true, "above": true}
+// pointers are words and phrases that point at text by its position, in
+// the languages NAIVE-PATTERNS.md surveys and a few more; a lead using one
+// stays in front of its blocks ("above" pointed past the blocks, which
+// would become the nearest text above it). Latin and Cyrillic entries
+// match whole words (a phrase, its words in order); CJK and Hangul
+// entries, written without spaces, match anywhere. The list errs on the
+// side of not splitting: a lead that says "next" for another reason only
+// loses the cache gain.
+var pointers = []string{
+	// English
+	"below", "following", "beneath", "underneath", "above", "next", "after", "as follows", "attached",
+	// Portuguese, Spanish, Italian
+	"abaixo", "seguinte", "seguintes", "a seguir", "acima", "anexo",
+	"abajo", "debajo", "siguiente", "siguientes", "a continuación", "arriba", "adjunto",
+	"seguente", "seguenti", "sotto", "sopra",
+	// French, German, Dutch
+	"ci-dessous", "dessous", "suivant", "suivante", "suivants", "suivantes", "ci-dessus", "ci-joint",
+	"unten", "folgende", "folgenden", "folgendes", "folgender", "nachfolgend", "oben", "anbei",
+	"hieronder", "volgende", "hierboven",
+	// Russian, Vietnamese, Indonesian, Turkish
+	"ниже", "следующий", "следующая", "следующее", "следующие", "следующего", "следующем", "выше",
+	"dưới đây", "sau đây", "bên dưới", "trên đây", "berikut", "di bawah", "aşağıdaki", "yukarıdaki",
+	// Chinese, Japanese, Korean
+	"下面", "以下", "如下", "下列", "下方", "上面", "上述", "以上", "后面", "後面", "下記", "次の", "上記",
+	"아래", "다음", "위의",
+}
 
 // split is one text part to split: contents[turn].parts[part], whose
 // decoded output text moves from offset at onwards to the front.
@@ -123,18 +146,41 @@ func (e *engine) stableAt(tp *textPart, in []*occ, minMoved int) (int, bool) {
 }
 
 // caption reports whether lead introduces what follows it: its last line
-// ends with a colon, or it uses one of forwardWords.
+// ends with a colon, or it uses one of pointers.
 func caption(lead string) bool {
 	t := strings.TrimRightFunc(lead, unicode.IsSpace)
 	if strings.HasSuffix(t, ":") || strings.HasSuffix(t, "：") {
 		return true
 	}
-	for _, w := range strings.FieldsFunc(t, func(r rune) bool { return !unicode.IsLetter(r) }) {
-		if len(w) <= 10 && forwardWords[strings.ToLower(w)] {
+	low := strings.ToLower(t)
+	for _, p := range pointers {
+		if hasPointer(low, p) {
 			return true
 		}
 	}
 	return false
+}
+
+// hasPointer reports whether s holds p: anywhere for CJK and Hangul, else
+// as whole words (not inside a longer word).
+func hasPointer(s, p string) bool {
+	r, _ := utf8.DecodeRuneInString(p)
+	if unicode.In(r, unicode.Han, unicode.Hiragana, unicode.Katakana, unicode.Hangul) {
+		return strings.Contains(s, p)
+	}
+	for i := 0; ; {
+		j := strings.Index(s[i:], p)
+		if j < 0 {
+			return false
+		}
+		j += i
+		before, _ := utf8.DecodeLastRuneInString(s[:j])
+		after, _ := utf8.DecodeRuneInString(s[j+len(p):])
+		if (j == 0 || !unicode.IsLetter(before)) && (j+len(p) == len(s) || !unicode.IsLetter(after)) {
+			return true
+		}
+		i = j + 1
+	}
 }
 
 // stabilise applies the splits to out, the emitted body, and returns the

@@ -313,6 +313,19 @@ func TestCaption(t *testing.T) {
 		{"User: hi\nAssistant: hello\nUser: and this?\n", false},
 		{"Follow the style.\n", false},
 		{"As I said above, why?\n", true},
+		{"Translate the next file into Python\n", true},
+		{"请解释下面的代码\n", true},
+		{"这段代码为什么会崩溃？\n", false},
+		{"Explique o código abaixo\n", true},
+		{"Por que isso falha?\n", false},
+		{"Explica el siguiente código\n", true},
+		{"Revisa el código a continuación\n", true},
+		{"¿Por qué falla?\n", false},
+		{"Erkläre den folgenden Code\n", true},
+		{"Объясни код ниже\n", true},
+		{"以下のコードを説明して\n", true},
+		{"Aftermath of the change?\n", false}, // "after" inside a word
+		{"Is the nextIndex field thread-safe?\n", false},
 	}
 	for _, tt := range tests {
 		if got := caption(tt.lead); got != tt.want {
