@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,11 +38,18 @@ func newIxStack(t *testing.T, opts emulator.Options) *stack {
 // from the cache.Store by wrap.
 func newIxStackStore(t *testing.T, opts emulator.Options, wrap func(*cache.Store) proxy.InteractionStore) *stack {
 	t.Helper()
+	return newIxStackWrap(t, opts, wrap, func(h http.Handler) http.Handler { return h })
+}
+
+// newIxStackWrap is newIxStackStore with the emulator's handler wrapped by
+// upstream.
+func newIxStackWrap(t *testing.T, opts emulator.Options, wrap func(*cache.Store) proxy.InteractionStore, upstream func(http.Handler) http.Handler) *stack {
+	t.Helper()
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return fixedNow }
 	}
 	emu := emulator.New(opts)
-	es := httptest.NewServer(emu)
+	es := httptest.NewServer(upstream(emu))
 	t.Cleanup(es.Close)
 	up, err := url.Parse(es.URL)
 	if err != nil {
@@ -416,5 +425,52 @@ func TestInteractionsSharedRedis(t *testing.T) {
 	rs := emu.Received()
 	if x := ixOf(t, rs[len(rs)-1]); x.Prev != first.ResponseID || len(x.Input) != 1 {
 		t.Errorf("replica B: prev %q, %d steps; want replica A's interaction %q continued with the new turn", x.Prev, len(x.Input), first.ResponseID)
+	}
+}
+
+// TestInteractionsQuotaErrorSDK: a 429 the upstream answers an interaction
+// with, in the Interactions error shape (a string code), reaches the Go
+// SDK's chat as the APIError a generateContent 429 gives (numeric code,
+// status, message), after one upstream call: no generateContent retry
+// that would spend more of the exhausted quota.
+func TestInteractionsQuotaErrorSDK(t *testing.T) {
+	var mu sync.Mutex
+	quota, calls := false, 0
+	st := newIxStackWrap(t, oneChunk, func(s *cache.Store) proxy.InteractionStore { return &waitingStore{s} }, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			calls++
+			q := quota
+			mu.Unlock()
+			if !q {
+				next.ServeHTTP(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "41")
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprint(w, `{"error":{"code":"resource_exhausted","message":"Quota exceeded for metric generate_requests."}}`)
+		})
+	})
+	chat, err := newClient(t, st.proxyURL).Chats.Create(t.Context(), ixModel, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(t, chat, false, "One?")
+	mu.Lock()
+	quota, calls = true, 0
+	mu.Unlock()
+	_, err = chat.SendMessage(t.Context(), genai.Part{Text: "Two?"})
+	var apiErr genai.APIError
+	if !errors.As(err, &apiErr) {
+		t.Fatalf("SendMessage error = %v, want a genai.APIError", err)
+	}
+	if apiErr.Code != 429 || apiErr.Status != "RESOURCE_EXHAUSTED" || apiErr.Message != "Quota exceeded for metric generate_requests." {
+		t.Errorf("APIError = %+v, want code 429, status RESOURCE_EXHAUSTED and the upstream's message", apiErr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 1 {
+		t.Errorf("upstream calls for the turn = %d, want 1", calls)
 	}
 }

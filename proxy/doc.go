@@ -21,15 +21,17 @@
 //     Content-Encoding such as gzip: compressed request bodies are never
 //     rewritten) and "bytes=N->N; error".
 //   - With Options.Interactions enabled, a generate request (Gemini API
-//     paths only, body read for rewriting, no cachedContent) may be sent
+//     paths only, rewrite mode on, no cachedContent) may be sent
 //     as POST /{version}/interactions instead and the interaction
 //     translated back by package upstream (interactions.go): only the new
 //     turns with previous_interaction_id when the contents, after
 //     rewriting, begin with an exchange the upstream stored for the same
 //     tenant and model (a hash chain over canonical contents), or the
 //     whole request as a new stored interaction; X-Gemini-Proxy-Session
-//     stitches stateless requests into one. Any failure before the first
-//     byte reached the client sends the generateContent request instead.
+//     stitches stateless requests into one. A 404, 400, 5xx or other
+//     failure before the first byte reached the client sends the
+//     generateContent request instead (once: two upstream calls at most);
+//     401, 403, 429 and other 4xx return the upstream's error.
 //   - With Options.ContextCache set, a rewritten generate body whose prefix
 //     (systemInstruction, tools, toolConfig, leading contents) a live
 //     proxy-made cachedContents entry of the same tenant, credential and

@@ -42,8 +42,9 @@ type InteractionStore interface {
 // through the Interactions API (issue 8, upstream_state.interactions).
 type InteractionsOptions struct {
 	// Enabled turns continuation on. It needs Store and applies only to
-	// generate requests whose body the proxy read for rewriting (rewrite
-	// enabled, mode on or dry-run). False sends every request as is.
+	// generate requests whose body the proxy read and rewrote (rewrite
+	// enabled, mode on: dry-run forwards the original, DESIGN §3). False
+	// sends every request as is.
 	Enabled bool
 	// Store holds the interaction ids. Nil disables continuation.
 	Store InteractionStore
@@ -346,8 +347,10 @@ type ixPlan struct {
 	body   []byte   // the interaction request body
 	full   int      // size of the generateContent body it replaces
 	chain  [sha256.Size]byte
-	blocks []string // session: block hashes of this request
+	blocks []string // session: block hashes of the new turn as sent in full
 	sess   *sessionState
+	// sessKey is the store key of the request's session, "" without one.
+	sessKey string
 }
 
 // ixRequest is the part of a generate request body decide reads.
@@ -358,12 +361,13 @@ type ixRequest struct {
 }
 
 // decide chooses how to send body (the generate request body after
-// rewriting) for tenant on model (normalised; apiModel is the id from the
-// path, which the interaction names): as a continuation of a stored
-// interaction whose chain the contents begin with, as a session
-// continuation, as a new stored interaction, or as is (kind ""). It does
-// no I/O besides store lookups.
-func (x *interactions) decide(body []byte, tenant, model, apiModel string, stream bool, session string, rep *rewrite.Report) ixPlan {
+// rewriting) for tenant on apiModel (the model id of the request path,
+// which the interaction names and which seeds the hash chain, so that
+// gemini-2.0-flash-001 and gemini-2.0-flash never share a conversation):
+// as a continuation of a stored interaction whose chain the contents begin
+// with, as a session continuation, as a new stored interaction, or as is
+// (kind ""). It does no I/O besides store lookups.
+func (x *interactions) decide(body []byte, tenant, apiModel string, stream bool, session string) ixPlan {
 	none := ixPlan{}
 	var req ixRequest
 	if err := json.Unmarshal(body, &req); err != nil || len(req.Contents) == 0 {
@@ -377,15 +381,13 @@ func (x *interactions) decide(body []byte, tenant, model, apiModel string, strea
 		return none
 	}
 	hs := make([][sha256.Size]byte, len(units)+1)
-	hs[0] = chainSeed(model)
+	hs[0] = chainSeed(apiModel)
 	for i, u := range units {
 		hs[i+1] = chainNext(hs[i], u.sum)
 	}
 	plan := ixPlan{full: len(body), chain: hs[len(units)]}
-	if session != "" && rep != nil {
-		for _, b := range rep.Blocks {
-			plan.blocks = append(plan.blocks, b.SHA256)
-		}
+	if session != "" {
+		plan.sessKey = sessionKey(apiModel, session)
 	}
 
 	// The longest stored prefix that ends with a model turn: the chains
@@ -400,7 +402,7 @@ func (x *interactions) decide(body []byte, tenant, model, apiModel string, strea
 		}
 	}
 	if session != "" {
-		keys = append(keys, sessionKey(model, session))
+		keys = append(keys, plan.sessKey)
 	}
 	if len(keys) == 0 {
 		return x.start(body, apiModel, len(req.Contents), stream, plan)
@@ -408,6 +410,14 @@ func (x *interactions) decide(body []byte, tenant, model, apiModel string, strea
 	vals := x.store.Conversations(tenant, keys)
 	if len(vals) != len(keys) {
 		return none
+	}
+	if session != "" {
+		if v := vals[len(vals)-1]; len(v) > 0 {
+			var s sessionState
+			if json.Unmarshal(v, &s) == nil && s.ID != "" {
+				plan.sess = &s
+			}
+		}
 	}
 	for i, j := range at {
 		id := vals[i]
@@ -428,32 +438,28 @@ func (x *interactions) decide(body []byte, tenant, model, apiModel string, strea
 			return none
 		}
 		plan.kind, plan.prev, plan.body = metrics.InteractionContinued, string(id), out
+		x.sentBlocks(&plan, body)
 		return plan
 	}
 
-	if session != "" {
-		if v := vals[len(vals)-1]; len(v) > 0 {
-			var s sessionState
-			if json.Unmarshal(v, &s) == nil && s.ID != "" {
-				plan.sess = &s
-				send := body
-				if len(s.Blocks) > 0 {
-					sent := make(map[string]bool, len(s.Blocks))
-					for _, h := range s.Blocks {
-						sent[h] = true
-					}
-					if out, _, err := rewrite.Elide(body, x.rwOpts, func(h string) bool { return sent[h] }); err == nil {
-						send = out
-					}
-				}
-				out, ok, err := upstream.ToInteraction(send, apiModel, s.ID, len(req.Contents), stream)
-				if err != nil || !ok {
-					return none
-				}
-				plan.kind, plan.prev, plan.body = metrics.InteractionSession, s.ID, out
-				return plan
+	if s := plan.sess; s != nil {
+		send := body
+		if len(s.Blocks) > 0 {
+			sent := make(map[string]bool, len(s.Blocks))
+			for _, h := range s.Blocks {
+				sent[h] = true
+			}
+			if out, _, err := rewrite.Elide(body, x.rwOpts, func(h string) bool { return sent[h] }); err == nil {
+				send = out
 			}
 		}
+		out, ok, err := upstream.ToInteraction(send, apiModel, s.ID, len(req.Contents), stream)
+		if err != nil || !ok {
+			return none
+		}
+		plan.kind, plan.prev, plan.body = metrics.InteractionSession, s.ID, out
+		x.sentBlocks(&plan, send)
+		return plan
 	}
 
 	return x.start(body, apiModel, len(req.Contents), stream, plan)
@@ -467,7 +473,27 @@ func (x *interactions) start(body []byte, apiModel string, n int, stream bool, p
 		return ixPlan{}
 	}
 	plan.kind, plan.body = metrics.InteractionStarted, out
+	x.sentBlocks(&plan, body)
 	return plan
+}
+
+// sentBlocks sets, for a session request, plan.blocks to the hashes of the
+// blocks whose full copy is in the new turn of sent, the body the
+// interaction carries. Not Report.Blocks: that also lists blocks the
+// rewrite replaced in the same turn (an older version of a file turned
+// into a superseded reference), which the upstream never saw, and a later
+// request of the session would refer to them (issue 8 review).
+func (x *interactions) sentBlocks(plan *ixPlan, sent []byte) {
+	if plan.sessKey == "" {
+		return
+	}
+	bs, err := rewrite.SessionBlocks(sent, x.rwOpts)
+	if err != nil {
+		return
+	}
+	for _, b := range bs {
+		plan.blocks = append(plan.blocks, b.SHA256)
+	}
 }
 
 // pathModel returns the model id of a generate path (…/models/{m}:method)
@@ -488,9 +514,14 @@ func pathModel(p string) (model, prefix string, ok bool) {
 // roundTrip sends req as an interaction when the plan says so. handled is
 // false when the caller must send req as is: the request is not eligible,
 // or the interaction failed before any byte reached the client (a
-// fallback, counted). When handled, res or err is the answer.
+// fallback, counted in st.ix.fallback; the caller then makes that one
+// generateContent call and no other, so a client request costs at most two
+// upstream calls). When handled, res or err is the answer.
+//
+// Only the rewrite mode "on" goes as an interaction: dry-run and off
+// forward the client's request as is (DESIGN §3).
 func (x *interactions) roundTrip(base http.RoundTripper, req *http.Request, st *reqState) (res *http.Response, handled bool, err error) {
-	if x == nil || st == nil || st.ix == nil || st.info.vertex || !st.info.route.isGenerate() || st.orig == nil || req.Method != http.MethodPost {
+	if x == nil || st == nil || st.ix == nil || st.mode != metrics.ModeOn || st.info.vertex || !st.info.route.isGenerate() || st.orig == nil || req.Method != http.MethodPost {
 		return nil, false, nil
 	}
 	q := req.URL.Query()
@@ -507,7 +538,7 @@ func (x *interactions) roundTrip(base http.RoundTripper, req *http.Request, st *
 	if st.rewritten {
 		body = st.sentBody
 	}
-	plan := x.decide(body, st.tenant, st.info.model, model, st.stream, st.ix.session, st.report)
+	plan := x.decide(body, st.tenant, model, st.stream, st.ix.session)
 	// The decision is the proxy's own time (proxy_overhead_seconds).
 	st.upstreamStart = time.Now()
 	st.ix.kind = metrics.InteractionFull
@@ -534,17 +565,18 @@ func (x *interactions) roundTrip(base http.RoundTripper, req *http.Request, st *
 		st.ix.fallback = reason
 		x.m.InteractionFallbacks.WithLabelValues(reason).Inc()
 		x.m.InteractionRequests.WithLabelValues(metrics.InteractionFull).Inc()
-		if reason == metrics.FallbackNotFound || reason == metrics.FallbackRejected {
-			// The interaction is gone (or refused): the next request
-			// starts a new one instead of trying it again.
-			for _, k := range plan.stale {
-				x.store.SetConversation(st.tenant, k, nil)
-			}
-			if plan.kind == metrics.InteractionSession {
-				x.store.SetConversation(st.tenant, sessionKey(st.info.model, st.ix.session), []byte("{}"))
-			}
-		}
 		return nil, false, nil
+	}
+	// forget drops the previous interaction the upstream no longer has
+	// (and, as interactions expire oldest first, the older ones of the
+	// same conversation), so that the next request starts a new one.
+	forget := func() {
+		for _, k := range plan.stale {
+			x.store.SetConversation(st.tenant, k, nil)
+		}
+		if plan.kind == metrics.InteractionSession {
+			x.store.SetConversation(st.tenant, plan.sessKey, []byte("{}"))
+		}
 	}
 	up, err := base.RoundTrip(out)
 	if err != nil {
@@ -555,15 +587,44 @@ func (x *interactions) roundTrip(base http.RoundTripper, req *http.Request, st *
 	}
 	x.m.UpstreamResponses.WithLabelValues(string(st.info.route), statusLabel(up.StatusCode)).Inc()
 	if up.StatusCode < 200 || up.StatusCode > 299 {
+		msg, _ := io.ReadAll(io.LimitReader(up.Body, maxErrorBytes+1))
 		io.CopyN(io.Discard, up.Body, 64<<10) //nolint:errcheck // only to reuse the connection
 		up.Body.Close()
-		switch up.StatusCode {
-		case http.StatusNotFound:
+		switch {
+		case up.StatusCode == http.StatusNotFound:
+			forget()
 			return fail(metrics.FallbackNotFound)
-		case http.StatusBadRequest:
+		case up.StatusCode == http.StatusBadRequest:
+			if plan.prev != "" && aboutPrevious(msg, plan.prev) {
+				forget()
+				return fail(metrics.FallbackRejected)
+			}
+			// The new turn was refused, not the conversation: keep its
+			// ids. The rewritten body may be at fault as well as the
+			// translation, so the one generateContent call carries the
+			// client's original body (the rewrite's fail-open, which
+			// the transport does not repeat after a fallback).
+			if st.rewritten {
+				req.Body.Close()
+				req.Body = io.NopCloser(bytes.NewReader(st.orig))
+				req.ContentLength = int64(len(st.orig))
+				req.GetBody = nil
+				st.fallback = true
+				x.m.RewriteFallbacks.Inc()
+			}
 			return fail(metrics.FallbackRejected)
+		case up.StatusCode >= 500:
+			return fail(metrics.FallbackUpstreamError)
 		}
-		return fail(metrics.FallbackUpstreamError)
+		// 401, 403, 429 and the other client errors concern the key,
+		// the quota or the request, not the interaction: a
+		// generateContent call would get the same, and only multiply the
+		// load. The client gets the upstream's error in the shape of a
+		// generateContent error.
+		req.Body.Close()
+		st.ix.kind = plan.kind
+		x.m.InteractionRequests.WithLabelValues(plan.kind).Inc()
+		return asGeminiError(up, msg, req), true, nil
 	}
 	done := func(id string, parts []any) {
 		x.record(st, plan, id, parts)
@@ -588,6 +649,102 @@ func (x *interactions) roundTrip(base http.RoundTripper, req *http.Request, st *
 		x.m.InteractionSavedBytes.Add(float64(plan.full - len(plan.body)))
 	}
 	return translated, true, nil
+}
+
+// maxErrorBytes bounds the error body of an interaction read to decide
+// and translate it.
+const maxErrorBytes = 64 << 10
+
+// aboutPrevious reports whether the error body of a refused interaction
+// names its previous interaction (the id, or previous_interaction_id):
+// the conversation is gone, rather than the new turn refused.
+func aboutPrevious(body []byte, prev string) bool {
+	msg := strings.ToLower(string(errorMessage(body)))
+	return strings.Contains(msg, strings.ToLower(prev)) ||
+		strings.Contains(msg, "previous_interaction") || strings.Contains(msg, "previous interaction")
+}
+
+// errorMessage returns the message of an error body
+// {"error":{"message":…}}, or the body itself when it has none.
+func errorMessage(body []byte) string {
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+		return e.Error.Message
+	}
+	return string(body)
+}
+
+// rpcStatus names the google.rpc.Code of an HTTP status as the Gemini API
+// reports it (gemini-api.md §5.4).
+var rpcStatus = map[int]string{
+	400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+	409: "ABORTED", 413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED",
+	500: "INTERNAL", 501: "NOT_IMPLEMENTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
+}
+
+// asGeminiError is the upstream's error answer to an interaction (body is
+// what was read of it) as the generateContent error a client's SDK
+// expects: {"error":{"code":<int>,"message","status"[,"details"]}}, the
+// upstream's status, message, details and headers (Retry-After …) kept.
+// The Interactions API writes {"error":{"code":"<string>","message"}}
+// (gemini-api.md §5.4); a body already in the Gemini shape (a numeric
+// code) is passed as is.
+func asGeminiError(up *http.Response, body []byte, req *http.Request) *http.Response {
+	var e struct {
+		Error struct {
+			Code    json.RawMessage `json:"code"`
+			Message string          `json:"message"`
+			Details json.RawMessage `json:"details"`
+		} `json:"error"`
+	}
+	code := up.StatusCode
+	out := body
+	if err := json.Unmarshal(body, &e); err != nil || len(body) > maxErrorBytes || !isNumber(e.Error.Code) {
+		status := rpcStatus[code]
+		switch {
+		case status != "":
+		case code >= 500:
+			status = "INTERNAL"
+		default:
+			status = "FAILED_PRECONDITION"
+		}
+		msg := e.Error.Message
+		if msg == "" {
+			msg = http.StatusText(code)
+		}
+		type gemini struct {
+			Code    int             `json:"code"`
+			Message string          `json:"message"`
+			Status  string          `json:"status"`
+			Details json.RawMessage `json:"details,omitempty"`
+		}
+		g := gemini{Code: code, Message: msg, Status: status}
+		if d := bytes.TrimSpace(e.Error.Details); len(d) > 0 && d[0] == '[' {
+			g.Details = d
+		}
+		out, _ = json.MarshalIndent(map[string]gemini{"error": g}, "", "  ")
+		out = append(out, '\n')
+	}
+	res := &http.Response{
+		Status: strconv.Itoa(code) + " " + http.StatusText(code), StatusCode: code,
+		Proto: up.Proto, ProtoMajor: up.ProtoMajor, ProtoMinor: up.ProtoMinor,
+		Header:        translatedHeader(up.Header, "application/json; charset=UTF-8"),
+		Body:          io.NopCloser(bytes.NewReader(out)),
+		ContentLength: int64(len(out)),
+		Request:       req,
+	}
+	res.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	return res
+}
+
+// isNumber reports whether raw is a JSON number.
+func isNumber(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && (raw[0] == '-' || ('0' <= raw[0] && raw[0] <= '9'))
 }
 
 // translatedHeader is the header of a translated response: the upstream's,
@@ -830,12 +987,15 @@ func (x *interactions) record(st *reqState, plan ixPlan, id string, parts []any)
 		return
 	}
 	x.store.SetConversation(st.tenant, chainKey(chainNext(plan.chain, sum)), []byte(id))
-	if st.ix.session == "" {
+	if plan.sessKey == "" {
 		return
 	}
 	s := sessionState{ID: id}
-	if plan.sess != nil {
-		s.Blocks = plan.sess.Blocks
+	if plan.sess != nil && plan.prev == plan.sess.ID {
+		// The new interaction continues the session's: what that one
+		// holds, it holds too. (A chained continuation of another
+		// interaction would not, so the list starts over then.)
+		s.Blocks = slices.Clone(plan.sess.Blocks)
 	}
 	for _, h := range plan.blocks {
 		if !slices.Contains(s.Blocks, h) {
@@ -846,6 +1006,6 @@ func (x *interactions) record(st *reqState, plan ixPlan, id string, parts []any)
 		s.Blocks = s.Blocks[n-maxSessionBlocks:]
 	}
 	if b, err := json.Marshal(s); err == nil {
-		x.store.SetConversation(st.tenant, sessionKey(st.info.model, st.ix.session), b)
+		x.store.SetConversation(st.tenant, plan.sessKey, b)
 	}
 }

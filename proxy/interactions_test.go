@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -366,6 +368,9 @@ func TestInteractionsFallback(t *testing.T) {
 		{"deleted sse", sseURL, emulator.Options{}, func(e *emulator.Server) { e.DeleteInteractions() }, metrics.FallbackNotFound, true},
 		{"deleted array", arrayURL, emulator.Options{}, func(e *emulator.Server) { e.DeleteInteractions() }, metrics.FallbackNotFound, true},
 		{"rejected 400", genURL, emulator.Options{UnknownPreviousStatus: 400}, func(e *emulator.Server) { e.DeleteInteractions() }, metrics.FallbackRejected, true},
+		{"400 about the new turn", genURL, emulator.Options{}, func(e *emulator.Server) {
+			e.SetFault(emulator.Fault{Status: 400, Message: "Invalid value at 'input[0].content[0]'.", Times: 1, Match: onlyInteractions})
+		}, metrics.FallbackRejected, false},
 		{"upstream 503", sseURL, emulator.Options{}, func(e *emulator.Server) {
 			e.SetFault(emulator.Fault{Status: 503, Times: 1, Match: onlyInteractions})
 		}, metrics.FallbackUpstreamError, false},
@@ -477,6 +482,7 @@ func TestInteractionsNoContinuation(t *testing.T) {
 		{"other model", "/v1beta/models/gemini-2.5-pro:generateContent", keyA, body(turns, ""), nil, "interactions"},
 		{"untranslatable topK", genURL, keyA, body(turns, `,"generationConfig":{"topK":3}`), nil, "generateContent"},
 		{"rewrite off", genURL, keyA, body(turns, ""), []string{HeaderRewrite, "off"}, "generateContent"},
+		{"rewrite dry-run", genURL, keyA, body(turns, ""), []string{HeaderRewrite, "dry-run"}, "generateContent"},
 		{"vertex", "/v1beta1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash:generateContent", keyA, body(turns, ""), []string{"Authorization", "Bearer tok"}, "generateContent"},
 	}
 	for _, tt := range tests {
@@ -688,5 +694,222 @@ func TestInteractionsStreamFinalChunk(t *testing.T) {
 				t.Errorf("turn 2: prev %q, %d input steps; want a continuation", x.Prev, len(x.Input))
 			}
 		})
+	}
+}
+
+// newIxFixtureWrap is newIxFixture with wrap around the emulator.
+func newIxFixtureWrap(t *testing.T, eo emulator.Options, wrap func(http.Handler) http.Handler) *ixFixture {
+	t.Helper()
+	emu := emulator.New(eo)
+	up := httptest.NewServer(wrap(emu))
+	t.Cleanup(up.Close)
+	store := &memStore{}
+	f := newFixture(t, up.URL, Options{
+		Rewrite:      RewriteOptions{Enabled: true},
+		Interactions: InteractionsOptions{Enabled: true, Store: store},
+	})
+	return &ixFixture{fixture: f, emu: emu, up: up, store: store}
+}
+
+// repeatedDoc is a history whose first user turn's document the new turn
+// re-sends, so that the rewrite changes the body.
+func repeatedDoc() string {
+	doc := "```go main.go\n" + strings.Repeat("func handler() error { return nil } // keep\n", 30) + "```\n"
+	return fmt.Sprintf(turnsJSON, strings.Join([]string{userTurn(doc + "What does it do?"), modelTurn("It handles."), userTurn(doc + "And now?")}, ","))
+}
+
+// TestInteractionsErrorStatuses: 401, 403 and 429 on an interaction are the
+// key's, the quota's or the request's, not the interaction's: the client
+// gets the upstream's error, translated from the Interactions shape
+// {"error":{"code":"<string>",…}} to the generateContent shape its SDK
+// parses, with Retry-After, after one upstream call. A 5xx falls back to
+// generateContent once, and that call is not retried again by the
+// rewrite's fail-open: two upstream calls at most.
+func TestInteractionsErrorStatuses(t *testing.T) {
+	type fault struct {
+		status int
+		body   string
+		times  int // interactions requests answered so; 0: every request, generateContent too
+	}
+	tests := []struct {
+		name      string
+		fault     fault
+		wantCode  int
+		wantBody  string // JSON; "" skips
+		wantCalls int
+		// wantOrig: the last upstream call carried the client's body
+		// rather than the rewritten one.
+		wantOrig bool
+	}{
+		{"429", fault{429, `{"error":{"code":"resource_exhausted","message":"Quota exceeded for interactions."}}`, 1}, 429,
+			`{"error":{"code":429,"message":"Quota exceeded for interactions.","status":"RESOURCE_EXHAUSTED"}}`, 1, false},
+		{"401", fault{401, `{"error":{"code":"unauthenticated","message":"Bad credentials."}}`, 1}, 401,
+			`{"error":{"code":401,"message":"Bad credentials.","status":"UNAUTHENTICATED"}}`, 1, false},
+		{"403 Gemini shape kept", fault{403, `{"error":{"code":403,"message":"Denied.","status":"PERMISSION_DENIED","details":[{"reason":"X"}]}}`, 1}, 403,
+			`{"error":{"code":403,"message":"Denied.","status":"PERMISSION_DENIED","details":[{"reason":"X"}]}}`, 1, false},
+		{"503 then 200", fault{503, `{"error":{"code":"unavailable","message":"Overloaded."}}`, 1}, 200, "", 2, false},
+		{"503 everywhere", fault{503, `{"error":{"code":503,"message":"Overloaded.","status":"UNAVAILABLE"}}`, 0}, 503, "", 2, false},
+		// A 400 not about a previous interaction may be the rewrite's
+		// fault: the one fallback carries the original body.
+		{"400 then 200", fault{400, `{"error":{"code":"invalid_request","message":"Invalid input."}}`, 1}, 200, "", 2, true},
+		{"400 everywhere", fault{400, `{"error":{"code":400,"message":"Invalid input.","status":"INVALID_ARGUMENT"}}`, 0}, 400, "", 2, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			calls, faults := 0, 0
+			var last []byte
+			f := newIxFixtureWrap(t, emulator.Options{}, func(next http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					mu.Lock()
+					calls++
+					last, _ = io.ReadAll(r.Body)
+					r.Body = io.NopCloser(bytes.NewReader(last))
+					hit := tt.fault.times == 0 || (strings.HasSuffix(r.URL.Path, "/interactions") && faults < tt.fault.times)
+					if hit {
+						faults++
+					}
+					mu.Unlock()
+					if !hit {
+						next.ServeHTTP(w, r)
+						return
+					}
+					w.Header().Set("Content-Type", "application/json")
+					w.Header().Set("Retry-After", "7")
+					w.WriteHeader(tt.fault.status)
+					w.Write([]byte(tt.fault.body))
+				})
+			})
+			client := repeatedDoc()
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, f.front.URL+genURL, strings.NewReader(client))
+			req.Header.Set("X-Goog-Api-Key", keyA)
+			res, got := do(t, rawClient(), req)
+			if res.StatusCode != tt.wantCode {
+				t.Fatalf("status %d, want %d: %s", res.StatusCode, tt.wantCode, got)
+			}
+			mu.Lock()
+			n, lastBody := calls, last
+			mu.Unlock()
+			if n != tt.wantCalls {
+				t.Errorf("upstream calls = %d, want %d", n, tt.wantCalls)
+			}
+			if orig := string(lastBody) == client; orig != tt.wantOrig {
+				t.Errorf("last upstream call carried the client's body: %v, want %v", orig, tt.wantOrig)
+			}
+			if tt.wantBody == "" {
+				return
+			}
+			var w, g any
+			if err := json.Unmarshal([]byte(tt.wantBody), &w); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(got, &g); err != nil {
+				t.Fatalf("error body %q: %v", got, err)
+			}
+			if diff := cmp.Diff(w, g); diff != "" {
+				t.Errorf("error body (-want +got):\n%s", diff)
+			}
+			if ra := res.Header.Get("Retry-After"); ra != "7" {
+				t.Errorf("Retry-After = %q, want 7", ra)
+			}
+			if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+				t.Errorf("Content-Type = %q", ct)
+			}
+		})
+	}
+}
+
+// TestInteractionsSessionSupersededNotSent: a session request holding two
+// versions of a file sends the older one as a superseded reference; the
+// next request of the session that sends the older version again must
+// carry it in full, since the upstream never saw it (issue 8 review).
+func TestInteractionsSessionSupersededNotSent(t *testing.T) {
+	f := newIxFixture(t, emulator.Options{})
+	file := func(v int) string {
+		var b strings.Builder
+		for i := range 40 {
+			fmt.Fprintf(&b, "func f%d() int { return %d + %d }\n", i, i, v)
+		}
+		return b.String()
+	}
+	v1, v2 := file(1), file(2)
+	ask := func(text string) emulator.Received {
+		t.Helper()
+		code, got := call(t, f.front.URL, genURL, keyA, fmt.Sprintf(turnsJSON, userTurn(text)), HeaderSession, "s1")
+		if code != 200 {
+			t.Fatalf("status %d: %s", code, got)
+		}
+		return lastReceived(t, f.emu)
+	}
+	r1 := ask("Old:\n```go a.go\n" + v1 + "```\nNew:\n```go a.go\n" + v2 + "```\nWhat changed?")
+	if strings.Contains(string(r1.Body), "return 39 + 1") || !strings.Contains(string(r1.Body), "return 39 + 2") {
+		t.Fatalf("first request: want v1 superseded and v2 in full:\n%s", r1.Body)
+	}
+	r2 := ask("Back to this one:\n```go a.go\n" + v1 + "```\nIs it better?")
+	if x := decodeIx(t, r2.Body); x.Prev == "" {
+		t.Fatalf("second request did not continue the session")
+	}
+	if !strings.Contains(string(r2.Body), "return 39 + 1") || strings.Contains(string(r2.Body), rewrite.SessionWhere) {
+		t.Errorf("second request refers to a copy of v1 the upstream never got:\n%s", r2.Body)
+	}
+	// v2 went in full: sending it again is a session reference.
+	r3 := ask("Again:\n```go a.go\n" + v2 + "```\nOK?")
+	if strings.Contains(string(r3.Body), "return 39 + 2") || !strings.Contains(string(r3.Body), rewrite.SessionWhere) {
+		t.Errorf("third request carries v2 again instead of a session reference:\n%s", r3.Body)
+	}
+}
+
+// TestInteractionsSessionChained: a client that re-sends its history and
+// sends a session header continues by the hash chain; that keeps the
+// session's block list, so a later stateless request of the session still
+// refers to the document sent first.
+func TestInteractionsSessionChained(t *testing.T) {
+	f := newIxFixture(t, emulator.Options{})
+	doc := "```go main.go\n" + strings.Repeat("func handler() error { return nil } // keep\n", 30) + "```\n"
+	send := func(turns ...string) (emulator.Received, string) {
+		t.Helper()
+		code, got := call(t, f.front.URL, genURL, keyA, fmt.Sprintf(turnsJSON, strings.Join(turns, ",")), HeaderSession, "s1")
+		if code != 200 {
+			t.Fatalf("status %d: %s", code, got)
+		}
+		return lastReceived(t, f.emu), parseAnswer(t, genURL, got).Text
+	}
+	u1 := userTurn(doc + "What does it do?")
+	_, a1 := send(u1)
+	r2, _ := send(u1, modelTurn(a1), userTurn("Thanks."))
+	if x := decodeIx(t, r2.Body); x.Prev == "" || len(x.Input) != 1 {
+		t.Fatalf("second request: prev %q, %d steps; want a chained continuation", x.Prev, len(x.Input))
+	}
+	r3, _ := send(userTurn(doc + "Once more?"))
+	if strings.Contains(string(r3.Body), "func handler") || !strings.Contains(string(r3.Body), rewrite.SessionWhere) {
+		t.Errorf("third request re-sends the document the session holds:\n%s", r3.Body)
+	}
+}
+
+// TestInteractionsModelVersionChain: the hash chain is seeded with the
+// path's model id, so a conversation with gemini-2.0-flash is not
+// continued by a request to gemini-2.0-flash-001.
+func TestInteractionsModelVersionChain(t *testing.T) {
+	f := newIxFixture(t, emulator.Options{Models: append(slices.Clone(emulator.DefaultModels), "gemini-2.0-flash-001")})
+	const base = "/v1beta/models/gemini-2.0-flash:generateContent"
+	turns := []string{userTurn("First question?")}
+	code, got := call(t, f.front.URL, base, keyA, fmt.Sprintf(turnsJSON, strings.Join(turns, ",")))
+	if code != 200 {
+		t.Fatalf("%d %s", code, got)
+	}
+	turns = append(turns, modelTurn(parseAnswer(t, base, got).Text), userTurn("Next?"))
+	body := fmt.Sprintf(turnsJSON, strings.Join(turns, ","))
+	if code, got := call(t, f.front.URL, "/v1beta/models/gemini-2.0-flash-001:generateContent", keyA, body); code != 200 {
+		t.Fatalf("%d %s", code, got)
+	}
+	r := lastReceived(t, f.emu)
+	if x := decodeIx(t, r.Body); r.API != "interactions" || x.Prev != "" || x.Model != "gemini-2.0-flash-001" {
+		t.Errorf("-001 request: %s, prev %q, model %q; want a new interaction", r.API, x.Prev, x.Model)
+	}
+	if code, got := call(t, f.front.URL, base, keyA, body); code != 200 {
+		t.Fatalf("%d %s", code, got)
+	}
+	if x := decodeIx(t, lastReceived(t, f.emu).Body); x.Prev == "" {
+		t.Error("the same model's request did not continue")
 	}
 }

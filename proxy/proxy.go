@@ -769,7 +769,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err == nil && st.cc != nil {
 		res, err = t.h.contextCacheFallback(t.base, req, res, st)
 	}
-	if err == nil && st.rewritten && (res.StatusCode == http.StatusBadRequest || res.StatusCode >= 500) {
+	// After an interaction's fallback this was the second upstream call: no third.
+	if err == nil && st.rewritten && (st.ix == nil || st.ix.fallback == "") && (res.StatusCode == http.StatusBadRequest || res.StatusCode >= 500) {
 		io.CopyN(io.Discard, res.Body, 64<<10) //nolint:errcheck // only to reuse the connection
 		res.Body.Close()
 		st.fallback = true

@@ -102,3 +102,29 @@ func Elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, []
 	out := e.emit(reps)
 	return out, e.report(reps), nil
 }
+
+// SessionBlocks returns the distinct blocks of the last content (the new
+// turn) of body as it stands, as Report.Blocks lists them: each block
+// found there, at least Options.MinBlockBytes, with its hex SHA-256. Call
+// it on the body that is actually sent, after Request and Elide: every
+// block it lists is there in full, while Report.Blocks of Request also
+// lists blocks of the new turn that Request replaced (an older version of
+// a file turned into a superseded reference, a document holding a fence),
+// which the upstream never saw. The proxy's session mode records these
+// hashes as sent (issue 8), so that a later Elide refers only to copies
+// the upstream holds.
+func SessionBlocks(body []byte, opts Options) ([]Block, error) {
+	st := states.Get().(*state)
+	defer st.release()
+	req, err := scanWith(body, st)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.contents) == 0 {
+		return nil, ErrNoContents
+	}
+	e := newEngine(body, req, &opts)
+	e.st = st
+	e.analyse()
+	return e.newTurnBlocks(), nil
+}

@@ -3,8 +3,11 @@ package rewrite_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
 )
@@ -123,6 +126,65 @@ func TestElideErrors(t *testing.T) {
 	for _, body := range []string{`{`, `{"contents":[]}`} {
 		if _, _, err := rewrite.Elide([]byte(body), rewrite.DefaultOptions(), none); err == nil {
 			t.Errorf("Elide(%s) = nil error", body)
+		}
+	}
+}
+
+// TestSessionBlocks: the blocks of the body that is sent are those whose
+// full copy is in it. A file's older version that Request turned into a
+// superseded reference is listed by Report.Blocks but not by
+// SessionBlocks, since the upstream never saw it (issue 8 review).
+func TestSessionBlocks(t *testing.T) {
+	opts := rewrite.DefaultOptions()
+	v1, v2 := sessionFile(1), sessionFile(2)
+	body := sessionBody(t, "Old:\n```go a.go\n"+v1+"```\nNew:\n```go a.go\n"+v2+"```\nWhat changed?")
+	rw, rep, err := rewrite.Request(body, opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := lastText(t, rw); strings.Contains(text, v1) || !strings.Contains(text, v2) {
+		t.Fatalf("Request did not supersede v1 by v2:\n%s", text)
+	}
+	var v1sum string
+	for _, r := range rep.Replacements {
+		if r.Rule == rewrite.RuleSuperseded {
+			v1sum = r.SHA256
+		}
+	}
+	hashes := func(bs []rewrite.Block) []string {
+		var out []string
+		for _, b := range bs {
+			out = append(out, b.SHA256)
+		}
+		return out
+	}
+	if v1sum == "" || !slices.Contains(hashes(rep.Blocks), v1sum) {
+		t.Fatalf("Report.Blocks = %v lacks the superseded v1 %q; the test no longer shows the difference", hashes(rep.Blocks), v1sum)
+	}
+	got, err := rewrite.SessionBlocks(rw, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.DeleteFunc(hashes(rep.Blocks), func(h string) bool { return h == v1sum })
+	if diff := cmp.Diff(want, hashes(got)); diff != "" {
+		t.Errorf("SessionBlocks of the sent body, want Report.Blocks without v1 (-want +got):\n%s", diff)
+	}
+	// On a body nothing replaced, it is Report.Blocks.
+	plain := sessionBody(t, "```go a.go\n"+v2+"```\nOK?")
+	_, rep2, err := rewrite.Request(plain, opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got2, err := rewrite.SessionBlocks(plain, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(rep2.Blocks, got2); diff != "" {
+		t.Errorf("SessionBlocks differs from Report.Blocks (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{`{`, `{"contents":[]}`} {
+		if _, err := rewrite.SessionBlocks([]byte(bad), opts); err == nil {
+			t.Errorf("SessionBlocks(%s) = nil error", bad)
 		}
 	}
 }

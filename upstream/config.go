@@ -7,8 +7,9 @@ import (
 )
 
 // genField translates one generationConfig member into gen (the
-// Interactions generation_config) or into *format (response_format).
-func genField(gen *obj, f field, format *json.RawMessage) error {
+// Interactions generation_config) or into *format (response_format), and
+// sets *thoughts when thinkingConfig.includeThoughts is true.
+func genField(gen *obj, f field, format *json.RawMessage, thoughts *bool) error {
 	if isNull(f.raw) {
 		return nil
 	}
@@ -34,7 +35,7 @@ func genField(gen *obj, f field, format *json.RawMessage) error {
 			return untranslatable("candidateCount %s", short(f.raw))
 		}
 	case "thinkingConfig":
-		return thinking(gen, f.raw)
+		return thinking(gen, f.raw, thoughts)
 	case "responseMimeType", "responseJsonSchema":
 		// handled together in responseFormat; collected by the caller
 		return responseFormatField(f, format)
@@ -92,8 +93,9 @@ func responseFormatField(f field, format *json.RawMessage) error {
 }
 
 // thinking translates thinkingConfig: thinkingLevel → thinking_level,
-// includeThoughts → thinking_summaries. thinkingBudget has no equivalent.
-func thinking(gen *obj, raw json.RawMessage) error {
+// includeThoughts → *thoughts (the caller writes thinking_summaries).
+// thinkingBudget has no equivalent.
+func thinking(gen *obj, raw json.RawMessage, thoughts *bool) error {
 	fs, err := object(raw)
 	if err != nil {
 		return err
@@ -119,11 +121,7 @@ func thinking(gen *obj, raw json.RawMessage) error {
 			if err != nil {
 				return err
 			}
-			if b {
-				gen.set("thinking_summaries", "auto")
-			} else {
-				gen.set("thinking_summaries", "none")
-			}
+			*thoughts = b
 		default:
 			// thinkingBudget (even 0: it switches thinking off, which no
 			// thinking_level expresses exactly).

@@ -43,8 +43,11 @@
 //     digits kept), stopSequences → top_p, max_output_tokens,
 //     stop_sequences; candidateCount 1; responseModalities ["TEXT"];
 //     thinkingConfig.thinkingLevel MINIMAL|LOW|MEDIUM|HIGH →
-//     thinking_level lowercase; thinkingConfig.includeThoughts true|false →
-//     thinking_summaries "auto"|"none".
+//     thinking_level lowercase; thinkingConfig.includeThoughts true →
+//     thinking_summaries "auto", and "none" when includeThoughts is false
+//     or absent (always written: generateContent returns thought parts
+//     only to a client that asked, and the Interactions default may be
+//     "auto").
 //   - responseMimeType "text/plain"|"application/json" and
 //     responseJsonSchema → response_format
 //     {"type":"text","mime_type","schema"}.
@@ -104,8 +107,8 @@
 // Not verified against the real API, only against the emulator
 // (internal/emulator) and the SDK's models: that a function_result whose
 // result is the functionResponse.response object reaches the model as the
-// same FunctionResponse, and what thinking_summaries defaults to when
-// includeThoughts is absent (§7 documents neither).
+// same FunctionResponse (§7 does not document it), and that a model
+// without thinking (gemini-2.0-flash) accepts thinking_summaries "none".
 //
 // # Responses: FromInteraction
 //

@@ -139,10 +139,19 @@ func toInteraction(req []byte, model, prevID string, newTurns int, stream bool) 
 	if system != nil {
 		out.set("system_instruction", system)
 	}
+	thoughts := false
 	for _, f := range genFields {
-		if err := genField(gen, f, &format); err != nil {
+		if err := genField(gen, f, &format, &thoughts); err != nil {
 			return nil, fmt.Errorf("generationConfig: %w", err)
 		}
+	}
+	// generateContent returns thought parts only to a client that set
+	// includeThoughts; the Interactions default may be "auto", so the
+	// others ask for none explicitly.
+	if thoughts {
+		gen.set("thinking_summaries", "auto")
+	} else {
+		gen.set("thinking_summaries", "none")
 	}
 	if choice != nil {
 		gen.set("tool_choice", choice)

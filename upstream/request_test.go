@@ -31,7 +31,7 @@ func TestToInteraction(t *testing.T) {
 			name:     "first turn",
 			req:      `{"contents":[{"role":"user","parts":[{"text":"hi <b>"}]}]}`,
 			newTurns: 1,
-			want:     `{"model":"gemini-2.5-flash","input":[{"type":"user_input","content":[{"type":"text","text":"hi <b>"}]}],"store":true,"stream":false}`,
+			want:     `{"model":"gemini-2.5-flash","input":[{"type":"user_input","content":[{"type":"text","text":"hi <b>"}]}],"generation_config":{"thinking_summaries":"none"},"store":true,"stream":false}`,
 		},
 		{
 			name:     "continuation with config",
@@ -73,7 +73,7 @@ func TestToInteraction(t *testing.T) {
 			req: `{"contents":[{"role":"user","parts":[{"text":"q"}]},{"role":"model","parts":[{"functionCall":{"id":"c1","name":"f","args":{"a":1}}}]},
 				{"role":"user","parts":[{"functionResponse":{"id":"c1","name":"f","response":{"output": 2}}},{"functionResponse":{"id":"c2","name":"g","response":{"error":"x"}}}]}]}`,
 			want: `{"model":"gemini-2.5-flash","input":[{"type":"function_result","call_id":"c1","name":"f","result":{"output":2}},{"type":"function_result","call_id":"c2","name":"g","result":{"error":"x"}}],
-				"previous_interaction_id":"v1_y","store":true,"stream":false}`,
+				"previous_interaction_id":"v1_y","generation_config":{"thinking_summaries":"none"},"store":true,"stream":false}`,
 		},
 		{
 			name:     "whole history without previous",
@@ -84,14 +84,23 @@ func TestToInteraction(t *testing.T) {
 				{"type":"model_output","content":[{"type":"text","text":"t1"},{"type":"text","text":"t2"}]},
 				{"type":"function_call","id":"c1","name":"f","arguments":{}},
 				{"type":"function_result","call_id":"c1","name":"f","result":{}},
-				{"type":"model_output","content":[{"type":"text","text":"done"}]}],"store":true,"stream":false}`,
+				{"type":"model_output","content":[{"type":"text","text":"done"}]}],"generation_config":{"thinking_summaries":"none"},"store":true,"stream":false}`,
+		},
+		{
+			// A client that did not ask for thoughts gets none, whatever
+			// the Interactions default.
+			name:     "thinking level without includeThoughts",
+			prev:     "p",
+			newTurns: 1,
+			req:      `{"contents":[{"parts":[{"text":"x"}]}],"generationConfig":{"thinkingConfig":{"thinkingLevel":"HIGH"}}}`,
+			want:     `{"model":"gemini-2.5-flash","input":[{"type":"user_input","content":[{"type":"text","text":"x"}]}],"previous_interaction_id":"p","generation_config":{"thinking_level":"high","thinking_summaries":"none"},"store":true,"stream":false}`,
 		},
 		{
 			name:     "nulls and defaults",
 			prev:     "p",
 			newTurns: 1,
 			req:      `{"contents":[{"parts":[{"text":"x"}]}],"systemInstruction":null,"generationConfig":{"temperature":null,"responseModalities":["TEXT"]},"tools":[],"safetySettings":[]}`,
-			want:     `{"model":"gemini-2.5-flash","input":[{"type":"user_input","content":[{"type":"text","text":"x"}]}],"previous_interaction_id":"p","store":true,"stream":false}`,
+			want:     `{"model":"gemini-2.5-flash","input":[{"type":"user_input","content":[{"type":"text","text":"x"}]}],"previous_interaction_id":"p","generation_config":{"thinking_summaries":"none"},"store":true,"stream":false}`,
 		},
 	}
 	for _, tt := range tests {
