@@ -769,7 +769,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err == nil && st.cc != nil {
 		res, err = t.h.contextCacheFallback(t.base, req, res, st)
 	}
-	if err == nil && st.rewritten && (res.StatusCode == http.StatusBadRequest || res.StatusCode >= 500) {
+	// !st.fallback: the context cache fallback already sent st.orig.
+	if err == nil && st.rewritten && !st.fallback && (res.StatusCode == http.StatusBadRequest || res.StatusCode >= 500) {
 		io.CopyN(io.Discard, res.Body, 64<<10) //nolint:errcheck // only to reuse the connection
 		res.Body.Close()
 		st.fallback = true
