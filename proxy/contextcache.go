@@ -31,6 +31,9 @@ type ContextCacheOptions struct {
 	// MaxPrefixes bounds the prefixes tracked. Zero means
 	// contextcache.DefaultMaxPrefixes.
 	MaxPrefixes int
+	// MaxScopes bounds the scopes (tenant, credential, model) tracked.
+	// Zero means contextcache.DefaultMaxScopes.
+	MaxScopes int
 	// Workers bounds the cachedContents calls in flight. Zero means
 	// contextcache.DefaultWorkers.
 	Workers int
@@ -70,6 +73,7 @@ func (h *Handler) newContextCache(base http.RoundTripper) (*contextcache.Manager
 		DefaultMinTokens: o.DefaultMinTokens,
 		Prices:           prices,
 		MaxPrefixes:      o.MaxPrefixes,
+		MaxScopes:        o.MaxScopes,
 		Workers:          o.Workers,
 		Metrics:          h.m,
 		Label:            h.modelLabel,
@@ -226,7 +230,7 @@ func namesCache(body []byte, encoding string) bool {
 // contextCacheSettle hands the answer's usage to the Manager, after the
 // response reached the client. A request resent with the original body
 // after a rewrite (by either fallback) teaches nothing about the body that
-// was planned.
+// was planned; answered, it is counted as a full request.
 func (h *Handler) contextCacheSettle(st *reqState, u *Usage) {
 	if st.cc == nil {
 		return
@@ -237,6 +241,11 @@ func (h *Handler) contextCacheSettle(st *reqState, u *Usage) {
 		usage = contextcache.Usage{PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens}
 	}
 	h.cc.Settle(st.cc.use, usage, ok)
+	if st.fallback && u != nil && st.upStatus >= 200 && st.upStatus <= 299 {
+		// Answered, in full, but with the client's bytes: counted, not
+		// learnt from.
+		h.m.ContextCacheRequests.WithLabelValues(h.modelLabel(st.info.model), metrics.CacheOutcomeFull).Inc()
+	}
 	st.cc = nil // the credential it holds is not needed any more
 }
 
