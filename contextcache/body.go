@@ -409,3 +409,42 @@ func arrayElems(b []byte, v span) ([]span, bool) {
 	}
 	return nil, false
 }
+
+// splitsCall reports whether a cache holding the k leading contents could
+// part a function call from its response: content k-1 has a functionCall
+// part or content k a functionResponse part. The API pairs a model turn's
+// function calls with the next user turn's responses and, for Gemini 3,
+// validates the calls of the current turn with their thought signatures
+// (gemini-api.md §4.6, §4.7); whether it does so across the cache
+// boundary is not documented, so such a boundary is never used. The test
+// looks for the field name as a JSON key in the content's raw bytes: a
+// nested "functionCall" key elsewhere only costs a candidate.
+func (r *Request) splitsCall(k int) bool {
+	if k > 0 && hasKey(r.content(k-1), "functionCall", "function_call") {
+		return true
+	}
+	return hasKey(r.content(k), "functionResponse", "function_response")
+}
+
+// content returns the raw bytes of content i.
+func (r *Request) content(i int) []byte { return r.body[r.elems[i].start:r.elems[i].end] }
+
+// hasKey reports whether b contains "name": or "alt": with optional white
+// space before the colon. Text inside a string value does not match: its
+// quotes are escaped, and a value "name" is not followed by a colon.
+func hasKey(b []byte, name, alt string) bool {
+	for _, n := range [2]string{name, alt} {
+		q := `"` + n + `"`
+		for i := 0; ; {
+			j := bytes.Index(b[i:], []byte(q))
+			if j < 0 {
+				break
+			}
+			i += j + len(q)
+			if c := skipWS(b, i); c < len(b) && b[c] == ':' {
+				return true
+			}
+		}
+	}
+	return false
+}

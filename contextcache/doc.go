@@ -15,6 +15,12 @@
 // included, is copied unchanged. Request.CreateBody is the matching
 // cachedContents create body. Both are pure.
 //
+// A boundary k where content k-1 has a functionCall part or content k a
+// functionResponse part is never used: the API pairs a model turn's calls
+// with the next turn's responses and checks the current turn's thought
+// signatures (gemini-api.md §4.6, §4.7), and whether it does so across a
+// cache boundary is not documented.
+//
 // # Price model
 //
 // Prices are US dollars per million tokens: input, cached input, and
@@ -55,19 +61,34 @@
 // The use rate is (uses + 1) ÷ age, but at most 1 ÷ time since the last
 // use, so a cache that stopped being used loses it. Other caches of the
 // scope whose rate no longer pays are deleted when a request of the scope
-// settles; the rest expire. Manager.Fallback forgets a cache the upstream
-// rejected.
+// settles; the rest expire. Manager.Fallback records why a request naming
+// a cache was resent without it (Reason): Gone (403, 404) forgets the
+// cache, Refused (a 400 about it) forgets and deletes it, Failed (5xx,
+// another 400) keeps it.
+//
+// The savings counted for a request that used a cache are cached tokens
+// × (input − cached_input) × (1 − s), s being the implicit-cache share of
+// the cache's prefix as the decision estimated it: only what implicit
+// caching would not have billed at the cached rate anyway. Storage is
+// counted from creation to when the cache ended: its deletion, or its
+// expiry when it expired, its scope was forgotten or a delete failed.
 //
 // A scope is one tenant, one upstream credential and one model; caches
 // never cross scopes, and every call is made with the credential of the
-// request that triggered it. No credential is kept after those calls: a
-// cache of a scope that stops sending requests is not deleted but expires
-// by its TTL, which the price model already paid for.
+// request that triggered it, a current request of that scope. No
+// credential is kept after those calls: a cache of a scope that stops
+// sending requests, or whose scope is forgotten, is not deleted but
+// expires by its TTL, which the price model already paid for.
 //
-// State is in memory, per replica, and bounded: MaxPrefixes prefixes over
-// all scopes (least recently used scopes forgotten first), 512 prefixes
-// and 8 live caches per scope, 32 tracked prefixes per request, and
-// Options.Workers cache calls in flight (a call finding no free worker is
-// dropped and tried on a later request). Replicas do not share caches; each
-// may create its own for the same prefix.
+// State is in memory, per replica, and bounded: MaxPrefixes prefixes and
+// MaxScopes scopes (least recently used scopes forgotten first), 512
+// prefixes per scope (least recently seen dropped first, in constant time
+// from a recency list), 8 live caches per scope, 32 tracked prefixes per
+// request, and Options.Workers cache calls in flight (a call finding no
+// free worker is dropped and tried on a later request). A request with no
+// prefix large enough to cache makes no scope, so callers whose requests
+// are all small (or whose credential rotates) cost no memory. The
+// bookkeeping runs under one mutex; create bodies are built outside it.
+// Replicas do not share caches; each may create its own for the same
+// prefix.
 package contextcache

@@ -25,6 +25,9 @@ const (
 	DefaultTTL = 5 * time.Minute
 	// DefaultMaxPrefixes bounds the prefixes tracked over all scopes.
 	DefaultMaxPrefixes = 100_000
+	// DefaultMaxScopes bounds the scopes (tenant, credential, model)
+	// tracked at once.
+	DefaultMaxScopes = 10_000
 	// DefaultWorkers bounds the cache calls (create, renew, delete) in
 	// flight at once.
 	DefaultWorkers = 2
@@ -71,6 +74,10 @@ type Options struct {
 	// recently used scope is forgotten first (its caches expire upstream
 	// by their TTL). Zero means DefaultMaxPrefixes.
 	MaxPrefixes int
+	// MaxScopes bounds the scopes tracked; the least recently used is
+	// forgotten first, as for MaxPrefixes. Only a request with a prefix
+	// large enough to cache makes a scope. Zero means DefaultMaxScopes.
+	MaxScopes int
 	// Workers bounds the cachedContents calls in flight; a call that finds
 	// no free worker is dropped and tried again on a later request. Zero
 	// means DefaultWorkers.
@@ -169,13 +176,16 @@ type scope struct {
 	model    string
 	elem     *list.Element
 	prefixes map[Key]*prefix
+	recent   prefix // sentinel of the prefixes by last sighting: recent.next is the newest
 	caches   map[Key]*entry
 	ratio    float64 // prompt tokens per byte, last measured; 0: none yet
 }
 
 // prefix is what is known of one prefix of one scope.
 type prefix struct {
-	n           int // sightings since first
+	key         Key
+	prev, next  *prefix // the scope's recency list
+	n           int     // sightings since first
 	first, last time.Time
 	tokens      float64 // estimated (exact once cached)
 	share       float64 // implicit-cache share, smoothed
@@ -205,7 +215,7 @@ func New(opts Options) (*Manager, error) {
 	if opts.Transport == nil {
 		return nil, errors.New("contextcache: transport is required")
 	}
-	if opts.TTL < 0 || opts.MaxPrefixes < 0 || opts.Workers < 0 || opts.DefaultMinTokens < 0 {
+	if opts.TTL < 0 || opts.MaxPrefixes < 0 || opts.MaxScopes < 0 || opts.Workers < 0 || opts.DefaultMinTokens < 0 {
 		return nil, errors.New("contextcache: negative option")
 	}
 	m := &Manager{opts: opts, ttl: opts.TTL, now: opts.Now, label: opts.Label, log: opts.Logger,
@@ -234,6 +244,9 @@ func New(opts Options) (*Manager, error) {
 	}
 	if m.opts.MaxPrefixes == 0 {
 		m.opts.MaxPrefixes = DefaultMaxPrefixes
+	}
+	if m.opts.MaxScopes == 0 {
+		m.opts.MaxScopes = DefaultMaxScopes
 	}
 	w := m.opts.Workers
 	if w == 0 {
@@ -287,10 +300,10 @@ func (m *Manager) Plan(c Call) *Use {
 	u := &Use{call: c, req: req}
 	now := m.now()
 	m.mu.Lock()
-	if s := m.scopes[c.Scope]; s != nil {
+	if s := m.scopes[c.Scope]; s != nil && len(s.caches) > 0 {
 		m.lru.MoveToFront(s.elem)
 		for k := req.Len() - 1; k >= 0; k-- {
-			if e := s.caches[req.Key(k)]; e != nil && now.Before(e.expire.Add(-m.margin)) {
+			if e := s.caches[req.Key(k)]; e != nil && now.Before(e.expire.Add(-m.margin)) && !req.splitsCall(k) {
 				u.entry = e
 				break
 			}
@@ -303,22 +316,63 @@ func (m *Manager) Plan(c Call) *Use {
 	return u
 }
 
-// Fallback records that the upstream rejected u's cache (expired, deleted
-// or refused): the cache is forgotten and u becomes a full request.
-func (m *Manager) Fallback(u *Use) {
+// Reason says why a request naming a cache was resent without it.
+type Reason int
+
+const (
+	// Gone is a 403 or 404: the upstream does not know the cache (it
+	// expired, was deleted, or is not the caller's). The cache is
+	// forgotten; there is nothing to delete.
+	Gone Reason = iota
+	// Refused is a 400 about the cached content: the cache may still
+	// exist but the upstream will not use it. The cache is forgotten and
+	// deleted with the request's credential.
+	Refused
+	// Failed is a 5xx or a 400 not about the cache: not known to be the
+	// cache's fault. The cache is kept; only this request goes without it.
+	Failed
+)
+
+// Fallback records that the request of u was resent without its cache
+// for reason r (see Reason); u becomes a full request.
+func (m *Manager) Fallback(u *Use, r Reason) {
 	if u == nil || u.entry == nil {
 		return
 	}
 	now := m.now()
 	m.mu.Lock()
-	if s := m.scopes[u.call.Scope]; s != nil && !u.entry.gone {
-		m.dropLocked(s, u.entry, now)
+	if s := m.scopes[u.call.Scope]; s != nil && !u.entry.gone && r != Failed {
+		c := u.entry
+		if r == Refused {
+			m.forgetLocked(s, c)
+			m.startDelete(u.call, s.model, c)
+		} else {
+			// Ended at its expiry or at some unknown time before now.
+			m.dropLocked(s, c, minTime(now, c.expire))
+		}
 	}
 	m.mu.Unlock()
 	if mt := m.opts.Metrics; mt != nil {
 		mt.ContextCacheFallbacks.WithLabelValues(m.label(u.call.Model)).Inc()
 	}
 	u.entry, u.body = nil, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// createJob is a create decided under the lock and started after it: the
+// create body can be megabytes, built without holding m.mu.
+type createJob struct {
+	p    *prefix
+	key  Key
+	k    int
+	size int
+	est  float64
 }
 
 // Settle learns from the answer to u: ok reports a 2xx answer with usage.
@@ -332,39 +386,73 @@ func (m *Manager) Settle(u *Use, usage Usage, ok bool) {
 		return
 	}
 	now := m.now()
-	mt := m.opts.Metrics
-	label := m.label(u.call.Model)
 	price, priced := m.opts.Prices[u.call.Model]
 	priced = priced && price.known()
 
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.sweepLocked(now)
 	if !ok {
+		m.mu.Unlock()
 		return
 	}
-	s := m.scopeLocked(u.call)
+	job, share := m.settleLocked(u, usage, price, priced, now)
+	m.mu.Unlock()
+	if job != nil {
+		body := u.req.CreateBody(job.k, u.call.ModelID, m.ttl)
+		call := u.call
+		call.Body = nil
+		if !m.spawn(metrics.CacheOpCreate, func(ctx context.Context) { m.create(ctx, call, job, body) }) {
+			m.mu.Lock()
+			job.p.creating = false
+			m.mu.Unlock()
+		}
+	}
+	// Counted last, after the calls this request starts were spawned, so
+	// that whoever sees the count can Wait for them.
+	if mt := m.opts.Metrics; mt != nil {
+		label := m.label(u.call.Model)
+		outcome := metrics.CacheOutcomeFull
+		if u.entry != nil {
+			outcome = metrics.CacheOutcomeCached
+			mt.ContextCacheCachedTokens.WithLabelValues(label).Add(float64(usage.CachedTokens))
+			if priced {
+				// Only what implicit caching would not have billed at the
+				// cached rate anyway: the share the decision subtracts.
+				mt.ContextCacheSavedDollars.WithLabelValues(label).Add(float64(usage.CachedTokens) * price.saving(share) / 1e6)
+			}
+		}
+		mt.ContextCacheRequests.WithLabelValues(label, outcome).Inc()
+	}
+}
+
+// settleLocked is Settle under m.mu. It returns the create to start, if
+// any, and the implicit-cache share of the prefix of the cache u used.
+func (m *Manager) settleLocked(u *Use, usage Usage, price Price, priced bool, now time.Time) (*createJob, float64) {
+	req := u.req
+	minTok := m.minTokens(u.call.Model)
+	cands := candidates(req, minTok)
+	s := m.scopes[u.call.Scope]
+	if s == nil {
+		// A scope is made only for a request with something to track: a
+		// caller whose requests are all too small costs no memory.
+		if len(cands) == 0 {
+			return nil, 0
+		}
+		s = m.newScopeLocked(u.call)
+	} else {
+		m.lru.MoveToFront(s.elem)
+	}
+	var share float64
+	if u.entry != nil {
+		if p := s.prefixes[u.entry.key]; p != nil {
+			share = p.share
+		}
+	}
 	e := u.entry
 	if e != nil && e.gone {
 		e = nil
 	}
-	if mt != nil {
-		// Counted last, after the calls this request starts were spawned,
-		// so that whoever sees the count can Wait for them.
-		defer func() {
-			outcome := metrics.CacheOutcomeFull
-			if u.entry != nil {
-				outcome = metrics.CacheOutcomeCached
-				mt.ContextCacheCachedTokens.WithLabelValues(label).Add(float64(usage.CachedTokens))
-				if priced {
-					mt.ContextCacheSavedDollars.WithLabelValues(label).Add(float64(usage.CachedTokens) * (price.Input - price.CachedInput) / 1e6)
-				}
-			}
-			mt.ContextCacheRequests.WithLabelValues(label, outcome).Inc()
-		}()
-	}
 
-	req := u.req
 	usedK, usedSize, usedTokens := -1, 0, 0.0
 	if e != nil {
 		e.uses++
@@ -388,9 +476,9 @@ func (m *Manager) Settle(u *Use, usage Usage, ok bool) {
 		return float64(req.Size(k)) * ratio
 	}
 
-	minTok := m.minTokens(u.call.Model)
-	best, bestNet := -1, 0.0
-	for _, k := range candidates(req, minTok) {
+	var best *prefix
+	bestK, bestNet := -1, 0.0
+	for _, k := range cands {
 		p := m.prefixLocked(s, req.Key(k))
 		if p.n > 0 && now.Sub(p.last) > m.ttl {
 			p.n = 0 // a gap longer than a cache would live: start again
@@ -413,23 +501,26 @@ func (m *Manager) Settle(u *Use, usage Usage, ok bool) {
 		}
 		est := estimate{tokens: p.tokens, covered: max(usedTokens, 0), reuses: ExpectedReuses(p.n, p.first, p.last, m.ttl), share: p.share, ttl: m.ttl}
 		if v := price.net(est); v > bestNet {
-			best, bestNet = k, v
+			best, bestK, bestNet = p, k, v
 		}
 	}
-	if best >= 0 && len(s.caches) < maxScopeCaches {
-		m.startCreate(s, u, best)
+	var job *createJob
+	if best != nil && len(s.caches) < maxScopeCaches {
+		best.creating = true
+		job = &createJob{p: best, key: best.key, k: bestK, size: req.Size(bestK), est: best.tokens}
 	}
 	if e != nil && !e.renewing && e.expire.Sub(now) < m.ttl/2 && price.keeps(usesPerHour(e, now), m.shareOf(s, e)) {
-		m.startRenew(s, u.call, e)
+		m.startRenew(u.call, e)
 	}
 	for _, c := range s.caches {
 		if c == e || price.keeps(usesPerHour(c, now), m.shareOf(s, c)) {
 			continue
 		}
-		m.dropLocked(s, c, now)
-		m.startDelete(u.call, c.name)
+		m.forgetLocked(s, c)
+		m.startDelete(u.call, s.model, c)
 	}
 	m.evictLocked(s)
+	return job, share
 }
 
 // usesPerHour estimates a cache's use rate from now on: (uses + 1) over
@@ -452,65 +543,81 @@ func (m *Manager) shareOf(s *scope, e *entry) float64 {
 
 // candidates returns the prefix lengths of req worth tracking: those whose
 // bytes reach the model's minimum in tokens (a token is at least a byte
-// of JSON), at most maxCandidates, the longest ones.
+// of JSON), at most maxCandidates, the longest ones. A boundary that could
+// part a function call from its response is never a candidate (see
+// Request.splitsCall).
 func candidates(req *Request, minTokens int) []int {
 	var out []int
 	for k := req.Len() - 1; k >= 0 && len(out) < maxCandidates; k-- {
 		if req.Size(k) < minTokens {
 			break // sizes only shrink from here
 		}
+		if req.splitsCall(k) {
+			continue
+		}
 		out = append(out, k)
 	}
 	return out
 }
 
-// scopeLocked returns c's scope, creating it.
-func (m *Manager) scopeLocked(c Call) *scope {
-	s := m.scopes[c.Scope]
-	if s == nil {
-		s = &scope{key: c.Scope, model: c.Model, prefixes: map[Key]*prefix{}, caches: map[Key]*entry{}}
-		s.elem = m.lru.PushFront(s)
-		m.scopes[c.Scope] = s
-		return s
-	}
-	m.lru.MoveToFront(s.elem)
+// newScopeLocked creates c's scope, most recently used.
+func (m *Manager) newScopeLocked(c Call) *scope {
+	s := &scope{key: c.Scope, model: c.Model, prefixes: map[Key]*prefix{}, caches: map[Key]*entry{}}
+	s.recent.next, s.recent.prev = &s.recent, &s.recent
+	s.elem = m.lru.PushFront(s)
+	m.scopes[c.Scope] = s
 	return s
 }
 
-// prefixLocked returns the record of key in s, creating it and making room.
+// prefixLocked returns the record of key in s, newest in the scope's
+// recency list, creating it and making room: the least recently seen
+// prefix that is neither being cached nor cached goes. Those are at most
+// maxScopeCaches plus the workers, so the walk from the oldest end is
+// short.
 func (m *Manager) prefixLocked(s *scope, key Key) *prefix {
-	if p := s.prefixes[key]; p != nil {
+	p := s.prefixes[key]
+	if p != nil {
+		p.unlink()
+		s.recent.pushFront(p)
 		return p
 	}
 	if len(s.prefixes) >= maxScopePrefixes {
-		var oldest Key
-		var at time.Time
-		found := false
-		for k, p := range s.prefixes {
-			if p.creating || s.caches[k] != nil {
+		for q := s.recent.prev; q != &s.recent; q = q.prev {
+			if q.creating || s.caches[q.key] != nil {
 				continue
 			}
-			if !found || p.last.Before(at) {
-				oldest, at, found = k, p.last, true
-			}
-		}
-		if found {
-			delete(s.prefixes, oldest)
+			q.unlink()
+			delete(s.prefixes, q.key)
 			m.prefixes--
+			break
 		}
 	}
-	p := &prefix{}
+	p = &prefix{key: key}
+	s.recent.pushFront(p)
 	s.prefixes[key] = p
 	m.prefixes++
 	return p
 }
 
+// pushFront links p right after the sentinel head.
+func (head *prefix) pushFront(p *prefix) {
+	p.prev, p.next = head, head.next
+	head.next.prev = p
+	head.next = p
+}
+
+// unlink takes p out of its list.
+func (p *prefix) unlink() {
+	p.prev.next, p.next.prev = p.next, p.prev
+	p.prev, p.next = nil, nil
+}
+
 // evictLocked forgets least recently used scopes other than keep while
-// more than MaxPrefixes prefixes are tracked. Their caches are not
-// deleted (no credential is kept): they expire upstream by their TTL, and
-// their storage until then is counted.
+// more than MaxPrefixes prefixes or MaxScopes scopes are tracked. Their
+// caches are not deleted (no credential of theirs is at hand): they
+// expire upstream by their TTL, and their storage until then is counted.
 func (m *Manager) evictLocked(keep *scope) {
-	for m.prefixes > m.opts.MaxPrefixes {
+	for m.prefixes > m.opts.MaxPrefixes || len(m.scopes) > m.opts.MaxScopes {
 		el := m.lru.Back()
 		if el == nil || el.Value.(*scope) == keep {
 			return
@@ -543,22 +650,38 @@ func (m *Manager) sweepLocked(now time.Time) {
 // dropLocked forgets a cache whose storage ended at end, and counts the
 // storage it was billed for.
 func (m *Manager) dropLocked(s *scope, c *entry, end time.Time) {
+	if m.forgetLocked(s, c) {
+		m.billStorage(s.model, c.tokens, c.created, end)
+	}
+}
+
+// forgetLocked forgets a live cache: it reports false when c was gone
+// already. The caller counts its storage.
+func (m *Manager) forgetLocked(s *scope, c *entry) bool {
 	if c.gone {
-		return
+		return false
 	}
 	c.gone = true
 	if s.caches[c.key] == c {
 		delete(s.caches, c.key)
 	}
+	if mt := m.opts.Metrics; mt != nil {
+		mt.ContextCacheLive.WithLabelValues(m.label(s.model)).Dec()
+	}
+	return true
+}
+
+// billStorage counts the storage of a cache of tokens tokens of model
+// from created to end.
+func (m *Manager) billStorage(model string, tokens float64, created, end time.Time) {
 	mt := m.opts.Metrics
 	if mt == nil {
 		return
 	}
-	label := m.label(s.model)
-	mt.ContextCacheLive.WithLabelValues(label).Dec()
-	ts := c.tokens * max(end.Sub(c.created), 0).Seconds()
+	label := m.label(model)
+	ts := tokens * max(end.Sub(created), 0).Seconds()
 	mt.ContextCacheStorageTokenSeconds.WithLabelValues(label).Add(ts)
-	if p, ok := m.opts.Prices[s.model]; ok {
+	if p, ok := m.opts.Prices[model]; ok {
 		mt.ContextCacheCostDollars.WithLabelValues(label, metrics.CacheCostStorage).Add(ts / 3600 * p.Storage / 1e6)
 	}
 }
@@ -591,21 +714,9 @@ func (m *Manager) count(op, result string) {
 	}
 }
 
-// startCreate creates the cache of u's prefix with k contents in the
-// background; it is used from the next request on.
-func (m *Manager) startCreate(s *scope, u *Use, k int) {
-	key := u.req.Key(k)
-	p := s.prefixes[key]
-	p.creating = true
-	body := u.req.CreateBody(k, u.call.ModelID, m.ttl)
-	call, size, est := u.call, u.req.Size(k), p.tokens
-	call.Body = nil
-	if !m.spawn(metrics.CacheOpCreate, func(ctx context.Context) { m.create(ctx, call, key, k, size, est, body) }) {
-		p.creating = false
-	}
-}
-
-func (m *Manager) create(ctx context.Context, call Call, key Key, k, size int, est float64, body []byte) {
+// create makes the cache of job's prefix; it is used from the next
+// request on.
+func (m *Manager) create(ctx context.Context, call Call, job *createJob, body []byte) {
 	status, raw, err := m.do(ctx, http.MethodPost, call.Collection, call.Header, body)
 	now := m.now()
 	var out struct {
@@ -621,11 +732,9 @@ func (m *Manager) create(ctx context.Context, call Call, key Key, k, size int, e
 	s := m.scopes[call.Scope]
 	var p *prefix
 	if s != nil {
-		p = s.prefixes[key]
+		p = s.prefixes[job.key]
 	}
-	if p != nil {
-		p.creating = false
-	}
+	job.p.creating = false
 	if err != nil || status/100 != 2 {
 		if p != nil {
 			p.retryAt = now.Add(m.ttl)
@@ -637,19 +746,26 @@ func (m *Manager) create(ctx context.Context, call Call, key Key, k, size int, e
 		return
 	}
 	m.count(metrics.CacheOpCreate, metrics.CacheResultOK)
-	if s == nil || s.caches[key] != nil || len(s.caches) >= maxScopeCaches {
-		// The scope was forgotten, or another cache took the place, while
-		// this one was being made: it will never be used.
-		m.mu.Unlock()
-		m.startDelete(call, out.Name)
-		return
-	}
 	tokens := out.UsageMetadata.TotalTokenCount
 	if tokens <= 0 {
-		tokens = est
+		tokens = job.est
 	}
-	e := &entry{name: out.Name, key: key, k: k, size: size, tokens: tokens, created: now, lastUse: now, expire: now.Add(m.ttl)}
-	s.caches[key] = e
+	e := &entry{name: out.Name, key: job.key, k: job.k, size: job.size, tokens: tokens, created: now, lastUse: now, expire: now.Add(m.ttl)}
+	if mt := m.opts.Metrics; mt != nil {
+		if pr, ok := m.opts.Prices[call.Model]; ok {
+			mt.ContextCacheCostDollars.WithLabelValues(m.label(call.Model), metrics.CacheCostCreation).Add(tokens * pr.Input / 1e6)
+		}
+	}
+	if s == nil || s.caches[job.key] != nil || len(s.caches) >= maxScopeCaches {
+		// The scope was forgotten, or another cache took the place, while
+		// this one was being made: it will never be used. It was billed
+		// all the same, and is stored until the delete.
+		e.gone = true
+		m.startDelete(call, call.Model, e)
+		m.mu.Unlock()
+		return
+	}
+	s.caches[job.key] = e
 	if p != nil {
 		p.tokens = tokens
 	}
@@ -658,14 +774,11 @@ func (m *Manager) create(ctx context.Context, call Call, key Key, k, size int, e
 		label := m.label(call.Model)
 		mt.ContextCacheCreated.WithLabelValues(label).Inc()
 		mt.ContextCacheLive.WithLabelValues(label).Inc()
-		if pr, ok := m.opts.Prices[call.Model]; ok {
-			mt.ContextCacheCostDollars.WithLabelValues(label, metrics.CacheCostCreation).Add(tokens * pr.Input / 1e6)
-		}
 	}
 }
 
 // startRenew extends e's life by the TTL in the background.
-func (m *Manager) startRenew(s *scope, call Call, e *entry) {
+func (m *Manager) startRenew(call Call, e *entry) {
 	e.renewing = true
 	call.Body = nil
 	body := []byte(`{"ttl":"` + ttlString(m.ttl) + `"}`)
@@ -685,7 +798,7 @@ func (m *Manager) startRenew(s *scope, call Call, e *entry) {
 			m.count(metrics.CacheOpRenew, metrics.CacheResultError)
 			if status == http.StatusNotFound || status == http.StatusForbidden {
 				if sc := m.scopes[call.Scope]; sc != nil {
-					m.dropLocked(sc, e, now)
+					m.dropLocked(sc, e, minTime(now, e.expire))
 				}
 			}
 		}
@@ -694,18 +807,33 @@ func (m *Manager) startRenew(s *scope, call Call, e *entry) {
 	}
 }
 
-// startDelete deletes the cache called name in the background.
-func (m *Manager) startDelete(call Call, name string) {
+// startDelete deletes the forgotten cache c of model in the background
+// with the credential of call, a current request of c's scope, and then
+// counts its storage up to when it ended: the delete if it succeeded, its
+// expiry if the delete failed or found no worker. Called with m.mu held
+// (c's fields are read here, not in the call).
+func (m *Manager) startDelete(call Call, model string, c *entry) {
 	call.Body = nil
-	m.spawn(metrics.CacheOpDelete, func(ctx context.Context) {
+	name, tokens, created, expire := c.name, c.tokens, c.created, c.expire
+	if !m.spawn(metrics.CacheOpDelete, func(ctx context.Context) {
 		status, _, err := m.do(ctx, http.MethodDelete, resourceURL(call.Collection, name), call.Header, nil)
-		// A cache already gone is what a delete wants.
-		if err == nil && (status/100 == 2 || status == http.StatusNotFound || status == http.StatusForbidden) {
+		now := m.now()
+		switch {
+		case err == nil && status/100 == 2:
 			m.count(metrics.CacheOpDelete, metrics.CacheResultOK)
-			return
+			m.billStorage(model, tokens, created, minTime(now, expire))
+		case err == nil && (status == http.StatusNotFound || status == http.StatusForbidden):
+			// Already gone, which is what a delete wants; when is not
+			// known, at the latest now.
+			m.count(metrics.CacheOpDelete, metrics.CacheResultOK)
+			m.billStorage(model, tokens, created, minTime(now, expire))
+		default:
+			m.count(metrics.CacheOpDelete, metrics.CacheResultError)
+			m.billStorage(model, tokens, created, expire)
 		}
-		m.count(metrics.CacheOpDelete, metrics.CacheResultError)
-	})
+	}) {
+		m.billStorage(model, tokens, created, expire)
+	}
 }
 
 // do makes one cachedContents call and returns its status and body.

@@ -110,7 +110,7 @@ func (e *env) send(c Call) result {
 	}
 	status, usage, raw := e.generate(c, body)
 	if r.cache != "" && (status == 403 || status == 404) {
-		e.m.Fallback(u)
+		e.m.Fallback(u, Gone)
 		r.fallback = true
 		status, usage, raw = e.generate(c, c.Body)
 	}

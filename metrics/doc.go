@@ -51,11 +51,11 @@
 //	gemini_proxy_interactions_fallbacks_total             counter    reason                       interaction requests replaced by the generateContent request: not_found|rejected|upstream_error|untranslatable|transport
 //	gemini_proxy_context_cache_created_total               counter    model                        explicit context caches (cachedContents) the proxy created (upstream_state.context_cache)
 //	gemini_proxy_context_cache_live                        gauge      model                        proxy-made caches not yet expired or deleted
-//	gemini_proxy_context_cache_storage_token_seconds_total  counter   model                        storage billed: cache tokens × seconds from creation to deletion or expiry (÷ 3600 = token-hours), counted when a cache ends
+//	gemini_proxy_context_cache_storage_token_seconds_total  counter   model                        storage billed: cache tokens × seconds from creation to deletion, or to expiry when it expired or a delete failed (÷ 3600 = token-hours), counted when a cache ends
 //	gemini_proxy_context_cache_cached_tokens_total         counter    model                        cachedContentTokenCount of requests that named a proxy-made cache (billed at the cached rate)
-//	gemini_proxy_context_cache_saved_dollars_total         counter    model                        USD saved before costs: cached tokens × (input − cached_input)
+//	gemini_proxy_context_cache_saved_dollars_total         counter    model                        USD saved before costs: cached tokens × (input − cached_input) × (1 − implicit-cache share of the prefix, as estimated for the decision)
 //	gemini_proxy_context_cache_cost_dollars_total          counter    model, kind                  USD the caches cost, kind=creation (tokens × input) or storage (token-hours × storage); net saving = saved − cost
-//	gemini_proxy_context_cache_fallbacks_total             counter    model                        requests whose proxy-made cache the upstream rejected (expired, deleted), retried in full before any byte reached the client
+//	gemini_proxy_context_cache_fallbacks_total             counter    model                        requests naming a proxy-made cache answered 400, 403, 404 or 5xx, resent once with the client's original body before any byte reached the client
 //	gemini_proxy_context_cache_requests_total              counter    model, outcome               answered generate requests with context caching on: outcome=cached|full
 //	gemini_proxy_context_cache_operations_total            counter    op, result                   cachedContents calls: op=create|renew|delete, result=ok|error|dropped (no free worker)
 //	gemini_proxy_cache_hits_total                         counter    area                         cache lookups that found an entry; area=served|blocks|conversations (cache.go)

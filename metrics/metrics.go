@@ -327,7 +327,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"model"}),
 		ContextCacheStorageTokenSeconds: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "context_cache_storage_token_seconds_total",
-			Help: "Storage billed for the proxy's explicit context caches, in token-seconds (tokens times seconds from creation to deletion or expiry; divide by 3600 for the token-hours prices are quoted in), counted when each cache ends.",
+			Help: "Storage billed for the proxy's explicit context caches, in token-seconds (tokens times seconds from creation to when the cache ended: its deletion, or its expiry when it expired or a delete failed; divide by 3600 for the token-hours prices are quoted in), counted when each cache ends.",
 		}, []string{"model"}),
 		ContextCacheCachedTokens: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "context_cache_cached_tokens_total",
@@ -335,7 +335,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"model"}),
 		ContextCacheSavedDollars: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "context_cache_saved_dollars_total",
-			Help: "Estimated US dollars the proxy's explicit context caches saved before their own costs: cached tokens times (input price minus cached-input price).",
+			Help: "Estimated US dollars the proxy's explicit context caches saved before their own costs: cached tokens times (input price minus cached-input price) times (1 minus the share of the prefix implicit caching was billing at the cached rate already, as estimated for the decision to create the cache).",
 		}, []string{"model"}),
 		ContextCacheCostDollars: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "context_cache_cost_dollars_total",
@@ -343,7 +343,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"model", "kind"}),
 		ContextCacheFallbacks: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "context_cache_fallbacks_total",
-			Help: "Requests naming a proxy-made cache that the upstream rejected (expired, deleted or refused) and that were retried in full before any byte reached the client.",
+			Help: "Requests naming a proxy-made cache that the upstream answered with 400, 403, 404 or 5xx and that were resent once with the client's original body before any byte reached the client.",
 		}, []string{"model"}),
 		ContextCacheRequests: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "context_cache_requests_total",

@@ -31,6 +31,9 @@ type ContextCacheOptions struct {
 	// MaxPrefixes bounds the prefixes tracked. Zero means
 	// contextcache.DefaultMaxPrefixes.
 	MaxPrefixes int
+	// MaxScopes bounds the scopes (tenant, credential, model) tracked.
+	// Zero means contextcache.DefaultMaxScopes.
+	MaxScopes int
 	// Workers bounds the cachedContents calls in flight. Zero means
 	// contextcache.DefaultWorkers.
 	Workers int
@@ -41,7 +44,6 @@ type ContextCacheOptions struct {
 // ccState is what context caching knows of one request.
 type ccState struct {
 	use      *contextcache.Use
-	full     []byte // the body without the cache, for the fallback
 	fellBack bool
 }
 
@@ -71,6 +73,7 @@ func (h *Handler) newContextCache(base http.RoundTripper) (*contextcache.Manager
 		DefaultMinTokens: o.DefaultMinTokens,
 		Prices:           prices,
 		MaxPrefixes:      o.MaxPrefixes,
+		MaxScopes:        o.MaxScopes,
 		Workers:          o.Workers,
 		Metrics:          h.m,
 		Label:            h.modelLabel,
@@ -127,7 +130,7 @@ func (h *Handler) contextCacheRequest(req *http.Request, st *reqState) *http.Req
 	if use == nil {
 		return req
 	}
-	st.cc = &ccState{use: use, full: body}
+	st.cc = &ccState{use: use}
 	cached := use.Body()
 	if cached == nil {
 		return req
@@ -159,36 +162,48 @@ func cacheTarget(u *url.URL) (model string, collection *url.URL, ok bool) {
 }
 
 // contextCacheFallback runs in the transport after the upstream answered a
-// request that named a proxy-made cache. When the upstream rejected the
-// cache (403: unknown, deleted or not the caller's; 404: expired; 400
-// whose error names the cached content), nothing has reached the client
-// yet: the Manager forgets the cache and the full body is sent instead. A
-// 403 for another reason (a bad key) costs one more request that gets the
-// same 403.
+// request that named a proxy-made cache. A cache substitution is treated
+// like a rewrite (DESIGN §3 fail-open): on a 400, 403, 404 or 5xx, before
+// any byte reached the client, the client's original body is sent once
+// more and that answer is the client's. At most two upstream calls per
+// client request: the cached attempt, then the client's own bytes. Not
+// the full rewritten body, which would need a third call when it fails
+// too; so a request that was rewritten as well loses its rewrite
+// (st.fallback, as after a rewrite fallback) and teaches the Manager
+// nothing. The Manager is told why (contextcache.Reason): 403 or 404 (the
+// cache is gone) and a 400 about the cached content (deleted upstream)
+// forget the cache; a 5xx or another 400 keeps it. A 403 for another
+// reason (a bad key) costs one more request that gets the same 403.
 func (h *Handler) contextCacheFallback(base http.RoundTripper, req *http.Request, res *http.Response, st *reqState) (*http.Response, error) {
 	cs := st.cc
 	if cs == nil || cs.use.Cache() == "" || cs.fellBack {
 		return res, nil
 	}
-	switch res.StatusCode {
-	case http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound:
+	var reason contextcache.Reason
+	switch {
+	case res.StatusCode == http.StatusForbidden || res.StatusCode == http.StatusNotFound:
+		reason = contextcache.Gone
+	case res.StatusCode == http.StatusBadRequest:
+		head, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+		reason = contextcache.Failed
+		if namesCache(head, res.Header.Get("Content-Encoding")) {
+			reason = contextcache.Refused
+		}
+	case res.StatusCode >= 500:
+		reason = contextcache.Failed
 	default:
 		return res, nil
-	}
-	if res.StatusCode == http.StatusBadRequest {
-		head, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
-		if !namesCache(head, res.Header.Get("Content-Encoding")) {
-			res.Body = readCloser{io.MultiReader(bytes.NewReader(head), res.Body), res.Body}
-			return res, nil
-		}
 	}
 	io.CopyN(io.Discard, res.Body, 64<<10) //nolint:errcheck // only to reuse the connection
 	res.Body.Close()
 	cs.fellBack = true
-	h.cc.Fallback(cs.use)
+	h.cc.Fallback(cs.use, reason)
+	if st.rewritten {
+		st.fallback = true
+	}
 	retry := req.Clone(req.Context())
-	retry.Body = io.NopCloser(bytes.NewReader(cs.full))
-	retry.ContentLength = int64(len(cs.full))
+	retry.Body = io.NopCloser(bytes.NewReader(st.orig))
+	retry.ContentLength = int64(len(st.orig))
 	retry.GetBody = nil
 	st.sent += retry.ContentLength
 	res, err := base.RoundTrip(retry)
@@ -213,8 +228,9 @@ func namesCache(body []byte, encoding string) bool {
 }
 
 // contextCacheSettle hands the answer's usage to the Manager, after the
-// response reached the client. A request the rewrite fallback resent with
-// the original body teaches nothing about the body that was planned.
+// response reached the client. A request resent with the original body
+// after a rewrite (by either fallback) teaches nothing about the body that
+// was planned; answered, it is counted as a full request.
 func (h *Handler) contextCacheSettle(st *reqState, u *Usage) {
 	if st.cc == nil {
 		return
@@ -225,6 +241,11 @@ func (h *Handler) contextCacheSettle(st *reqState, u *Usage) {
 		usage = contextcache.Usage{PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens}
 	}
 	h.cc.Settle(st.cc.use, usage, ok)
+	if st.fallback && u != nil && st.upStatus >= 200 && st.upStatus <= 299 {
+		// Answered, in full, but with the client's bytes: counted, not
+		// learnt from.
+		h.m.ContextCacheRequests.WithLabelValues(h.modelLabel(st.info.model), metrics.CacheOutcomeFull).Inc()
+	}
 	st.cc = nil // the credential it holds is not needed any more
 }
 

@@ -1,16 +1,21 @@
 package proxy
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
 )
 
 // ccBody is turn n of a session whose first turn holds a large document.
@@ -37,8 +42,19 @@ type ccFixture struct {
 
 func newCCFixture(t *testing.T, opts Options) *ccFixture {
 	t.Helper()
+	return newCCFixtureWrapped(t, opts, nil)
+}
+
+// newCCFixtureWrapped is newCCFixture with wrap, when not nil, between the
+// proxy and the emulator.
+func newCCFixtureWrapped(t *testing.T, opts Options, wrap func(http.Handler) http.Handler) *ccFixture {
+	t.Helper()
 	emu := emulator.New(emulator.Options{ImplicitCacheMinTokens: 1 << 30})
-	up := httptest.NewServer(emu)
+	var h http.Handler = emu
+	if wrap != nil {
+		h = wrap(emu)
+	}
+	up := httptest.NewServer(h)
 	t.Cleanup(up.Close)
 	opts.Rewrite.Enabled = true
 	opts.Prices = map[string]Price{"gemini-2.5-flash": {Input: 0.30, CachedInput: 0.03, Output: 2.5, Storage: 1}}
@@ -160,4 +176,170 @@ func (f *ccFixture) lastCachedOf(t *testing.T) (string, string) {
 	}
 	t.Fatal("no request named a cache")
 	return "", ""
+}
+
+// spaced is a rewrite that changes the body (a trailing space) without
+// changing its prefixes, so that a rewritten request can name a cache.
+func spaced(body []byte, _ rewrite.Options, _ rewrite.Verifier) ([]byte, *rewrite.Report, error) {
+	out := append(bytes.Clone(body), ' ')
+	return out, &rewrite.Report{BytesBefore: len(body), BytesAfter: len(out)}, nil
+}
+
+// TestContextCacheFailOpen: whatever the upstream answers a request that
+// named a proxy-made cache with (400, 403, 404, 5xx), the client's own
+// body is sent once more before any byte reached the client, and never a
+// third time, rewritten or not. A 400 about the cache deletes it
+// upstream; a 5xx keeps it.
+func TestContextCacheFailOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		status    int
+		message   string
+		rewritten bool
+		deleted   bool // the cache is deleted upstream
+		kept      bool // and still used by the next request
+	}{
+		{"500", 500, "internal", false, false, true},
+		{"503 rewritten", 503, "overloaded", true, false, true},
+		{"400 unrelated", 400, "Invalid value at 'generation_config'", false, false, true},
+		{"400 unrelated rewritten", 400, "Invalid value at 'generation_config'", true, false, true},
+		{"400 about the cache", 400, "Tool config, tools and system instruction should not be set in the request when using cached content.", false, true, false},
+		{"404 rewritten", 404, "CachedContent not found", true, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fl := &failOnce{}
+			f := newCCFixtureWrapped(t, Options{}, func(next http.Handler) http.Handler { fl.next = next; return fl })
+			if tc.rewritten {
+				f.h.rewriteFn = spaced
+			}
+			hdr := map[string]string{"X-Goog-Api-Key": "k"}
+			for turn := range 6 {
+				f.post(t, genPath, ccBody(turn), hdr)
+			}
+			name, _ := f.lastCachedOf(t)
+			fl.arm(tc.status, tc.message)
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, f.front.URL+genPath, strings.NewReader(ccBody(6)))
+			req.Header.Set("X-Goog-Api-Key", "k")
+			res, raw := do(t, rawClient(), req)
+			if res.StatusCode != 200 {
+				t.Fatalf("client got %d %s", res.StatusCode, raw)
+			}
+			f.h.WaitContextCache()
+			gen := fl.taken()
+			deleted := fl.deleted(name)
+			if len(gen) != 2 {
+				t.Fatalf("upstream saw %d generate requests, want 2", len(gen))
+			}
+			if gen[0].Status != tc.status || gen[0].CachedContent != name {
+				t.Errorf("first attempt: %d naming %q, want %d naming %s", gen[0].Status, gen[0].CachedContent, tc.status, name)
+			}
+			if gen[1].Status != 200 || string(gen[1].Body) != ccBody(6) {
+				t.Errorf("second attempt: %d, body is the client's: %v", gen[1].Status, string(gen[1].Body) == ccBody(6))
+			}
+			if deleted != tc.deleted {
+				t.Errorf("cache deleted upstream: %v, want %v", deleted, tc.deleted)
+			}
+			if got := strings.HasSuffix(res.Header.Get(HeaderReport), "; fallback"); got != tc.rewritten {
+				t.Errorf("report %q: fallback %v, want %v", res.Header.Get(HeaderReport), got, tc.rewritten)
+			}
+			if got := testutil.ToFloat64(f.m.ContextCacheFallbacks.WithLabelValues("gemini-2.5-flash")); got != 1 {
+				t.Errorf("context cache fallbacks = %v, want 1", got)
+			}
+			if got := testutil.ToFloat64(f.m.RewriteFallbacks); got != 0 {
+				t.Errorf("rewrite fallbacks = %v, want 0 (the rewrite was not at fault)", got)
+			}
+			// Let the settle of that request finish before the next one.
+			waitFor(t, "settle", func() bool { return counterTotal(f.m) >= 7 })
+			f.post(t, genPath, ccBody(7), hdr)
+			rs := f.emu.Received()
+			used := rs[len(rs)-1].CachedContent == name
+			if used != tc.kept {
+				t.Errorf("next request named the cache: %v, want %v", used, tc.kept)
+			}
+		})
+	}
+}
+
+// failOnce answers the first request naming a cache after arm with an
+// error, and records the generate attempts from arm on.
+type failOnce struct {
+	next http.Handler
+
+	mu       sync.Mutex
+	status   int
+	message  string
+	attempts []emulator.Received
+	deletes  []string // paths
+	on       bool
+}
+
+func (f *failOnce) deleted(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.deletes {
+		if strings.HasSuffix(p, "/"+name) {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *failOnce) arm(status int, message string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.status, f.message, f.on = status, message, true
+}
+
+func (f *failOnce) taken() []emulator.Received {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.attempts
+}
+
+func (f *failOnce) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasSuffix(r.URL.Path, ":generateContent") {
+		if r.Method == http.MethodDelete {
+			f.mu.Lock()
+			f.deletes = append(f.deletes, r.URL.Path)
+			f.mu.Unlock()
+		}
+		f.next.ServeHTTP(w, r)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	var req struct{ CachedContent string }
+	json.Unmarshal(body, &req)
+	f.mu.Lock()
+	on, status, message := f.on, f.status, f.message
+	if on && req.CachedContent != "" {
+		f.status = 0
+	}
+	f.mu.Unlock()
+	rec := emulator.Received{Body: body, CachedContent: req.CachedContent, Status: 200}
+	if on && status != 0 && req.CachedContent != "" {
+		rec.Status = status
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"error":{"code":%d,"message":%q,"status":"FAILED"}}`, status, message)
+	} else {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		sw := &statusRecorder{ResponseWriter: w, status: 200}
+		f.next.ServeHTTP(sw, r)
+		rec.Status = sw.status
+	}
+	if on {
+		f.mu.Lock()
+		f.attempts = append(f.attempts, rec)
+		f.mu.Unlock()
+	}
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
 }

@@ -769,8 +769,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err == nil && st.cc != nil {
 		res, err = t.h.contextCacheFallback(t.base, req, res, st)
 	}
-	// After an interaction's fallback this was the second upstream call: no third.
-	if err == nil && st.rewritten && (st.ix == nil || st.ix.fallback == "") && (res.StatusCode == http.StatusBadRequest || res.StatusCode >= 500) {
+	// At most two upstream calls: after an interaction's fallback, or after
+	// the context cache fallback sent st.orig, there is no third.
+	if err == nil && st.rewritten && !st.fallback && (st.ix == nil || st.ix.fallback == "") && (res.StatusCode == http.StatusBadRequest || res.StatusCode >= 500) {
 		io.CopyN(io.Discard, res.Body, 64<<10) //nolint:errcheck // only to reuse the connection
 		res.Body.Close()
 		st.fallback = true
