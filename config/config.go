@@ -224,6 +224,9 @@ type UpstreamState struct {
 	// ContextCacheMaxPrefixes bounds the request prefixes tracked in
 	// memory over all tenants.
 	ContextCacheMaxPrefixes int `mapstructure:"context_cache_max_prefixes"`
+	// ContextCacheMaxScopes bounds the scopes (tenant × credential × model)
+	// tracked; the least recently used are forgotten first.
+	ContextCacheMaxScopes int `mapstructure:"context_cache_max_scopes"`
 	// ContextCacheWorkers bounds the cachedContents calls in flight.
 	ContextCacheWorkers int `mapstructure:"context_cache_workers"`
 }
@@ -301,6 +304,7 @@ func Default() Config {
 			},
 			ContextCacheDefaultMinTokens: 4096,
 			ContextCacheMaxPrefixes:      100_000,
+			ContextCacheMaxScopes:        10_000,
 			ContextCacheWorkers:          2,
 		},
 	}

@@ -334,6 +334,9 @@ func (c Config) Validate() error {
 	if c.UpstreamState.ContextCacheMaxPrefixes < 1 {
 		bad("upstream_state.context_cache_max_prefixes", "must be positive")
 	}
+	if c.UpstreamState.ContextCacheMaxScopes < 1 {
+		bad("upstream_state.context_cache_max_scopes", "must be positive")
+	}
 	if w := c.UpstreamState.ContextCacheWorkers; w < 1 || w > 64 {
 		bad("upstream_state.context_cache_workers", "%d must be in [1, 64]", w)
 	}

@@ -150,6 +150,7 @@ func proxyOptions(c config.Config) (proxy.Options, error) {
 			MinTokens:        make(map[string]int, len(us.ContextCacheMinTokens)),
 			DefaultMinTokens: us.ContextCacheDefaultMinTokens,
 			MaxPrefixes:      us.ContextCacheMaxPrefixes,
+			MaxScopes:        us.ContextCacheMaxScopes,
 			Workers:          us.ContextCacheWorkers,
 		}
 		for _, mt := range us.ContextCacheMinTokens {
