@@ -315,7 +315,7 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		return nil
 	}
 	readStart := time.Now()
-	buf, err := io.ReadAll(io.LimitReader(st.body, h.rwMax+1))
+	buf, err := readBody(st.body, out.ContentLength, h.rwMax)
 	st.readDur = time.Since(readStart)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errReadBody, err)
@@ -359,6 +359,34 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		out.Header.Set("Content-Length", strconv.Itoa(len(send)))
 	}
 	return nil
+}
+
+// readBody reads body, of Content-Length size (-1: unknown), up to
+// limit+1 bytes. With a known length it reads into one buffer of exactly
+// that size: io.ReadAll would grow its buffer by doubling, allocating and
+// copying about twice the body. countingBody reports io.EOF with the last
+// byte of a known length, so no read past it is needed.
+func readBody(body io.Reader, size, limit int64) ([]byte, error) {
+	if size < 0 || size > limit {
+		return io.ReadAll(io.LimitReader(body, limit+1))
+	}
+	buf := make([]byte, size)
+	n := 0
+	for {
+		m, err := body.Read(buf[n:])
+		n += m
+		switch {
+		case err == io.EOF:
+			return buf[:n], nil
+		case err != nil:
+			return buf[:n], err
+		case n == len(buf):
+			// A reader that did not say EOF with the last byte: read on,
+			// as io.ReadAll would.
+			rest, err := io.ReadAll(io.LimitReader(body, limit+1-size))
+			return append(buf, rest...), err
+		}
+	}
 }
 
 // runRewrite calls the rewriter, turning a panic into an error.
