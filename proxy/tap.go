@@ -72,6 +72,7 @@ type tap struct {
 	text          strings.Builder
 	textTruncated bool
 	events        int
+	sc            chunkScanner
 }
 
 // newTap returns a tap for a body with the given Content-Encoding. It
@@ -347,6 +348,11 @@ func (t *tap) decode(b []byte, tail bool) {
 		t.decodeTail(b)
 		return
 	}
+	if t.sc.scan(b, t.needText) {
+		t.events++
+		t.apply(&t.sc)
+		return
+	}
 	if !t.needText {
 		var u tapUsage
 		if json.Unmarshal(b, &u) != nil {
@@ -378,6 +384,30 @@ func (t *tap) decode(b []byte, tail bool) {
 			t.text.WriteString(part.Text)
 		}
 	}
+}
+
+// apply records what chunkScanner read, as decode does for encoding/json.
+func (t *tap) apply(sc *chunkScanner) {
+	if sc.hasUsage && (t.usage == nil || *t.usage != sc.usage) {
+		u := sc.usage
+		t.usage = &u
+	}
+	if len(sc.modelVersion) > 0 && string(sc.modelVersion) != t.modelVersion {
+		t.modelVersion = string(sc.modelVersion)
+	}
+	for _, text := range sc.texts {
+		if t.textTruncated {
+			break
+		}
+		if t.text.Len()+len(text) > MaxTextBytes {
+			t.text.Write(text[:MaxTextBytes-t.text.Len()])
+			t.textTruncated = true
+			break
+		}
+		t.text.Write(text)
+	}
+	clear(sc.texts) // drop references to the body
+	sc.texts, sc.b, sc.modelVersion = sc.texts[:0], nil, nil
 }
 
 func (t *tap) record(u *Usage, modelVersion string) {
