@@ -3,6 +3,9 @@ package proxy
 import (
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -42,5 +45,45 @@ func TestReadBody(t *testing.T) {
 				t.Errorf("readBody = %q, %v; io.ReadAll read %q, %v", got, err, ref, rerr)
 			}
 		})
+	}
+}
+
+func TestTenantCache(t *testing.T) {
+	secret := []byte("secret")
+	reqs := []*http.Request{
+		httptest.NewRequest("POST", "/v1beta/models/m:generateContent", nil),
+		httptest.NewRequest("POST", "/v1beta/models/m:generateContent?key=AIzaA", nil),
+		httptest.NewRequest("POST", "/v1beta/models/m:generateContent?access_token=tok", nil),
+	}
+	for _, h := range []struct{ k, v string }{{"X-Goog-Api-Key", "AIzaA"}, {"Authorization", "Bearer AIzaA"}, {"X-Tenant", "AIzaA"}} {
+		r := httptest.NewRequest("POST", "/v1beta/models/m:generateContent", nil)
+		r.Header.Set(h.k, h.v)
+		reqs = append(reqs, r)
+	}
+	for i := range maxTenants + 10 {
+		r := httptest.NewRequest("POST", "/v1beta/models/m:generateContent", nil)
+		r.Header.Set("X-Goog-Api-Key", "key-"+strconv.Itoa(i))
+		reqs = append(reqs, r)
+	}
+	var c tenantCache
+	seen := map[string]bool{}
+	for round := range 2 {
+		for i, r := range reqs {
+			for _, header := range []string{"", "X-Tenant"} {
+				want := tenantOf(secret, header, r)
+				if got := c.tenant(secret, header, r); got != want {
+					t.Fatalf("round %d, request %d, header %q: tenant = %s, want %s", round, i, header, got, want)
+				}
+				seen[want] = true
+			}
+		}
+		if len(c.ids) > maxTenants {
+			t.Errorf("cache holds %d ids, want at most %d", len(c.ids), maxTenants)
+		}
+	}
+	// Key, header and bearer of the same value are three tenants; the
+	// anonymous one and the numbered keys make up the rest.
+	if want := 3 + 2 + maxTenants + 10; len(seen) != want {
+		t.Errorf("%d distinct tenants, want %d", len(seen), want)
 	}
 }

@@ -55,6 +55,7 @@ type Handler struct {
 	sav      *savings
 	rp       *httputil.ReverseProxy // unary routes
 	rpStream *httputil.ReverseProxy // streaming routes: flush every write
+	tenants  tenantCache
 
 	// rewriteFn is rewrite.Request; tests replace it to inject failures.
 	rewriteFn rewriteFunc
@@ -225,7 +226,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.stripBasePath(&u)
 	st.info = classify(u.Path)
 	st.stream = st.info.route == RouteStreamGenerate
-	st.tenant = tenantOf(h.secret, h.opts.TenantHeader, r)
+	st.tenant = h.tenants.tenant(h.secret, h.opts.TenantHeader, r)
 	st.sdk = clientSDK(r.Header.Get("X-Goog-Api-Client"))
 	st.inHost, st.inScheme = r.Host, "http"
 	if r.TLS != nil {
