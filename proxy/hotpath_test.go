@@ -3,12 +3,18 @@ package proxy
 import (
 	"errors"
 	"io"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gemini-proxy/gemini-proxy/metrics"
 )
 
 func TestReadBody(t *testing.T) {
@@ -85,5 +91,66 @@ func TestTenantCache(t *testing.T) {
 	// anonymous one and the numbered keys make up the rest.
 	if want := 3 + 2 + maxTenants + 10; len(seen) != want {
 		t.Errorf("%d distinct tenants, want %d", len(seen), want)
+	}
+}
+
+func TestIsEventStream(t *testing.T) {
+	for _, v := range []string{
+		"", "text/event-stream", "TEXT/Event-Stream", " text/event-stream ", "text/event-stream\u00a0",
+		"text/event-stream; charset=utf-8", "text/event-stream;", "text/event-stream; a=1; a=2",
+		"text/event-stream; a", "text/event-ſtream", "text/event-\u212Atream", "application/json; charset=UTF-8",
+		"application/json", "text/event-streams", "text/event", "text/event-stream/x",
+	} {
+		ct, _, _ := mime.ParseMediaType(v)
+		if got, want := isEventStream(v), ct == "text/event-stream"; got != want {
+			t.Errorf("isEventStream(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+func FuzzIsEventStream(f *testing.F) {
+	f.Add("text/event-stream; charset=utf-8")
+	f.Add("Text/Event-Stream;;")
+	f.Fuzz(func(t *testing.T, v string) {
+		ct, _, _ := mime.ParseMediaType(v)
+		if got, want := isEventStream(v), ct == "text/event-stream"; got != want {
+			t.Errorf("isEventStream(%q) = %v, want %v", v, got, want)
+		}
+	})
+}
+
+func TestHotMetricsAreTheVectorsChildren(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	h := hotMetrics{m: m}
+	if n := testutil.CollectAndCount(m.Requests); n != 0 {
+		t.Fatalf("requests_total has %d series before any request, want 0", n)
+	}
+	for range 3 {
+		h.request(RouteGenerate, "gemini-2.5-flash", 200, false).Inc()
+		h.requestDuration(RouteStreamGenerate, true).Observe(0.5)
+		h.upstreamResponse(RouteGenerate, 1000).Inc()
+		h.requestBytes(RouteGenerate, metrics.StageSent).Add(10)
+		h.requestBytes(RouteGenerate, metrics.StageReceived).Add(7)
+	}
+	for _, c := range []struct {
+		name string
+		got  prometheus.Collector
+		want float64
+	}{
+		{"requests", m.Requests.WithLabelValues("generate_content", "gemini-2.5-flash", "200", "false"), 3},
+		{"upstream responses", m.UpstreamResponses.WithLabelValues("generate_content", "other"), 3},
+		{"sent", m.RequestBytes.WithLabelValues("generate_content", metrics.StageSent), 30},
+		{"received", m.RequestBytes.WithLabelValues("generate_content", metrics.StageReceived), 21},
+	} {
+		if got := testutil.ToFloat64(c.got); got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.Requests); n != 1 {
+		t.Errorf("requests_total has %d series, want 1", n)
+	}
+	if n := testutil.CollectAndCount(m.RequestDuration); n != 1 {
+		t.Errorf("request_duration_seconds has %d series, want 1", n)
 	}
 }

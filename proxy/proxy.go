@@ -56,6 +56,7 @@ type Handler struct {
 	rp       *httputil.ReverseProxy // unary routes
 	rpStream *httputil.ReverseProxy // streaming routes: flush every write
 	tenants  tenantCache
+	hot      hotMetrics
 
 	// rewriteFn is rewrite.Request; tests replace it to inject failures.
 	rewriteFn rewriteFunc
@@ -88,6 +89,7 @@ func New(opts Options, logger *slog.Logger, m *metrics.Metrics) (*Handler, error
 		rwOpts:    opts.Rewrite.Options,
 		secret:    opts.TenantSecret,
 		rewriteFn: rewrite.Request,
+		hot:       hotMetrics{m: m},
 	}
 	if h.basePath != "" && !strings.HasPrefix(h.basePath, "/") {
 		h.basePath = "/" + h.basePath
@@ -475,7 +477,7 @@ func (h *Handler) modifyResponse(res *http.Response) error {
 		return nil
 	}
 	st.upStatus = res.StatusCode
-	if ct, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type")); ct == "text/event-stream" {
+	if isEventStream(res.Header.Get("Content-Type")) {
 		st.stream = true
 	}
 	if v := res.Header.Get("X-Goog-Upload-Url"); v != "" {
@@ -495,6 +497,22 @@ func (h *Handler) modifyResponse(res *http.Response) error {
 		}
 	}
 	return nil
+}
+
+// isEventStream reports whether mime.ParseMediaType(v) is
+// text/event-stream. It calls ParseMediaType, which allocates a map of the
+// parameters, only for a text/event-stream with parameters, where a
+// malformed parameter list changes the answer.
+func isEventStream(v string) bool {
+	base, _, params := strings.Cut(v, ";")
+	if !asciiEqualFold(strings.TrimSpace(base), "text/event-stream") {
+		return false
+	}
+	if !params {
+		return true
+	}
+	ct, _, _ := mime.ParseMediaType(v)
+	return ct == "text/event-stream"
 }
 
 // uploadURL points an X-Goog-Upload-Url at the proxy as the client reached
@@ -591,21 +609,20 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 	if upKind != "" {
 		h.m.UpstreamErrors.WithLabelValues(upKind).Inc()
 	}
-	stream := strconv.FormatBool(st.stream)
 	model := h.modelLabel(st.info.model)
-	h.m.Requests.WithLabelValues(route, model, strconv.Itoa(code), stream).Inc()
-	h.m.RequestDuration.WithLabelValues(route, stream).Observe(dur.Seconds())
+	h.hot.request(st.info.route, model, code, st.stream).Inc()
+	h.hot.requestDuration(st.info.route, st.stream).Observe(dur.Seconds())
 	if !st.upstreamStart.IsZero() {
 		// The client's upload is not the proxy's time: reading the body is
 		// left out, as it is for bodies streamed through.
 		overhead := st.upstreamStart.Sub(st.start) - st.readDur
-		h.m.ProxyOverhead.WithLabelValues(route).Observe(max(overhead, 0).Seconds())
+		h.hot.proxyOverhead(st.info.route).Observe(max(overhead, 0).Seconds())
 		if st.upstreamDur > 0 {
-			h.m.UpstreamDuration.WithLabelValues(route).Observe(st.upstreamDur.Seconds())
+			h.hot.upstreamDuration(st.info.route).Observe(st.upstreamDur.Seconds())
 		}
 	}
 	if st.stream && !rw.firstByte.IsZero() {
-		h.m.TimeToFirstByte.WithLabelValues(route).Observe(rw.firstByte.Sub(st.start).Seconds())
+		h.hot.timeToFirstByte(st.info.route).Observe(rw.firstByte.Sub(st.start).Seconds())
 	}
 	var received, sent int64
 	if st.body != nil {
@@ -615,16 +632,16 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 	if st.orig == nil {
 		sent = received // streamed through
 	}
-	h.m.RequestBytes.WithLabelValues(route, metrics.StageReceived).Add(float64(received))
-	h.m.RequestBytes.WithLabelValues(route, metrics.StageSent).Add(float64(sent))
-	h.m.ResponseBytes.WithLabelValues(route).Add(float64(rw.bytes))
-	h.m.ClientRequests.WithLabelValues(string(st.sdk), strconv.FormatBool(st.sdk.Deprecated())).Inc()
+	h.hot.requestBytes(st.info.route, metrics.StageReceived).Add(float64(received))
+	h.hot.requestBytes(st.info.route, metrics.StageSent).Add(float64(sent))
+	h.hot.responseBytesOf(st.info.route).Add(float64(rw.bytes))
+	h.hot.client(st.sdk).Inc()
 	if st.mode != "" && (st.outcome != "" || st.mode == metrics.ModeOff || st.mode == metrics.ModeDisabled) {
 		outcome := st.outcome
 		if outcome == "" {
 			outcome = metrics.OutcomeSkipped
 		}
-		h.m.RewriteRequests.WithLabelValues(st.mode, outcome).Inc()
+		h.hot.rewrite(st.mode, outcome).Inc()
 	}
 
 	var t *tap
@@ -653,7 +670,7 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 				{metrics.TokensToolUse, u.ToolUsePromptTokens},
 			} {
 				if kv.n > 0 {
-					h.m.UsageTokens.WithLabelValues(ml, kv.kind).Add(float64(kv.n))
+					h.hot.usageTokens(ml, kv.kind).Add(float64(kv.n))
 				}
 			}
 			h.sav.spend(ml, priceModel, u)
@@ -666,7 +683,10 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 		level = slog.LevelWarn
 	}
 	if h.log.Enabled(r.Context(), level) {
-		attrs := []slog.Attr{
+		// Sized for every attribute below, so that appending never moves
+		// the slice to the heap.
+		var buf [17]slog.Attr
+		attrs := append(buf[:0],
 			slog.String("method", r.Method),
 			slog.String("route", route),
 			slog.String("model", st.info.model),
@@ -679,7 +699,7 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 			slog.Bool("stream", st.stream),
 			slog.String("client_sdk", string(st.sdk)),
 			slog.String("tenant", shortTenant(st.tenant)),
-		}
+		)
 		if st.repHeader != "" {
 			attrs = append(attrs, slog.String("rewrite", st.repHeader))
 		}
@@ -774,7 +794,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	res, err := t.base.RoundTrip(req)
 	if err == nil {
-		t.h.m.UpstreamResponses.WithLabelValues(string(st.info.route), statusLabel(res.StatusCode)).Inc()
+		t.h.hot.upstreamResponse(st.info.route, res.StatusCode).Inc()
 	}
 	if err == nil && st.rewritten && (res.StatusCode == http.StatusBadRequest || res.StatusCode >= 500) {
 		io.CopyN(io.Discard, res.Body, 64<<10) //nolint:errcheck // only to reuse the connection
@@ -788,7 +808,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.sent += retry.ContentLength
 		res, err = t.base.RoundTrip(retry)
 		if err == nil {
-			t.h.m.UpstreamResponses.WithLabelValues(string(st.info.route), statusLabel(res.StatusCode)).Inc()
+			t.h.hot.upstreamResponse(st.info.route, res.StatusCode).Inc()
 		}
 	}
 	st.upstreamDur = time.Since(now)

@@ -173,13 +173,14 @@ func field(name []byte, names []string, seen *uint32) int {
 	return -1
 }
 
-// asciiEqualFold reports whether the ASCII name equals n ignoring case.
-func asciiEqualFold(name []byte, n string) bool {
+// asciiEqualFold reports whether name equals n ignoring ASCII case (and
+// only ASCII case: unlike strings.EqualFold, 'ſ' is not 's').
+func asciiEqualFold[T string | []byte](name T, n string) bool {
 	if len(name) != len(n) {
 		return false
 	}
-	for i, c := range name {
-		if lower(c) != lower(n[i]) {
+	for i := range len(name) {
+		if lower(name[i]) != lower(n[i]) {
 			return false
 		}
 	}
