@@ -395,6 +395,13 @@ func (t *tap) apply(sc *chunkScanner) {
 	if len(sc.modelVersion) > 0 && string(sc.modelVersion) != t.modelVersion {
 		t.modelVersion = string(sc.modelVersion)
 	}
+	if n := len(sc.texts); n > 0 && !t.textTruncated {
+		size := 0
+		for _, text := range sc.texts {
+			size += len(text)
+		}
+		t.text.Grow(min(size, MaxTextBytes-t.text.Len()))
+	}
 	for _, text := range sc.texts {
 		if t.textTruncated {
 			break
@@ -408,6 +415,9 @@ func (t *tap) apply(sc *chunkScanner) {
 	}
 	clear(sc.texts) // drop references to the body
 	sc.texts, sc.b, sc.modelVersion = sc.texts[:0], nil, nil
+	if cap(sc.scratch) > 64<<10 {
+		sc.scratch = nil // a large text's buffer is not kept for the next event
+	}
 }
 
 func (t *tap) record(u *Usage, modelVersion string) {

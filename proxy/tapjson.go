@@ -29,6 +29,7 @@ type chunkScanner struct {
 	hasUsage     bool
 	modelVersion []byte   // unescaped; nil when absent
 	texts        [][]byte // text of the parts of candidate 0 to keep, in order
+	scratch      []byte   // unescaped strings; texts may point into it
 }
 
 // maxScanDepth bounds the nesting the scanner follows; deeper input goes to
@@ -38,7 +39,7 @@ const maxScanDepth = 64
 // scan reads b. It reports false when b must be decoded by encoding/json
 // instead.
 func (s *chunkScanner) scan(b []byte, needText bool) bool {
-	*s = chunkScanner{b: b, needText: needText, texts: s.texts[:0]}
+	*s = chunkScanner{b: b, needText: needText, texts: s.texts[:0], scratch: s.scratch[:0]}
 	s.ws()
 	if !s.top() {
 		return false
@@ -357,7 +358,10 @@ func (s *chunkScanner) text() ([]byte, bool) {
 	if !esc && utf8.Valid(raw) {
 		return raw, true
 	}
-	return unquoteJSON(raw), true
+	// Unescaped into the scratch buffer the scanner keeps between scans.
+	start = len(s.scratch)
+	s.scratch = appendUnquoted(s.scratch, raw)
+	return s.scratch[start:len(s.scratch):len(s.scratch)], true
 }
 
 // str skips the string that starts at s.i, validating it; esc reports
@@ -487,11 +491,10 @@ func (s *chunkScanner) skip() bool {
 	}
 }
 
-// unquoteJSON unescapes the inside of a valid JSON string literal exactly
-// as encoding/json does: invalid UTF-8 and unpaired surrogates become
-// U+FFFD.
-func unquoteJSON(s []byte) []byte {
-	b := make([]byte, 0, len(s)+utf8.UTFMax)
+// appendUnquoted appends the inside of a valid JSON string literal to b,
+// unescaped exactly as encoding/json does: invalid UTF-8 and unpaired
+// surrogates become U+FFFD.
+func appendUnquoted(b, s []byte) []byte {
 	for r := 0; r < len(s); {
 		// Copy a run of ASCII without escapes at once.
 		j := r
