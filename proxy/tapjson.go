@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strconv"
 	"unicode"
 	"unicode/utf16"
@@ -369,11 +370,7 @@ func (s *chunkScanner) text() ([]byte, bool) {
 func (s *chunkScanner) str() (esc, ok bool) {
 	i := s.i + 1
 	for {
-		// Find the next quote, backslash or control byte.
-		j := i
-		for j < len(s.b) && !strStop[s.b[j]] {
-			j++
-		}
+		j := plainRun(s.b, i)
 		if j == len(s.b) || s.b[j] < ' ' {
 			return false, false
 		}
@@ -400,6 +397,64 @@ func (s *chunkScanner) str() (esc, ok bool) {
 			i = j + 6
 		default:
 			return false, false
+		}
+	}
+}
+
+// Word-at-a-time byte tests (Hacker's Delight 6-1; "bit twiddling
+// hacks": determine if a word has a byte less than n). They are exact
+// about whether such a byte exists, which is all the loops below use.
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// hasLess reports whether a byte of x is below n (n <= 128).
+func hasLess(x uint64, n byte) bool { return (x-lsb*uint64(n))&^x&msb != 0 }
+
+// hasByte reports whether a byte of x is c.
+func hasByte(x uint64, c byte) bool { return hasLess(x^(lsb*uint64(c)), 1) }
+
+// plainRun returns the index of the first quote, backslash or control byte
+// in b from i, or len(b); eight bytes at a time over the plain text.
+func plainRun(b []byte, i int) int {
+	for {
+		for i+8 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[i:])
+			if hasByte(x, '"') || hasByte(x, '\\') || hasLess(x, ' ') {
+				break
+			}
+			i += 8
+		}
+		for end := min(i+8, len(b)); i < end; i++ {
+			if strStop[b[i]] {
+				return i
+			}
+		}
+		if i == len(b) {
+			return i
+		}
+	}
+}
+
+// asciiRun returns the index of the first backslash or non-ASCII byte in
+// b from i, or len(b).
+func asciiRun(b []byte, i int) int {
+	for {
+		for i+8 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[i:])
+			if x&msb != 0 || hasByte(x, '\\') {
+				break
+			}
+			i += 8
+		}
+		for end := min(i+8, len(b)); i < end; i++ {
+			if b[i] == '\\' || b[i] >= utf8.RuneSelf {
+				return i
+			}
+		}
+		if i == len(b) {
+			return i
 		}
 	}
 }
@@ -497,10 +552,7 @@ func (s *chunkScanner) skip() bool {
 func appendUnquoted(b, s []byte) []byte {
 	for r := 0; r < len(s); {
 		// Copy a run of ASCII without escapes at once.
-		j := r
-		for j < len(s) && s[j] != '\\' && s[j] < utf8.RuneSelf {
-			j++
-		}
+		j := asciiRun(s, r)
 		b = append(b, s[r:j]...)
 		if r = j; r == len(s) {
 			break
