@@ -58,7 +58,8 @@
 // responses. The local cache stays in front: a local miss asks Redis and
 // keeps the answer. RecordServed never waits for Redis: a bounded queue
 // feeds one writer that pipelines the writes, and drops (and counts) what
-// does not fit. Each read is bounded by Options.RedisTimeout and one
+// does not fit; Close writes what is still queued, for at most
+// Options.RedisFlush. Each read is bounded by Options.RedisTimeout and one
 // request's Verifier spends at most Options.RedisBudget on Redis. After an
 // error the Store logs once, counts it, and stays local-only for a second
 // before it tries again, so a stopped or slow Redis never fails a request

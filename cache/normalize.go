@@ -14,7 +14,12 @@ func normalize(s string) string {
 	if isNormalized(s) {
 		return s
 	}
-	b := make([]byte, 0, len(s))
+	return string(appendNormalized(make([]byte, 0, len(s)), s))
+}
+
+// appendNormalized appends normalize(s) to b.
+func appendNormalized(b []byte, s string) []byte {
+	base := len(b)
 	space := false
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -22,7 +27,7 @@ func normalize(s string) string {
 		if c < utf8.RuneSelf {
 			if asciiSpace[c] {
 				i++
-				space = len(b) > 0
+				space = len(b) > base
 				continue
 			}
 		} else {
@@ -30,7 +35,7 @@ func normalize(s string) string {
 			r, n = utf8.DecodeRuneInString(s[i:])
 			if unicode.IsSpace(r) {
 				i += n
-				space = len(b) > 0
+				space = len(b) > base
 				continue
 			}
 		}
@@ -38,18 +43,29 @@ func normalize(s string) string {
 			b = append(b, ' ')
 			space = false
 		}
-		// Copy the run of non-space ASCII bytes at once. Other runes keep
-		// their original bytes, so that invalid UTF-8 stays as it was on
-		// both the recording and the lookup side.
+		// Copy the run of ASCII bytes that stays as it is at once: non-space
+		// bytes and single spaces between them. Other runes keep their
+		// original bytes, so that invalid UTF-8 stays as it was on both the
+		// recording and the lookup side.
 		if c < utf8.RuneSelf {
-			for n < len(s)-i && s[i+n] < utf8.RuneSelf && !asciiSpace[s[i+n]] {
+			for n < len(s)-i {
+				d := s[i+n]
+				if d >= utf8.RuneSelf {
+					break
+				}
+				if asciiSpace[d] {
+					if d != ' ' || n+1 >= len(s)-i || s[i+n+1] >= utf8.RuneSelf || asciiSpace[s[i+n+1]] {
+						break
+					}
+					n++ // the space, then the byte after it
+				}
 				n++
 			}
 		}
 		b = append(b, s[i:i+n]...)
 		i += n
 	}
-	return string(b)
+	return b
 }
 
 // asciiSpace marks the ASCII bytes unicode.IsSpace accepts.
@@ -93,7 +109,7 @@ var prefixCuts = [...]int{64, 256, 1024, 4096, 16384, 65536, 262144}
 
 // cutAt returns the largest index i <= c at a rune boundary of s (i ==
 // len(s) counts as a boundary). It never returns less than c-3.
-func cutAt(s string, c int) int {
+func cutAt[T string | []byte](s T, c int) int {
 	if c >= len(s) {
 		return len(s)
 	}

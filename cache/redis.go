@@ -198,7 +198,7 @@ func (r *redisBackend) writer() {
 				break fill
 			}
 		}
-		r.write(batch)
+		r.write(context.Background(), batch)
 		clear(batch)
 		r.finish(len(batch))
 	}
@@ -206,14 +206,15 @@ func (r *redisBackend) writer() {
 
 // write sends one pipeline: per response, SET of its record and, per
 // prefix, LREM+LPUSH+LTRIM+EXPIRE of the candidate list, all with the TTL.
-func (r *redisBackend) write(batch []servedWrite) {
-	if !r.available() {
+// ctx may bound it further than the writer's own time-out.
+func (r *redisBackend) write(ctx context.Context, batch []servedWrite) {
+	if !r.available() || ctx.Err() != nil {
 		r.dropped.Add(uint64(len(batch)))
 		return
 	}
 	// Writes are off the request path; a larger bound lets a batch through
 	// a briefly slow Redis.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*r.timeout)
+	ctx, cancel := context.WithTimeout(ctx, 10*r.timeout)
 	defer cancel()
 	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, w := range batch {
@@ -240,18 +241,32 @@ func (r *redisBackend) write(batch []servedWrite) {
 	r.writes.Add(uint64(len(batch)))
 }
 
-func (r *redisBackend) close() error {
+// close stops the writer, then writes what is still queued for at most
+// flush (a shutdown should not lose the last responses served); what
+// remains after it, or while Redis is down, is dropped and counted.
+func (r *redisBackend) close(flush time.Duration) error {
 	close(r.done)
 	<-r.exited
-	// Whatever is still queued is dropped; release waiters.
+	ctx, cancel := context.WithTimeout(context.Background(), flush)
+	defer cancel()
+	batch := make([]servedWrite, 0, redisBatch)
 	for {
-		select {
-		case <-r.queue:
-			r.dropped.Add(1)
-			r.finish(1)
-		default:
+		batch = batch[:0]
+	fill:
+		for len(batch) < redisBatch {
+			select {
+			case w := <-r.queue:
+				batch = append(batch, w)
+			default:
+				break fill
+			}
+		}
+		if len(batch) == 0 {
 			return r.c.Close()
 		}
+		r.write(ctx, batch)
+		clear(batch)
+		r.finish(len(batch))
 	}
 }
 

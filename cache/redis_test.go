@@ -138,3 +138,57 @@ func TestRedisQueueFull(t *testing.T) {
 		t.Error("local verification failed while Redis is silent")
 	}
 }
+
+// TestRedisFlushOnClose: responses still queued for Redis when the Store
+// closes are written, not dropped, so a replica that shuts down right
+// after serving still shares them.
+func TestRedisFlushOnClose(t *testing.T) {
+	srv := cachetest.StartRedis(t)
+	s, err := cache.New(cache.Options{RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 600
+	texts := make([]string, n)
+	for i := range texts {
+		texts[i] = words("flushed "+strings.Repeat("x", i%13)+" answer", 3000+i)
+		s.RecordServed(tenantA, texts[i], false)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if st := s.Stats().Redis; st.Dropped != 0 || st.Writes != n {
+		t.Errorf("after Close: redis stats = %+v, want %d writes, none dropped", st, n)
+	}
+	c := newStore(t, cache.Options{RedisURL: srv.URL()})
+	for i, text := range texts {
+		if !c.Verifier(tenantA).Served(text) {
+			t.Fatalf("response %d of %d is not in Redis after Close", i, n)
+		}
+	}
+}
+
+// TestRedisFlushBounded: with a Redis that never answers, Close gives up
+// after its flush bound and drops what is left.
+func TestRedisFlushBounded(t *testing.T) {
+	ln := blackhole(t)
+	const timeout, flush = 20 * time.Millisecond, 100 * time.Millisecond
+	s, err := cache.New(cache.Options{RedisURL: "redis://" + ln + "/0", RedisTimeout: timeout, RedisFlush: flush})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		s.RecordServed(tenantA, words("stuck", 100+i), false)
+	}
+	start := time.Now()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	// The writer's batch in flight (10 × timeout), then at most flush.
+	if d := time.Since(start); d > 10*timeout+flush+500*time.Millisecond {
+		t.Errorf("Close took %v with a silent Redis, want about %v at most", d, 10*timeout+flush)
+	}
+	if st := s.Stats().Redis; st.Writes != 0 || st.Dropped == 0 {
+		t.Errorf("redis stats = %+v, want nothing written, the rest dropped", st)
+	}
+}

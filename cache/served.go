@@ -34,34 +34,52 @@ const (
 // RecordServed remembers a model response served to tenant, so that a
 // later transcript quoting it can be verified. truncated reports that text
 // is only the first part of the response. Empty text is ignored. It costs
-// a SHA-256 pass over at most 1.4 times the text and never waits for Redis.
+// one SHA-256 pass over the normalised text (the prefix hashes are taken
+// on the way) and never waits for Redis.
 func (s *Store) RecordServed(tenant, text string, truncated bool) {
-	n := normalize(text)
-	if n == "" {
+	// The record is the flag byte and the normalised text, built in place
+	// so that the text is copied once.
+	rec := appendNormalized(make([]byte, 1, 1+len(text)), text)
+	n := rec[1:]
+	if len(n) == 0 {
 		return
 	}
 	s.recorded.Add(1)
-	id := digest(sha256.Sum256([]byte(n)))
-	rec := make([]byte, 1, 1+len(n))
-	if truncated {
-		rec[0] = flagTruncated
-	}
-	if len(n) >= MinPrefixBytes {
-		rec = append(rec, n...)
-	}
-	a := s.areas[AreaServed]
-	a.set(key(tenant, kindRecord+string(id[:])), rec, s.opts.TTL)
-	var prefixes []digest
+	var prefixes [len(prefixCuts)]digest
+	np := 0
+	h := sha256.New()
+	done := 0
 	for _, c := range prefixCuts {
 		if c >= len(n) {
 			break
 		}
-		p := digest(sha256.Sum256([]byte(n[:cutAt(n, c)])))
-		prefixes = append(prefixes, p)
+		cut := cutAt(n, c)
+		h.Write(n[done:cut])
+		done = cut
+		h.Sum(prefixes[np][:0]) // Sum leaves the running hash as it was
+		np++
+	}
+	h.Write(n[done:])
+	var id digest
+	h.Sum(id[:0])
+	switch {
+	case len(n) < MinPrefixBytes:
+		rec = make([]byte, 1)
+	case cap(rec)-len(rec) > len(rec)/8:
+		// Normalising removed much white space: store an exact copy, as
+		// the entry's cost counts only its length.
+		rec = append(make([]byte, 0, len(rec)), rec...)
+	}
+	if truncated {
+		rec[0] = flagTruncated
+	}
+	a := s.areas[AreaServed]
+	a.set(idKey(tenant, kindRecord, id), rec, s.opts.TTL)
+	for _, p := range prefixes[:np] {
 		s.addCandidate(tenant, p, id, nil)
 	}
 	if s.redis != nil {
-		s.redis.enqueue(servedWrite{tenant: tenant, id: id, rec: rec, prefixes: prefixes})
+		s.redis.enqueue(servedWrite{tenant: tenant, id: id, rec: rec, prefixes: append([]digest(nil), prefixes[:np]...)})
 	}
 }
 
@@ -69,7 +87,7 @@ func (s *Store) RecordServed(tenant, text string, truncated bool) {
 // most maxCandidates distinct ids. more, when not nil, are ids from Redis
 // appended after the local ones.
 func (s *Store) addCandidate(tenant string, p, id digest, more []byte) {
-	k := key(tenant, kindPrefix+string(p[:]))
+	k := idKey(tenant, kindPrefix, p)
 	a := s.areas[AreaServed]
 	mu := s.lock(k)
 	mu.Lock()
@@ -145,11 +163,11 @@ func (v *Verifier) Served(text string) bool {
 }
 
 func (v *Verifier) served(text string) bool {
-	n := normalize(text)
-	if n == "" {
+	n := appendNormalized(make([]byte, 0, len(text)), text)
+	if len(n) == 0 {
 		return false
 	}
-	id := digest(sha256.Sum256([]byte(n)))
+	id := digest(sha256.Sum256(n))
 	if _, ok := v.record(id); ok {
 		return true
 	}
@@ -157,7 +175,7 @@ func (v *Verifier) served(text string) bool {
 	if c == 0 {
 		return false
 	}
-	p := digest(sha256.Sum256([]byte(n[:cutAt(n, c)])))
+	p := digest(sha256.Sum256(n[:cutAt(n, c)]))
 	list := v.candidates(p)
 	for i := 0; i+sha256.Size <= len(list); i += sha256.Size {
 		rec, ok := v.record(digest(list[i : i+sha256.Size]))
@@ -169,13 +187,13 @@ func (v *Verifier) served(text string) bool {
 }
 
 // isLongPrefix reports whether n is a long prefix of the record's text.
-func isLongPrefix(n string, rec []byte) bool {
+func isLongPrefix(n, rec []byte) bool {
 	if len(rec) < 1 {
 		return false
 	}
 	full := rec[1:]
 	q := len(n)
-	if q < MinPrefixBytes || q > len(full) || string(full[:q]) != n {
+	if q < MinPrefixBytes || q > len(full) || !bytes.Equal(full[:q], n) {
 		return false
 	}
 	// A client that cuts history at N characters ends anywhere, so any
@@ -187,7 +205,7 @@ func isLongPrefix(n string, rec []byte) bool {
 // record returns the record of response id, from the local cache or, on a
 // miss, from Redis (then kept locally).
 func (v *Verifier) record(id digest) ([]byte, bool) {
-	k := key(v.tenant, kindRecord+string(id[:]))
+	k := idKey(v.tenant, kindRecord, id)
 	a := v.s.areas[AreaServed]
 	if rec, ok := a.get(k); ok {
 		return rec, true
@@ -208,7 +226,7 @@ func (v *Verifier) record(id digest) ([]byte, bool) {
 // candidates returns the candidate ids of prefix p, merged from the local
 // cache and Redis.
 func (v *Verifier) candidates(p digest) []byte {
-	k := key(v.tenant, kindPrefix+string(p[:]))
+	k := idKey(v.tenant, kindPrefix, p)
 	local, _ := v.s.areas[AreaServed].get(k)
 	r := v.s.redis
 	if r == nil || !v.budget() {
@@ -228,6 +246,11 @@ func (v *Verifier) candidates(p digest) []byte {
 // budget reports whether the Verifier may still spend time on Redis.
 func (v *Verifier) budget() bool {
 	return time.Duration(v.spent.Load()) < v.s.opts.RedisBudget
+}
+
+// idKey is key(tenant, kind+string(id[:])) built with one allocation.
+func idKey(tenant, kind string, id digest) string {
+	return tenant + "\x00" + kind + string(id[:])
 }
 
 // hexID formats an id for a Redis key.

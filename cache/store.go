@@ -26,6 +26,9 @@ const (
 	// DefaultRedisQueue is the number of pending Redis writes when
 	// Options.RedisQueue is zero.
 	DefaultRedisQueue = 1024
+	// DefaultRedisFlush bounds the time Close spends writing queued
+	// responses to Redis when Options.RedisFlush is zero.
+	DefaultRedisFlush = 2 * time.Second
 )
 
 // entryOverhead is the memory, in bytes, that one entry costs besides its
@@ -79,6 +82,11 @@ type Options struct {
 	// RedisQueue is the number of served responses waiting to be written
 	// to Redis; more are dropped and counted. Zero means DefaultRedisQueue.
 	RedisQueue int
+	// RedisFlush bounds the time Close spends writing the responses still
+	// queued for Redis (plus a batch already being written); what is left
+	// then is dropped and counted. Zero means DefaultRedisFlush; negative
+	// drops them at once.
+	RedisFlush time.Duration
 	// Logger receives Redis state changes. Nil discards them.
 	Logger *slog.Logger
 }
@@ -129,6 +137,9 @@ func New(opts Options) (*Store, error) {
 	}
 	if opts.RedisQueue == 0 {
 		opts.RedisQueue = DefaultRedisQueue
+	}
+	if opts.RedisFlush == 0 {
+		opts.RedisFlush = DefaultRedisFlush
 	}
 	s := &Store{opts: opts, log: opts.Logger, areas: make(map[Area]*area, len(Areas))}
 	if s.log == nil {
@@ -186,13 +197,14 @@ func (s *Store) closeAreas() {
 	}
 }
 
-// Close stops the background writers and releases the caches. Pending
-// Redis writes are dropped.
+// Close stops the background writers and releases the caches. Served
+// responses still queued for Redis are written first, for at most
+// Options.RedisFlush.
 func (s *Store) Close() error {
 	s.blocks.close()
 	var err error
 	if s.redis != nil {
-		err = s.redis.close()
+		err = s.redis.close(s.opts.RedisFlush)
 	}
 	s.closeAreas()
 	return err

@@ -54,9 +54,11 @@
 //
 // A tap reads each generate response as it streams past and extracts the
 // last usageMetadata, the modelVersion and the model's text, for metrics
-// and for Options.OnExchange. Each request produces one access log line with
-// no prompt, response or credential in it. Tenants are HMACs of the
-// caller's credential (see Options.TenantSecret).
+// and for Options.OnExchange; a validating scanner reads each response
+// object, and hands what it is not sure of to encoding/json. Each request
+// produces one access log line with no prompt, response or credential in
+// it. Tenants are HMACs of the caller's credential (see
+// Options.TenantSecret), remembered for recent credentials.
 //
 // Savings are counted only for a rewritten body the upstream accepted
 // with a 2xx (never after a fallback): bytes removed per rule, and tokens

@@ -57,6 +57,8 @@ type Handler struct {
 	rp       *httputil.ReverseProxy // unary routes
 	rpStream *httputil.ReverseProxy // streaming routes: flush every write
 	cc       *contextcache.Manager  // nil: context caching off
+	tenants  tenantCache
+	hot      hotMetrics
 
 	// rewriteFn is rewrite.Request; tests replace it to inject failures.
 	rewriteFn rewriteFunc
@@ -91,6 +93,7 @@ func New(opts Options, logger *slog.Logger, m *metrics.Metrics) (*Handler, error
 		rwOpts:    opts.Rewrite.Options,
 		secret:    opts.TenantSecret,
 		rewriteFn: rewrite.Request,
+		hot:       hotMetrics{m: m},
 	}
 	if h.basePath != "" && !strings.HasPrefix(h.basePath, "/") {
 		h.basePath = "/" + h.basePath
@@ -236,7 +239,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.stripBasePath(&u)
 	st.info = classify(u.Path)
 	st.stream = st.info.route == RouteStreamGenerate
-	st.tenant = tenantOf(h.secret, h.opts.TenantHeader, r)
+	st.tenant = h.tenants.tenant(h.secret, h.opts.TenantHeader, r)
 	st.sdk = clientSDK(r.Header.Get("X-Goog-Api-Client"))
 	st.inHost, st.inScheme = r.Host, "http"
 	if r.TLS != nil {
@@ -326,7 +329,7 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		return nil
 	}
 	readStart := time.Now()
-	buf, err := io.ReadAll(io.LimitReader(st.body, h.rwMax+1))
+	buf, err := readBody(st.body, out.ContentLength, h.rwMax)
 	st.readDur = time.Since(readStart)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errReadBody, err)
@@ -370,6 +373,34 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		out.Header.Set("Content-Length", strconv.Itoa(len(send)))
 	}
 	return nil
+}
+
+// readBody reads body, of Content-Length size (-1: unknown), up to
+// limit+1 bytes. With a known length it reads into one buffer of exactly
+// that size: io.ReadAll would grow its buffer by doubling, allocating and
+// copying about twice the body. countingBody reports io.EOF with the last
+// byte of a known length, so no read past it is needed.
+func readBody(body io.Reader, size, limit int64) ([]byte, error) {
+	if size < 0 || size > limit {
+		return io.ReadAll(io.LimitReader(body, limit+1))
+	}
+	buf := make([]byte, size)
+	n := 0
+	for {
+		m, err := body.Read(buf[n:])
+		n += m
+		switch {
+		case err == io.EOF:
+			return buf[:n], nil
+		case err != nil:
+			return buf[:n], err
+		case n == len(buf):
+			// A reader that did not say EOF with the last byte: read on,
+			// as io.ReadAll would.
+			rest, err := io.ReadAll(io.LimitReader(body, limit+1-size))
+			return append(buf, rest...), err
+		}
+	}
 }
 
 // runRewrite calls the rewriter, turning a panic into an error.
@@ -458,7 +489,7 @@ func (h *Handler) modifyResponse(res *http.Response) error {
 		return nil
 	}
 	st.upStatus = res.StatusCode
-	if ct, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type")); ct == "text/event-stream" {
+	if isEventStream(res.Header.Get("Content-Type")) {
 		st.stream = true
 	}
 	if v := res.Header.Get("X-Goog-Upload-Url"); v != "" {
@@ -478,6 +509,22 @@ func (h *Handler) modifyResponse(res *http.Response) error {
 		}
 	}
 	return nil
+}
+
+// isEventStream reports whether mime.ParseMediaType(v) is
+// text/event-stream. It calls ParseMediaType, which allocates a map of the
+// parameters, only for a text/event-stream with parameters, where a
+// malformed parameter list changes the answer.
+func isEventStream(v string) bool {
+	base, _, params := strings.Cut(v, ";")
+	if !asciiEqualFold(strings.TrimSpace(base), "text/event-stream") {
+		return false
+	}
+	if !params {
+		return true
+	}
+	ct, _, _ := mime.ParseMediaType(v)
+	return ct == "text/event-stream"
 }
 
 // uploadURL points an X-Goog-Upload-Url at the proxy as the client reached
@@ -574,21 +621,20 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 	if upKind != "" {
 		h.m.UpstreamErrors.WithLabelValues(upKind).Inc()
 	}
-	stream := strconv.FormatBool(st.stream)
 	model := h.modelLabel(st.info.model)
-	h.m.Requests.WithLabelValues(route, model, strconv.Itoa(code), stream).Inc()
-	h.m.RequestDuration.WithLabelValues(route, stream).Observe(dur.Seconds())
+	h.hot.request(st.info.route, model, code, st.stream).Inc()
+	h.hot.requestDuration(st.info.route, st.stream).Observe(dur.Seconds())
 	if !st.upstreamStart.IsZero() {
 		// The client's upload is not the proxy's time: reading the body is
 		// left out, as it is for bodies streamed through.
 		overhead := st.upstreamStart.Sub(st.start) - st.readDur
-		h.m.ProxyOverhead.WithLabelValues(route).Observe(max(overhead, 0).Seconds())
+		h.hot.proxyOverhead(st.info.route).Observe(max(overhead, 0).Seconds())
 		if st.upstreamDur > 0 {
-			h.m.UpstreamDuration.WithLabelValues(route).Observe(st.upstreamDur.Seconds())
+			h.hot.upstreamDuration(st.info.route).Observe(st.upstreamDur.Seconds())
 		}
 	}
 	if st.stream && !rw.firstByte.IsZero() {
-		h.m.TimeToFirstByte.WithLabelValues(route).Observe(rw.firstByte.Sub(st.start).Seconds())
+		h.hot.timeToFirstByte(st.info.route).Observe(rw.firstByte.Sub(st.start).Seconds())
 	}
 	var received, sent int64
 	if st.body != nil {
@@ -598,16 +644,16 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 	if st.orig == nil {
 		sent = received // streamed through
 	}
-	h.m.RequestBytes.WithLabelValues(route, metrics.StageReceived).Add(float64(received))
-	h.m.RequestBytes.WithLabelValues(route, metrics.StageSent).Add(float64(sent))
-	h.m.ResponseBytes.WithLabelValues(route).Add(float64(rw.bytes))
-	h.m.ClientRequests.WithLabelValues(string(st.sdk), strconv.FormatBool(st.sdk.Deprecated())).Inc()
+	h.hot.requestBytes(st.info.route, metrics.StageReceived).Add(float64(received))
+	h.hot.requestBytes(st.info.route, metrics.StageSent).Add(float64(sent))
+	h.hot.responseBytesOf(st.info.route).Add(float64(rw.bytes))
+	h.hot.client(st.sdk).Inc()
 	if st.mode != "" && (st.outcome != "" || st.mode == metrics.ModeOff || st.mode == metrics.ModeDisabled) {
 		outcome := st.outcome
 		if outcome == "" {
 			outcome = metrics.OutcomeSkipped
 		}
-		h.m.RewriteRequests.WithLabelValues(st.mode, outcome).Inc()
+		h.hot.rewrite(st.mode, outcome).Inc()
 	}
 
 	var t *tap
@@ -636,7 +682,7 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 				{metrics.TokensToolUse, u.ToolUsePromptTokens},
 			} {
 				if kv.n > 0 {
-					h.m.UsageTokens.WithLabelValues(ml, kv.kind).Add(float64(kv.n))
+					h.hot.usageTokens(ml, kv.kind).Add(float64(kv.n))
 				}
 			}
 			h.sav.spend(ml, priceModel, u)
@@ -650,7 +696,10 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 		level = slog.LevelWarn
 	}
 	if h.log.Enabled(r.Context(), level) {
-		attrs := []slog.Attr{
+		// Sized for every attribute below, so that appending never moves
+		// the slice to the heap.
+		var buf [17]slog.Attr
+		attrs := append(buf[:0],
 			slog.String("method", r.Method),
 			slog.String("route", route),
 			slog.String("model", st.info.model),
@@ -663,7 +712,7 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 			slog.Bool("stream", st.stream),
 			slog.String("client_sdk", string(st.sdk)),
 			slog.String("tenant", shortTenant(st.tenant)),
-		}
+		)
 		if st.repHeader != "" {
 			attrs = append(attrs, slog.String("rewrite", st.repHeader))
 		}
@@ -680,7 +729,12 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 		if aborted && !clientGone {
 			attrs = append(attrs, slog.String("error", "upstream response aborted"))
 		}
-		h.log.LogAttrs(r.Context(), level, "request", attrs...)
+		// What Logger.LogAttrs does, without runtime.Callers: the source
+		// of this line is always finish, and no handler of ours adds it.
+		rec := slog.NewRecord(time.Now(), level, "request", 0)
+		rec.AddAttrs(attrs...)
+		h.log.Handler().Handle(r.Context(), rec) //nolint:errcheck // as Logger.LogAttrs: nowhere to report it
+
 	}
 
 	if h.opts.OnExchange != nil && st.info.route.isGenerate() && st.upStatus != 0 {
@@ -764,7 +818,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	res, err := t.base.RoundTrip(req)
 	if err == nil {
-		t.h.m.UpstreamResponses.WithLabelValues(string(st.info.route), statusLabel(res.StatusCode)).Inc()
+		t.h.hot.upstreamResponse(st.info.route, res.StatusCode).Inc()
 	}
 	if err == nil && st.cc != nil {
 		res, err = t.h.contextCacheFallback(t.base, req, res, st)
@@ -783,7 +837,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.sent += retry.ContentLength
 		res, err = t.base.RoundTrip(retry)
 		if err == nil {
-			t.h.m.UpstreamResponses.WithLabelValues(string(st.info.route), statusLabel(res.StatusCode)).Inc()
+			t.h.hot.upstreamResponse(st.info.route, res.StatusCode).Inc()
 		}
 	}
 	st.upstreamDur = time.Since(now)

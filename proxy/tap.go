@@ -72,6 +72,7 @@ type tap struct {
 	text          strings.Builder
 	textTruncated bool
 	events        int
+	sc            chunkScanner
 }
 
 // newTap returns a tap for a body with the given Content-Encoding. It
@@ -300,7 +301,7 @@ func (t *tap) appendObj(p []byte) {
 	if t.obj == nil {
 		t.obj = (*objBuffers.Get().(*[]byte))[:0]
 	}
-	if !t.needText && len(t.obj)+len(p) > 2*tailBytes {
+	if (!t.needText || t.objTrimmed) && len(t.obj)+len(p) > 2*tailBytes {
 		// Only usageMetadata and modelVersion are wanted, and Gemini writes
 		// them after the candidates: keep the last tailBytes.
 		if need := len(t.obj) + len(p); cap(t.obj) < need {
@@ -312,10 +313,30 @@ func (t *tap) appendObj(p []byte) {
 		return
 	}
 	if len(t.obj)+len(p) > maxEventBytes {
+		if t.needText {
+			// Too large to decode whole (inline images, say): read its
+			// usageMetadata and modelVersion from its tail, as without
+			// text. Its text is lost, so the text captured so far is only
+			// a prefix of the response.
+			t.textTruncated = true
+			t.obj, t.objTrimmed = lastBytes(t.obj, p, tailBytes), true
+			return
+		}
 		t.objOver, t.obj = true, t.obj[:0]
 		return
 	}
 	t.obj = append(t.obj, p...)
+}
+
+// lastBytes returns the last n bytes of a followed by b in a buffer from
+// objBuffers; a's large buffer is left to the collector.
+func lastBytes(a, b []byte, n int) []byte {
+	buf := (*objBuffers.Get().(*[]byte))[:0]
+	if k := n - len(b); k > 0 {
+		buf = append(buf, a[max(len(a)-k, 0):]...)
+		return append(buf, b...)
+	}
+	return append(buf, b[len(b)-n:]...)
 }
 
 // tapChunk is the part of a GenerateContentResponse the tap reads.
@@ -344,7 +365,17 @@ type tapUsage struct {
 // when no text is needed.
 func (t *tap) decode(b []byte, tail bool) {
 	if tail || (!t.needText && len(b) > tailBytes) {
+		if t.needText && len(b) > tailBytes {
+			// Only the oversized objects of appendObj come here: read
+			// exactly the last tailBytes, whatever the writes were.
+			b = b[len(b)-tailBytes:]
+		}
 		t.decodeTail(b)
+		return
+	}
+	if t.sc.scan(b, t.needText) {
+		t.events++
+		t.apply(&t.sc)
 		return
 	}
 	if !t.needText {
@@ -377,6 +408,40 @@ func (t *tap) decode(b []byte, tail bool) {
 			}
 			t.text.WriteString(part.Text)
 		}
+	}
+}
+
+// apply records what chunkScanner read, as decode does for encoding/json.
+func (t *tap) apply(sc *chunkScanner) {
+	if sc.hasUsage && (t.usage == nil || *t.usage != sc.usage) {
+		u := sc.usage
+		t.usage = &u
+	}
+	if len(sc.modelVersion) > 0 && string(sc.modelVersion) != t.modelVersion {
+		t.modelVersion = string(sc.modelVersion)
+	}
+	if n := len(sc.texts); n > 0 && !t.textTruncated {
+		size := 0
+		for _, text := range sc.texts {
+			size += len(text)
+		}
+		t.text.Grow(min(size, MaxTextBytes-t.text.Len()))
+	}
+	for _, text := range sc.texts {
+		if t.textTruncated {
+			break
+		}
+		if t.text.Len()+len(text) > MaxTextBytes {
+			t.text.Write(text[:MaxTextBytes-t.text.Len()])
+			t.textTruncated = true
+			break
+		}
+		t.text.Write(text)
+	}
+	clear(sc.texts) // drop references to the body
+	sc.texts, sc.b, sc.modelVersion = sc.texts[:0], nil, nil
+	if cap(sc.scratch) > 64<<10 {
+		sc.scratch = nil // a large text's buffer is not kept for the next event
 	}
 }
 

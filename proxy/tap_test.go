@@ -220,3 +220,39 @@ func BenchmarkTap(b *testing.B) {
 		})
 	}
 }
+
+// TestTapOversizedUnaryKeepsUsage: a unary response too large to decode
+// whole (inline image data) still yields its usageMetadata and
+// modelVersion from its tail, whatever the reads; its text is lost, so the
+// text is reported truncated.
+func TestTapOversizedUnaryKeepsUsage(t *testing.T) {
+	body := []byte(`{"candidates":[{"content":{"parts":[{"text":"an image:"},{"inlineData":{"mimeType":"image/png","data":"` +
+		strings.Repeat("A", maxEventBytes+10) + `"}}],"role":"model"},"index":0}],` +
+		`"usageMetadata":{"promptTokenCount":11,"candidatesTokenCount":1290,"totalTokenCount":1301},"modelVersion":"gemini-2.5-flash-image","responseId":"r"}`)
+	want := tapResult{Usage: &Usage{PromptTokens: 11, CandidatesTokens: 1290, TotalTokens: 1301}, ModelVersion: "gemini-2.5-flash-image", Events: 1}
+	for _, size := range []int{4096, 32 << 10, 1 << 20, len(body)} {
+		for _, needText := range []bool{true, false} {
+			tp := newTap("", needText)
+			held := 0
+			for rest := body; len(rest) > 0; {
+				n := min(size, len(rest))
+				tp.Write(rest[:n])
+				rest = rest[n:]
+				if len(body)-len(rest) > maxEventBytes+size {
+					held = max(held, cap(tp.obj))
+				}
+			}
+			tp.finish()
+			got := tapResult{Usage: tp.usage, ModelVersion: tp.modelVersion, Text: tp.text.String(), Events: tp.events}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("writes of %d, text %v (-want +got):\n%s", size, needText, diff)
+			}
+			if needText && !tp.textTruncated {
+				t.Errorf("writes of %d: text not reported truncated", size)
+			}
+			if held > 4*tailBytes+size {
+				t.Errorf("writes of %d, text %v: the tap held a buffer of %d bytes past the limit", size, needText, held)
+			}
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 )
 
 // tenantOf returns the tenant id of r: the hex HMAC-SHA256, under secret,
@@ -16,27 +17,76 @@ import (
 // separated so that a header value can never collide with a key. Callers
 // without any credential share the anonymous tenant.
 func tenantOf(secret []byte, header string, r *http.Request) string {
-	var material string
-	switch {
-	case header != "" && r.Header.Get(header) != "":
-		material = "header:" + r.Header.Get(header)
-	case r.Header.Get("X-Goog-Api-Key") != "":
-		material = "key:" + r.Header.Get("X-Goog-Api-Key")
-	case queryKey(r.URL.RawQuery) != "":
-		material = "key:" + queryKey(r.URL.RawQuery)
-	case bearer(r.Header.Get("Authorization")) != "":
-		material = "bearer:" + bearer(r.Header.Get("Authorization"))
-	case queryParam(r.URL.RawQuery, "access_token") != "":
+	return tenantID(secret, credential(header, r))
+}
+
+// credential returns the kind ("header:", "key:", "bearer:" or
+// "anonymous:") and value tenantOf hashes for r.
+func credential(header string, r *http.Request) tenantKey {
+	if header != "" {
+		if v := r.Header.Get(header); v != "" {
+			return tenantKey{"header:", v}
+		}
+	}
+	if v := r.Header.Get("X-Goog-Api-Key"); v != "" {
+		return tenantKey{"key:", v}
+	}
+	if v := queryKey(r.URL.RawQuery); v != "" {
+		return tenantKey{"key:", v}
+	}
+	if v := bearer(r.Header.Get("Authorization")); v != "" {
+		return tenantKey{"bearer:", v}
+	}
+	if v := queryParam(r.URL.RawQuery, "access_token"); v != "" {
 		// Google APIs also take an OAuth token in the query; such callers
 		// must not share the anonymous tenant.
-		material = "bearer:" + queryParam(r.URL.RawQuery, "access_token")
-	default:
-		material = "anonymous:"
+		return tenantKey{"bearer:", v}
 	}
+	return tenantKey{"anonymous:", ""}
+}
+
+// tenantKey is a credential kind and value.
+type tenantKey struct{ kind, value string }
+
+// tenantID is the hex HMAC-SHA256 under secret of the kind and value.
+func tenantID(secret []byte, k tenantKey) string {
 	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte(material))
+	mac.Write([]byte(k.kind))
+	mac.Write([]byte(k.value))
 	var sum [sha256.Size]byte
 	return hex.EncodeToString(mac.Sum(sum[:0]))
+}
+
+// maxTenants bounds the tenant ids tenantCache remembers.
+const maxTenants = 1024
+
+// tenantCache remembers the tenant ids of recent credentials, so that a
+// client's requests do not each pay for an HMAC (two SHA-256 passes and
+// their key schedule). It holds the credentials themselves, as the
+// requests in flight do, and at most maxTenants of them: when full it
+// starts over. Safe for concurrent use; the zero value is ready to use.
+type tenantCache struct {
+	mu  sync.RWMutex
+	ids map[tenantKey]string
+}
+
+// tenant returns tenantOf(secret, header, r).
+func (c *tenantCache) tenant(secret []byte, header string, r *http.Request) string {
+	k := credential(header, r)
+	c.mu.RLock()
+	id, ok := c.ids[k]
+	c.mu.RUnlock()
+	if ok {
+		return id
+	}
+	id = tenantID(secret, k)
+	c.mu.Lock()
+	if c.ids == nil || len(c.ids) >= maxTenants {
+		c.ids = make(map[tenantKey]string)
+	}
+	c.ids[k] = id
+	c.mu.Unlock()
+	return id
 }
 
 // queryKey returns the value of the first key= query parameter, or "".

@@ -1,0 +1,90 @@
+package cache
+
+import (
+	"crypto/sha256"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestRecordServedEntries checks the entries RecordServed writes against
+// their definition: the record under the SHA-256 of the normalised text,
+// holding the flag and (from MinPrefixBytes) that text, and the id in the
+// candidate list of the SHA-256 of each prefix cut, computed here one hash
+// per cut.
+func TestRecordServedEntries(t *testing.T) {
+	const tenant = "t1"
+	for _, tc := range []struct {
+		name      string
+		text      string
+		truncated bool
+	}{
+		{"short", "a short answer", false},
+		{"short truncated", "a short  answer\n", true},
+		{"exactly 64", strings.Repeat("b", 64), false},
+		{"white space", "  " + strings.Repeat("word \n\t ", 400) + " ", false},
+		{"multi-byte at cuts", strings.Repeat("é", 3000), true},
+		{"unicode spaces", strings.Repeat("x\u00a0y\u2003", 1500), false},
+		{"long", strings.Repeat("0123456789abcdef ", 20000), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(Options{MaxBytes: 64 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			s.RecordServed(tenant, tc.text, tc.truncated)
+			s.Wait()
+
+			n := normalize(tc.text)
+			id := sha256.Sum256([]byte(n))
+			want := []byte{0}
+			if tc.truncated {
+				want[0] = flagTruncated
+			}
+			if len(n) >= MinPrefixBytes {
+				want = append(want, n...)
+			}
+			got, ok := s.Get(AreaServed, tenant, kindRecord+string(id[:]))
+			if !ok {
+				t.Fatalf("no record under the hash of the normalised text")
+			}
+			if !cmp.Equal(got, want) {
+				t.Errorf("record = %.80q…, want %.80q…", got, want)
+			}
+			cuts := 0
+			for _, c := range prefixCuts {
+				if c >= len(n) {
+					break
+				}
+				cuts++
+				p := sha256.Sum256([]byte(n[:cutAt(n, c)]))
+				list, ok := s.Get(AreaServed, tenant, kindPrefix+string(p[:]))
+				if !ok || !containsID(list, id[:]) {
+					t.Errorf("cut %d: id not in the candidate list of the prefix hash", c)
+				}
+			}
+			if tc.name == "long" && cuts != len(prefixCuts) {
+				t.Errorf("long text indexed %d cuts, want %d", cuts, len(prefixCuts))
+			}
+			if !s.Verifier(tenant).Served(tc.text) {
+				t.Errorf("Served(text) = false after RecordServed")
+			}
+		})
+	}
+}
+
+func BenchmarkRecordServed(b *testing.B) {
+	s, err := New(Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	text := strings.Repeat("The difference is ownership of the backing storage.\n\n", 30)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		s.RecordServed("tenant", text, false)
+	}
+}

@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gemini-proxy/gemini-proxy/metrics"
+)
+
+func TestReadBody(t *testing.T) {
+	const body = "0123456789"
+	errBoom := errors.New("boom")
+	for _, tc := range []struct {
+		name  string
+		r     func() io.Reader
+		size  int64
+		limit int64
+		want  string
+		err   error
+	}{
+		{"known", func() io.Reader { return &countingBody{rc: io.NopCloser(strings.NewReader(body)), size: 10} }, 10, 100, body, nil},
+		{"known one byte at a time", func() io.Reader {
+			return &countingBody{rc: io.NopCloser(iotest.OneByteReader(strings.NewReader(body))), size: 10}
+		}, 10, 100, body, nil},
+		{"empty", func() io.Reader { return &countingBody{rc: io.NopCloser(strings.NewReader("")), size: 0} }, 0, 100, "", nil},
+		{"unknown", func() io.Reader { return strings.NewReader(body) }, -1, 100, body, nil},
+		{"unknown over limit", func() io.Reader { return strings.NewReader(body) }, -1, 4, "01234", nil},
+		{"no EOF with the last byte", func() io.Reader { return strings.NewReader(body) }, 10, 100, body, nil},
+		{"longer than announced", func() io.Reader { return strings.NewReader(body) }, 4, 6, "0123456", nil},
+		{"shorter than announced", func() io.Reader { return strings.NewReader(body) }, 20, 100, body, nil},
+		{"error", func() io.Reader { return io.MultiReader(strings.NewReader("01"), iotest.ErrReader(errBoom)) }, 10, 100, "01", errBoom},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := readBody(tc.r(), tc.size, tc.limit)
+			if string(got) != tc.want || !errors.Is(err, tc.err) {
+				t.Errorf("readBody = %q, %v; want %q, %v", got, err, tc.want, tc.err)
+			}
+			// The reference: what prepareRewrite read before.
+			ref, rerr := io.ReadAll(io.LimitReader(tc.r(), tc.limit+1))
+			if string(got) != string(ref) || !errors.Is(err, rerr) && !errors.Is(rerr, err) {
+				t.Errorf("readBody = %q, %v; io.ReadAll read %q, %v", got, err, ref, rerr)
+			}
+		})
+	}
+}
+
+func TestTenantCache(t *testing.T) {
+	secret := []byte("secret")
+	reqs := []*http.Request{
+		httptest.NewRequest("POST", "/v1beta/models/m:generateContent", nil),
+		httptest.NewRequest("POST", "/v1beta/models/m:generateContent?key=AIzaA", nil),
+		httptest.NewRequest("POST", "/v1beta/models/m:generateContent?access_token=tok", nil),
+	}
+	for _, h := range []struct{ k, v string }{{"X-Goog-Api-Key", "AIzaA"}, {"Authorization", "Bearer AIzaA"}, {"X-Tenant", "AIzaA"}} {
+		r := httptest.NewRequest("POST", "/v1beta/models/m:generateContent", nil)
+		r.Header.Set(h.k, h.v)
+		reqs = append(reqs, r)
+	}
+	for i := range maxTenants + 10 {
+		r := httptest.NewRequest("POST", "/v1beta/models/m:generateContent", nil)
+		r.Header.Set("X-Goog-Api-Key", "key-"+strconv.Itoa(i))
+		reqs = append(reqs, r)
+	}
+	var c tenantCache
+	seen := map[string]bool{}
+	for round := range 2 {
+		for i, r := range reqs {
+			for _, header := range []string{"", "X-Tenant"} {
+				want := tenantOf(secret, header, r)
+				if got := c.tenant(secret, header, r); got != want {
+					t.Fatalf("round %d, request %d, header %q: tenant = %s, want %s", round, i, header, got, want)
+				}
+				seen[want] = true
+			}
+		}
+		if len(c.ids) > maxTenants {
+			t.Errorf("cache holds %d ids, want at most %d", len(c.ids), maxTenants)
+		}
+	}
+	// Key, header and bearer of the same value are three tenants; the
+	// anonymous one and the numbered keys make up the rest.
+	if want := 3 + 2 + maxTenants + 10; len(seen) != want {
+		t.Errorf("%d distinct tenants, want %d", len(seen), want)
+	}
+}
+
+func TestIsEventStream(t *testing.T) {
+	for _, v := range []string{
+		"", "text/event-stream", "TEXT/Event-Stream", " text/event-stream ", "text/event-stream\u00a0",
+		"text/event-stream; charset=utf-8", "text/event-stream;", "text/event-stream; a=1; a=2",
+		"text/event-stream; a", "text/event-ſtream", "text/event-\u212Atream", "application/json; charset=UTF-8",
+		"application/json", "text/event-streams", "text/event", "text/event-stream/x",
+	} {
+		ct, _, _ := mime.ParseMediaType(v)
+		if got, want := isEventStream(v), ct == "text/event-stream"; got != want {
+			t.Errorf("isEventStream(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+func FuzzIsEventStream(f *testing.F) {
+	f.Add("text/event-stream; charset=utf-8")
+	f.Add("Text/Event-Stream;;")
+	f.Fuzz(func(t *testing.T, v string) {
+		ct, _, _ := mime.ParseMediaType(v)
+		if got, want := isEventStream(v), ct == "text/event-stream"; got != want {
+			t.Errorf("isEventStream(%q) = %v, want %v", v, got, want)
+		}
+	})
+}
+
+func TestHotMetricsAreTheVectorsChildren(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	h := hotMetrics{m: m}
+	if n := testutil.CollectAndCount(m.Requests); n != 0 {
+		t.Fatalf("requests_total has %d series before any request, want 0", n)
+	}
+	for range 3 {
+		h.request(RouteGenerate, "gemini-2.5-flash", 200, false).Inc()
+		h.requestDuration(RouteStreamGenerate, true).Observe(0.5)
+		h.upstreamResponse(RouteGenerate, 1000).Inc()
+		h.requestBytes(RouteGenerate, metrics.StageSent).Add(10)
+		h.requestBytes(RouteGenerate, metrics.StageReceived).Add(7)
+	}
+	for _, c := range []struct {
+		name string
+		got  prometheus.Collector
+		want float64
+	}{
+		{"requests", m.Requests.WithLabelValues("generate_content", "gemini-2.5-flash", "200", "false"), 3},
+		{"upstream responses", m.UpstreamResponses.WithLabelValues("generate_content", "other"), 3},
+		{"sent", m.RequestBytes.WithLabelValues("generate_content", metrics.StageSent), 30},
+		{"received", m.RequestBytes.WithLabelValues("generate_content", metrics.StageReceived), 21},
+	} {
+		if got := testutil.ToFloat64(c.got); got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.Requests); n != 1 {
+		t.Errorf("requests_total has %d series, want 1", n)
+	}
+	if n := testutil.CollectAndCount(m.RequestDuration); n != 1 {
+		t.Errorf("request_duration_seconds has %d series, want 1", n)
+	}
+}

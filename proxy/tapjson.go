@@ -1,0 +1,622 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/binary"
+	"strconv"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// chunkScanner reads the members of one GenerateContentResponse that the
+// tap needs (tapChunk, or tapUsage without text) without reflection: the
+// tap decodes every object of every response, and encoding/json was most of
+// its cost. It validates the whole input as JSON and accepts only what it
+// is sure encoding/json decodes to the same values: anything else (a type
+// mismatch, null where a value is read, a duplicate or case-folded member
+// name, escapes in member names, deep nesting) makes scan report false, and
+// the tap decodes that object with encoding/json as before.
+// FuzzChunkScanner compares the two. The zero value is ready to use; not
+// safe for concurrent use.
+type chunkScanner struct {
+	b     []byte
+	i     int
+	depth int
+
+	needText bool
+	// Results of the last successful scan.
+	usage        Usage
+	hasUsage     bool
+	modelVersion []byte   // unescaped; nil when absent
+	texts        [][]byte // text of the parts of candidate 0 to keep, in order
+	scratch      []byte   // unescaped strings; texts may point into it
+}
+
+// maxScanDepth bounds the nesting the scanner follows; deeper input goes to
+// encoding/json (which allows 10000).
+const maxScanDepth = 64
+
+// scan reads b. It reports false when b must be decoded by encoding/json
+// instead.
+func (s *chunkScanner) scan(b []byte, needText bool) bool {
+	*s = chunkScanner{b: b, needText: needText, texts: s.texts[:0], scratch: s.scratch[:0]}
+	s.ws()
+	if !s.top() {
+		return false
+	}
+	s.ws()
+	return s.i == len(s.b)
+}
+
+func (s *chunkScanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// peek returns the next byte after white space, or 0 at the end.
+func (s *chunkScanner) peek() byte {
+	s.ws()
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+// object reads an object whose opening brace is next, calling member for
+// each member with its name (known to be ASCII without escapes) and the
+// scanner positioned at the value. member reports false to give up.
+func (s *chunkScanner) object(member func(name []byte) bool) bool {
+	if s.peek() != '{' {
+		return false
+	}
+	s.i++
+	if s.depth++; s.depth > maxScanDepth {
+		return false
+	}
+	if s.peek() == '}' {
+		s.i++
+		s.depth--
+		return true
+	}
+	for {
+		if s.peek() != '"' {
+			return false
+		}
+		start := s.i + 1
+		esc, ok := s.str()
+		if !ok || esc {
+			return false
+		}
+		name := s.b[start : s.i-1]
+		for _, c := range name {
+			if c >= utf8.RuneSelf {
+				// Unicode case folding could map it onto a field name.
+				return false
+			}
+		}
+		if s.peek() != ':' {
+			return false
+		}
+		s.i++
+		s.ws()
+		if !member(name) {
+			return false
+		}
+		switch s.peek() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			s.depth--
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// array reads an array whose opening bracket is next, calling elem with
+// the scanner positioned at each element.
+func (s *chunkScanner) array(elem func() bool) bool {
+	if s.peek() != '[' {
+		return false
+	}
+	s.i++
+	if s.depth++; s.depth > maxScanDepth {
+		return false
+	}
+	if s.peek() == ']' {
+		s.i++
+		s.depth--
+		return true
+	}
+	for {
+		s.ws()
+		if !elem() {
+			return false
+		}
+		switch s.peek() {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			s.depth--
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// field matches a member name against the names of one struct: it returns
+// the index of the exact match, -1 for a name no field takes, and -2 for a
+// name encoding/json would match case-insensitively (give up). seen
+// catches duplicates, which encoding/json merges.
+func field(name []byte, names []string, seen *uint32) int {
+	for k, n := range names {
+		if string(name) == n {
+			if *seen&(1<<k) != 0 {
+				return -2
+			}
+			*seen |= 1 << k
+			return k
+		}
+		if asciiEqualFold(name, n) {
+			return -2
+		}
+	}
+	return -1
+}
+
+// asciiEqualFold reports whether name equals n ignoring ASCII case (and
+// only ASCII case: unlike strings.EqualFold, 'ſ' is not 's').
+func asciiEqualFold[T string | []byte](name T, n string) bool {
+	if len(name) != len(n) {
+		return false
+	}
+	for i := range len(name) {
+		if lower(name[i]) != lower(n[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// The member names of tapChunk's structs, in the order the scanner's
+// switches expect.
+var (
+	topNames       = []string{"candidates", "usageMetadata", "modelVersion"}
+	topUsageNames  = []string{"usageMetadata", "modelVersion"}
+	candidateNames = []string{"index", "content"}
+	contentNames   = []string{"parts"}
+	partNames      = []string{"text", "thought"}
+	usageNames     = []string{"promptTokenCount", "cachedContentTokenCount", "candidatesTokenCount", "thoughtsTokenCount", "toolUsePromptTokenCount", "totalTokenCount"}
+)
+
+func (s *chunkScanner) top() bool {
+	names := topUsageNames
+	if s.needText {
+		names = topNames
+	}
+	var seen uint32
+	return s.object(func(name []byte) bool {
+		k := field(name, names, &seen)
+		if k >= 0 && !s.needText {
+			k++ // topUsageNames is topNames without candidates
+		}
+		switch k {
+		case -2:
+			return false
+		case -1:
+			return s.skip()
+		case 0:
+			return s.array(s.candidate)
+		case 1:
+			s.hasUsage = true
+			return s.usageObject()
+		default:
+			v, ok := s.text()
+			s.modelVersion = v
+			return ok && v != nil
+		}
+	})
+}
+
+func (s *chunkScanner) candidate() bool {
+	first := len(s.texts)
+	index := int64(0)
+	var seen uint32
+	ok := s.object(func(name []byte) bool {
+		switch field(name, candidateNames, &seen) {
+		case -2:
+			return false
+		case -1:
+			return s.skip()
+		case 0:
+			n, ok := s.int(strconv.IntSize)
+			index = n
+			return ok
+		default:
+			var seen uint32
+			return s.object(func(name []byte) bool {
+				switch field(name, contentNames, &seen) {
+				case -2:
+					return false
+				case -1:
+					return s.skip()
+				default:
+					return s.array(s.part)
+				}
+			})
+		}
+	})
+	if index != 0 {
+		s.texts = s.texts[:first]
+	}
+	return ok
+}
+
+func (s *chunkScanner) part() bool {
+	var text []byte
+	thought := false
+	var seen uint32
+	ok := s.object(func(name []byte) bool {
+		switch field(name, partNames, &seen) {
+		case -2:
+			return false
+		case -1:
+			return s.skip()
+		case 0:
+			v, ok := s.text()
+			text = v
+			return ok && v != nil
+		default:
+			switch {
+			case bytes.HasPrefix(s.b[s.i:], []byte("true")):
+				thought = true
+				s.i += 4
+			case bytes.HasPrefix(s.b[s.i:], []byte("false")):
+				s.i += 5
+			default:
+				return false
+			}
+			return true
+		}
+	})
+	if ok && !thought && len(text) > 0 {
+		s.texts = append(s.texts, text)
+	}
+	return ok
+}
+
+func (s *chunkScanner) usageObject() bool {
+	var seen uint32
+	return s.object(func(name []byte) bool {
+		k := field(name, usageNames, &seen)
+		switch k {
+		case -2:
+			return false
+		case -1:
+			return s.skip()
+		}
+		n, ok := s.int(64)
+		switch k {
+		case 0:
+			s.usage.PromptTokens = n
+		case 1:
+			s.usage.CachedTokens = n
+		case 2:
+			s.usage.CandidatesTokens = n
+		case 3:
+			s.usage.ThoughtsTokens = n
+		case 4:
+			s.usage.ToolUsePromptTokens = n
+		default:
+			s.usage.TotalTokens = n
+		}
+		return ok
+	})
+}
+
+// int reads a number that encoding/json would store in an integer of the
+// given size: no fraction, no exponent, in range.
+func (s *chunkScanner) int(bits int) (int64, bool) {
+	start := s.i
+	integer, ok := s.number()
+	if !ok || !integer {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(s.b[start:s.i]), 10, bits)
+	return n, err == nil
+}
+
+// text reads a string value and returns it unescaped, or nil, false when
+// the value is not a string (null included).
+func (s *chunkScanner) text() ([]byte, bool) {
+	if s.i >= len(s.b) || s.b[s.i] != '"' {
+		return nil, false
+	}
+	start := s.i
+	esc, ok := s.str()
+	if !ok {
+		return nil, false
+	}
+	raw := s.b[start+1 : s.i-1]
+	if !esc && utf8.Valid(raw) {
+		return raw, true
+	}
+	// Unescaped into the scratch buffer the scanner keeps between scans.
+	start = len(s.scratch)
+	s.scratch = appendUnquoted(s.scratch, raw)
+	return s.scratch[start:len(s.scratch):len(s.scratch)], true
+}
+
+// str skips the string that starts at s.i, validating it; esc reports
+// whether it holds escapes.
+func (s *chunkScanner) str() (esc, ok bool) {
+	i := s.i + 1
+	for {
+		j := plainRun(s.b, i)
+		if j == len(s.b) || s.b[j] < ' ' {
+			return false, false
+		}
+		if s.b[j] == '"' {
+			s.i = j + 1
+			return esc, true
+		}
+		esc = true
+		if j+1 >= len(s.b) {
+			return false, false
+		}
+		switch s.b[j+1] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			i = j + 2
+		case 'u':
+			if j+6 > len(s.b) {
+				return false, false
+			}
+			for _, c := range s.b[j+2 : j+6] {
+				if !isHex(c) {
+					return false, false
+				}
+			}
+			i = j + 6
+		default:
+			return false, false
+		}
+	}
+}
+
+// Word-at-a-time byte tests (Hacker's Delight 6-1; "bit twiddling
+// hacks": determine if a word has a byte less than n). They are exact
+// about whether such a byte exists, which is all the loops below use.
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// hasLess reports whether a byte of x is below n (n <= 128).
+func hasLess(x uint64, n byte) bool { return (x-lsb*uint64(n))&^x&msb != 0 }
+
+// hasByte reports whether a byte of x is c.
+func hasByte(x uint64, c byte) bool { return hasLess(x^(lsb*uint64(c)), 1) }
+
+// plainRun returns the index of the first quote, backslash or control byte
+// in b from i, or len(b); eight bytes at a time over the plain text.
+func plainRun(b []byte, i int) int {
+	for {
+		for i+8 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[i:])
+			if hasByte(x, '"') || hasByte(x, '\\') || hasLess(x, ' ') {
+				break
+			}
+			i += 8
+		}
+		for end := min(i+8, len(b)); i < end; i++ {
+			if strStop[b[i]] {
+				return i
+			}
+		}
+		if i == len(b) {
+			return i
+		}
+	}
+}
+
+// asciiRun returns the index of the first backslash or non-ASCII byte in
+// b from i, or len(b).
+func asciiRun(b []byte, i int) int {
+	for {
+		for i+8 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[i:])
+			if x&msb != 0 || hasByte(x, '\\') {
+				break
+			}
+			i += 8
+		}
+		for end := min(i+8, len(b)); i < end; i++ {
+			if b[i] == '\\' || b[i] >= utf8.RuneSelf {
+				return i
+			}
+		}
+		if i == len(b) {
+			return i
+		}
+	}
+}
+
+// strStop marks the bytes that end a run of plain string content.
+var strStop = func() (t [256]bool) {
+	for c := range ' ' {
+		t[c] = true
+	}
+	t['"'], t['\\'] = true, true
+	return t
+}()
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// number skips a JSON number; integer reports that it has neither a
+// fraction nor an exponent.
+func (s *chunkScanner) number() (integer, ok bool) {
+	b, i := s.b, s.i
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && '1' <= b[i] && b[i] <= '9':
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+	default:
+		return false, false
+	}
+	integer = true
+	if i < len(b) && b[i] == '.' {
+		integer = false
+		i++
+		d := i
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		integer = false
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		d := i
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false, false
+		}
+	}
+	s.i = i
+	return integer, true
+}
+
+// skip validates and skips any value.
+func (s *chunkScanner) skip() bool {
+	if s.i >= len(s.b) {
+		return false
+	}
+	switch c := s.b[s.i]; c {
+	case '{':
+		return s.object(func([]byte) bool { return s.skip() })
+	case '[':
+		return s.array(s.skip)
+	case '"':
+		_, ok := s.str()
+		return ok
+	case 't', 'f', 'n':
+		for _, lit := range [...]string{"true", "false", "null"} {
+			if bytes.HasPrefix(s.b[s.i:], []byte(lit)) {
+				s.i += len(lit)
+				return true
+			}
+		}
+		return false
+	default:
+		_, ok := s.number()
+		return ok
+	}
+}
+
+// appendUnquoted appends the inside of a valid JSON string literal to b,
+// unescaped exactly as encoding/json does: invalid UTF-8 and unpaired
+// surrogates become U+FFFD.
+func appendUnquoted(b, s []byte) []byte {
+	for r := 0; r < len(s); {
+		// Copy a run of ASCII without escapes at once.
+		j := asciiRun(s, r)
+		b = append(b, s[r:j]...)
+		if r = j; r == len(s) {
+			break
+		}
+		switch c := s[r]; {
+		case c == '\\':
+			switch e := s[r+1]; e {
+			case 'b':
+				b = append(b, '\b')
+			case 'f':
+				b = append(b, '\f')
+			case 'n':
+				b = append(b, '\n')
+			case 'r':
+				b = append(b, '\r')
+			case 't':
+				b = append(b, '\t')
+			case 'u':
+				rr := hex4(s[r+2 : r+6])
+				r += 6
+				if utf16.IsSurrogate(rr) {
+					rr1 := rune(-1)
+					if r+6 <= len(s) && s[r] == '\\' && s[r+1] == 'u' {
+						rr1 = hex4(s[r+2 : r+6])
+					}
+					if dec := utf16.DecodeRune(rr, rr1); dec != unicode.ReplacementChar {
+						r += 6
+						b = utf8.AppendRune(b, dec)
+						continue
+					}
+					rr = unicode.ReplacementChar
+				}
+				b = utf8.AppendRune(b, rr)
+				continue
+			default: // '"', '\\', '/'
+				b = append(b, e)
+			}
+			r += 2
+		default:
+			rr, size := utf8.DecodeRune(s[r:])
+			if rr == utf8.RuneError && size == 1 {
+				b = utf8.AppendRune(b, rr)
+			} else {
+				b = append(b, s[r:r+size]...)
+			}
+			r += size
+		}
+	}
+	return b
+}
+
+// hex4 decodes four hex digits (validated by str).
+func hex4(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		switch {
+		case c <= '9':
+			c -= '0'
+		case c <= 'F':
+			c -= 'A' - 10
+		default:
+			c -= 'a' - 10
+		}
+		r = r*16 + rune(c)
+	}
+	return r
+}
