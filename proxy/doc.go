@@ -58,7 +58,8 @@
 // object, and hands what it is not sure of to encoding/json. Each request
 // produces one access log line with no prompt, response or credential in
 // it. Tenants are HMACs of the caller's credential (see
-// Options.TenantSecret), remembered for recent credentials.
+// Options.TenantSecret), computed from pooled keyed HMAC states; no
+// credential is kept after its request.
 //
 // Savings are counted only for a rewritten body the upstream accepted
 // with a 2xx (never after a fallback): bytes removed per rule, and tokens

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"testing/iotest"
 
@@ -54,7 +55,7 @@ func TestReadBody(t *testing.T) {
 	}
 }
 
-func TestTenantCache(t *testing.T) {
+func TestTenantHasher(t *testing.T) {
 	secret := []byte("secret")
 	reqs := []*http.Request{
 		httptest.NewRequest("POST", "/v1beta/models/m:generateContent", nil),
@@ -66,32 +67,42 @@ func TestTenantCache(t *testing.T) {
 		r.Header.Set(h.k, h.v)
 		reqs = append(reqs, r)
 	}
-	for i := range maxTenants + 10 {
+	for i := range 50 {
 		r := httptest.NewRequest("POST", "/v1beta/models/m:generateContent", nil)
 		r.Header.Set("X-Goog-Api-Key", "key-"+strconv.Itoa(i))
 		reqs = append(reqs, r)
 	}
-	var c tenantCache
+	th := newTenantHasher(secret)
 	seen := map[string]bool{}
 	for round := range 2 {
 		for i, r := range reqs {
 			for _, header := range []string{"", "X-Tenant"} {
 				want := tenantOf(secret, header, r)
-				if got := c.tenant(secret, header, r); got != want {
+				if got := th.tenant(header, r); got != want {
 					t.Fatalf("round %d, request %d, header %q: tenant = %s, want %s", round, i, header, got, want)
 				}
 				seen[want] = true
 			}
 		}
-		if len(c.ids) > maxTenants {
-			t.Errorf("cache holds %d ids, want at most %d", len(c.ids), maxTenants)
-		}
 	}
 	// Key, header and bearer of the same value are three tenants; the
 	// anonymous one and the numbered keys make up the rest.
-	if want := 3 + 2 + maxTenants + 10; len(seen) != want {
+	if want := 3 + 2 + 50; len(seen) != want {
 		t.Errorf("%d distinct tenants, want %d", len(seen), want)
 	}
+	// Concurrent use gives the same ids.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for _, r := range reqs {
+				if got, want := th.tenant("", r), tenantOf(secret, "", r); got != want {
+					t.Errorf("concurrent tenant = %s, want %s", got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func TestIsEventStream(t *testing.T) {
@@ -153,4 +164,25 @@ func TestHotMetricsAreTheVectorsChildren(t *testing.T) {
 	if n := testutil.CollectAndCount(m.RequestDuration); n != 1 {
 		t.Errorf("request_duration_seconds has %d series, want 1", n)
 	}
+}
+
+// BenchmarkTenant compares the pooled keyed HMAC with a fresh HMAC per
+// request (what tenantOf does).
+func BenchmarkTenant(b *testing.B) {
+	r := httptest.NewRequest("POST", "/v1beta/models/m:generateContent", nil)
+	r.Header.Set("X-Goog-Api-Key", "AIzaSy-benchmark-key-0123456789abcdefghij")
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	b.Run("fresh", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			tenantOf(secret, "", r)
+		}
+	})
+	th := newTenantHasher(secret)
+	b.Run("pooled", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			th.tenant("", r)
+		}
+	})
 }

@@ -57,7 +57,7 @@ type Handler struct {
 	rp       *httputil.ReverseProxy // unary routes
 	rpStream *httputil.ReverseProxy // streaming routes: flush every write
 	cc       *contextcache.Manager  // nil: context caching off
-	tenants  tenantCache
+	tenants  *tenantHasher
 	hot      hotMetrics
 
 	// rewriteFn is rewrite.Request; tests replace it to inject failures.
@@ -111,6 +111,7 @@ func New(opts Options, logger *slog.Logger, m *metrics.Metrics) (*Handler, error
 		h.secret = make([]byte, 32)
 		rand.Read(h.secret) //nolint:errcheck // crypto/rand.Read never fails
 	}
+	h.tenants = newTenantHasher(h.secret)
 	allow := opts.ModelAllowlist
 	if allow == nil {
 		allow = DefaultModelAllowlist
@@ -239,7 +240,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.stripBasePath(&u)
 	st.info = classify(u.Path)
 	st.stream = st.info.route == RouteStreamGenerate
-	st.tenant = h.tenants.tenant(h.secret, h.opts.TenantHeader, r)
+	st.tenant = h.tenants.tenant(h.opts.TenantHeader, r)
 	st.sdk = clientSDK(r.Header.Get("X-Goog-Api-Client"))
 	st.inHost, st.inScheme = r.Host, "http"
 	if r.TLS != nil {

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
 	"net/http"
 	"net/url"
 	"strings"
@@ -57,35 +58,33 @@ func tenantID(secret []byte, k tenantKey) string {
 	return hex.EncodeToString(mac.Sum(sum[:0]))
 }
 
-// maxTenants bounds the tenant ids tenantCache remembers.
-const maxTenants = 1024
+// tenantHasher computes tenant ids without paying for HMAC's key
+// schedule on every request: it pools keyed HMAC states and resets them
+// (hmac's Reset restores the keyed state). Unlike a cache of ids, it keeps
+// no credential beyond the request that carried it. Safe for concurrent
+// use; the zero value is not: use newTenantHasher.
+type tenantHasher struct {
+	secret []byte
+	pool   sync.Pool // of hash.Hash, HMAC-SHA256 keyed with secret
+}
 
-// tenantCache remembers the tenant ids of recent credentials, so that a
-// client's requests do not each pay for an HMAC (two SHA-256 passes and
-// their key schedule). It holds the credentials themselves, as the
-// requests in flight do, and at most maxTenants of them: when full it
-// starts over. Safe for concurrent use; the zero value is ready to use.
-type tenantCache struct {
-	mu  sync.RWMutex
-	ids map[tenantKey]string
+func newTenantHasher(secret []byte) *tenantHasher {
+	t := &tenantHasher{secret: secret}
+	t.pool.New = func() any { return hmac.New(sha256.New, t.secret) }
+	return t
 }
 
 // tenant returns tenantOf(secret, header, r).
-func (c *tenantCache) tenant(secret []byte, header string, r *http.Request) string {
+func (t *tenantHasher) tenant(header string, r *http.Request) string {
 	k := credential(header, r)
-	c.mu.RLock()
-	id, ok := c.ids[k]
-	c.mu.RUnlock()
-	if ok {
-		return id
-	}
-	id = tenantID(secret, k)
-	c.mu.Lock()
-	if c.ids == nil || len(c.ids) >= maxTenants {
-		c.ids = make(map[tenantKey]string)
-	}
-	c.ids[k] = id
-	c.mu.Unlock()
+	mac := t.pool.Get().(hash.Hash)
+	mac.Reset()
+	mac.Write([]byte(k.kind))
+	mac.Write([]byte(k.value))
+	var sum [sha256.Size]byte
+	id := hex.EncodeToString(mac.Sum(sum[:0]))
+	mac.Reset() // drop the credential from the pooled state
+	t.pool.Put(mac)
 	return id
 }
 
