@@ -162,7 +162,7 @@ type Manager struct {
 	label  func(string) string
 	log    *slog.Logger
 	sem    chan struct{}
-	wg     sync.WaitGroup
+	calls  calls
 
 	mu        sync.Mutex
 	scopes    map[string]*scope
@@ -694,9 +694,9 @@ func (m *Manager) spawn(op string, job func(context.Context)) bool {
 		m.count(op, metrics.CacheResultDropped)
 		return false
 	}
-	m.wg.Add(1)
+	m.calls.add()
 	go func() {
-		defer m.wg.Done()
+		defer m.calls.done()
 		defer func() { <-m.sem }()
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
@@ -705,8 +705,41 @@ func (m *Manager) spawn(op string, job func(context.Context)) bool {
 	return true
 }
 
-// Wait blocks until every cache call started so far has finished.
-func (m *Manager) Wait() { m.wg.Wait() }
+// Wait blocks until every cache call started so far has finished. It may
+// run while requests start new calls (a sync.WaitGroup may not).
+func (m *Manager) Wait() { m.calls.wait() }
+
+// calls counts the cache calls in flight.
+type calls struct {
+	mu   sync.Mutex
+	n    int
+	zero *sync.Cond // signalled when n drops to zero; made on first use
+}
+
+func (c *calls) add() {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+}
+
+func (c *calls) done() {
+	c.mu.Lock()
+	if c.n--; c.n == 0 && c.zero != nil {
+		c.zero.Broadcast()
+	}
+	c.mu.Unlock()
+}
+
+func (c *calls) wait() {
+	c.mu.Lock()
+	for c.n > 0 {
+		if c.zero == nil {
+			c.zero = sync.NewCond(&c.mu)
+		}
+		c.zero.Wait()
+	}
+	c.mu.Unlock()
+}
 
 func (m *Manager) count(op, result string) {
 	if mt := m.opts.Metrics; mt != nil {
