@@ -1,18 +1,17 @@
 package rewrite
 
 // describe fills the fields of rep that describe the rewritten request
-// (TextBytes, OtherBytes, Contents, Media) from the request the engine
-// analysed and the replacements in rep, without emitting or decoding it
-// again.
-func (e *engine) describe(rep *Report) {
-	rep.Contents = len(e.req.contents)
-	rep.OtherBytes = e.req.otherBytes
+// (TextBytes, OtherBytes, Contents, Media) from the request as scanned and
+// the replacements in rep, without emitting or decoding it again.
+func (req *request) describe(rep *Report) {
+	rep.Contents = len(req.contents)
+	rep.OtherBytes = req.otherBytes
 	media := 0
-	for i := range e.req.contents {
-		for j := range e.req.contents[i].parts {
-			switch p := &e.req.contents[i].parts[j]; p.kind {
+	for i := range req.contents {
+		for j := range req.contents[i].parts {
+			switch p := &req.contents[i].parts[j]; p.kind {
 			case partText:
-				rep.TextBytes += len(p.dec.text)
+				rep.TextBytes += p.dec.size
 			default:
 				rep.OtherBytes += p.obj.end - p.obj.start
 				if p.media {
@@ -31,7 +30,7 @@ func (e *engine) describe(rep *Report) {
 		}
 		rep.TextBytes -= r.Bytes - r.RefBytes
 	}
-	rep.Media = media > 0 || e.req.cached
+	rep.Media = media > 0 || req.cached
 }
 
 // blockKinds names each blockKind for Block.Kind.

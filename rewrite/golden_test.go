@@ -3,6 +3,7 @@ package rewrite
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -107,6 +108,9 @@ func TestGolden(t *testing.T) {
 			in = bytes.TrimSuffix(in, []byte("\n"))
 			out, rep, err := Request(in, opts, v)
 			gotReport := renderReport(rep, err)
+			if slow, slowRep, slowErr := request1(in, opts, v, false); !bytes.Equal(slow, out) || !errors.Is(slowErr, err) || !cmp.Equal(slowRep, rep) {
+				t.Errorf("without the small-request path: %q, %v, %s", slow, slowErr, cmp.Diff(rep, slowRep))
+			}
 			var gotJSON []byte
 			if err == nil {
 				gotJSON = append(append([]byte{}, out...), '\n')

@@ -21,9 +21,23 @@ import (
 // memo only saves work: the output is byte for byte the same with or
 // without it, whatever it returns.
 func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
+	return request1(body, opts, v, true)
+}
+
+// request1 is Request; fast enables the path for requests whose texts are
+// all too short to hold a replaceable block, which tests turn off to
+// check that it changes nothing.
+func request1(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report, error) {
 	st := states.Get().(*state)
 	defer st.release()
-	req, err := scanWith(body, st)
+	// A request whose texts are all shorter than MinBlockBytes (and that
+	// has no inlineData part) is never changed and lists no blocks: the
+	// scan then only validates and measures its texts.
+	small := 0
+	if fast && opts.MinBlockBytes > 0 {
+		small = opts.MinBlockBytes
+	}
+	req, err := scanWith(body, st, small)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -37,10 +51,17 @@ func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 		if nb, turns := unflattenRequest(body, req, &opts, v); turns > 0 {
 			rep.UnflattenedTurns = turns
 			body = nb
-			if req, err = scanWith(body, st); err != nil {
+			if req, err = scanWith(body, st, small); err != nil {
 				return nil, nil, err
 			}
 		}
+	}
+	if req.small {
+		// No block reaches MinBlockBytes: nothing to replace and no block
+		// of the new turn to list.
+		rep.BytesAfter = len(body)
+		req.describe(rep)
+		return body, rep, nil
 	}
 	e := newEngine(body, req, &opts)
 	e.st = st
@@ -52,7 +73,7 @@ func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 	out := e.emit(reps)
 	rep.Replacements = e.report(reps)
 	rep.BytesAfter = len(out)
-	e.describe(rep)
+	e.req.describe(rep)
 	rep.Blocks = e.newTurnBlocks()
 	// Keep the engine's slices for the next request, without the strings
 	// they hold (an image's decoded bytes may be large).

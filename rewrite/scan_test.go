@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -269,6 +270,68 @@ func TestEscapedLen(t *testing.T) {
 	for _, s := range []string{"", "plain", "q\"b\\n\n\r\t\x01\x1f é 😀 </>", "[unchanged: a\\b.go sha256:0123456789ab, identical to the copy in turn 3]"} {
 		if got, want := escapedLen(s), len(appendEscaped(nil, s)); got != want {
 			t.Errorf("escapedLen(%q) = %d, want %d", s, got, want)
+		}
+	}
+}
+
+// TestScanSmall checks that texts read before the first long one, which
+// the scan only validates and measures, decode afterwards exactly as when
+// every text is decoded at once, and that a request is small only when
+// every text is short and no part is inlineData.
+func TestScanSmall(t *testing.T) {
+	long := strings.Repeat(`a\"b\\c\n\t\u00e9\ud83d\ude00 `, 40)
+	texts := []string{`x`, `\u00e9\ud83d\ude00\ud800 \udc00\u0041\n`, long, `short \\ \/ \b\f\r`, long + `\n` + long, `é`}
+	for _, tt := range []struct {
+		name  string
+		parts []string
+		small bool
+	}{
+		{"all short", []string{`{"text":"` + texts[0] + `"}`, `{"text":"` + texts[1] + `"}`, `{"text":"` + texts[3] + `"}`}, true},
+		{"long later", []string{`{"text":"` + texts[0] + `"}`, `{"text":"` + texts[1] + `"}`, `{"text":"` + texts[2] + `"}`, `{"text":"` + texts[3] + `"}`, `{"text":"` + texts[4] + `"}`, `{"text":"` + texts[5] + `"}`}, false},
+		{"long first", []string{`{"text":"` + texts[4] + `"}`, `{"text":"` + texts[1] + `"}`}, false},
+		{"inline", []string{`{"text":"` + texts[1] + `"}`, `{"inlineData":{"mimeType":"image/png","data":"AAAA"}}`, `{"text":"` + texts[3] + `"}`}, false},
+		{"frozen", []string{`{"text":"` + texts[1] + `","thought":true}`, `{"text":"` + texts[0] + `"}`}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body := []byte(`{"contents":[{"parts":[` + strings.Join(tt.parts, ",") + `]}]}`)
+			want, err := scan(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := scanWith(body, &state{}, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.small != tt.small {
+				t.Errorf("small = %v, want %v", got.small, tt.small)
+			}
+			for i, wp := range want.contents[0].parts {
+				if wp.kind != partText {
+					continue
+				}
+				gp := got.contents[0].parts[i]
+				if gp.dec.size != len(wp.dec.text) || wp.dec.size != len(wp.dec.text) {
+					t.Errorf("part %d: size %d (eager %d), want %d", i, gp.dec.size, wp.dec.size, len(wp.dec.text))
+				}
+				if got.small {
+					continue
+				}
+				if gp.dec.text != wp.dec.text || !slices.Equal(gp.dec.nl, wp.dec.nl) || !slices.Equal(gp.dec.marks, wp.dec.marks) || gp.esc != wp.esc || gp.str != wp.str {
+					t.Errorf("part %d: decoded %q %v %v, want %q %v %v", i, gp.dec.text, gp.dec.nl, gp.dec.marks, wp.dec.text, wp.dec.nl, wp.dec.marks)
+				}
+			}
+		})
+	}
+	// The short path rejects what the decoder rejects.
+	for _, bad := range []string{`\x`, `\u12`, `\u12G4`, `\ud800\u12G4`, "\x01", `abc`} {
+		body := []byte(`{"contents":[{"parts":[{"text":"` + bad + `"}]}]}`)
+		if bad == `abc` {
+			body = []byte(`{"contents":[{"parts":[{"text":"abc`)
+		}
+		_, err1 := scan(body)
+		_, err2 := scanWith(body, &state{}, 100)
+		if err1 == nil || !errors.Is(err2, err1) {
+			t.Errorf("%q: short scan %v, scan %v", bad, err2, err1)
 		}
 	}
 }
