@@ -165,7 +165,7 @@ func displayName(s string) string {
 
 // final returns every replacement in request order.
 func (e *engine) final() []*occ {
-	var out []*occ
+	out := e.st.reps[:0]
 	for i := range e.occs {
 		if e.occs[i].replace {
 			out = append(out, &e.occs[i])
@@ -177,7 +177,16 @@ func (e *engine) final() []*occ {
 	slices.SortFunc(out, func(a, b *occ) int {
 		return cmp.Or(cmp.Compare(a.turn, b.turn), cmp.Compare(a.part, b.part), cmp.Compare(a.b.start, b.b.start))
 	})
+	e.st.reps = out
 	return out
+}
+
+// cut replaces body[start:end] by ref (escaped), wrapped as a text part
+// when it replaces an inlineData part.
+type cut struct {
+	start, end int
+	ref        string
+	img        bool
 }
 
 // emit stitches the unchanged byte ranges of the body around the replaced
@@ -187,16 +196,9 @@ func (e *engine) emit(reps []*occ) []byte {
 	if len(reps) == 0 {
 		return e.body
 	}
-	// cut replaces body[start:end] by ref (escaped), wrapped as a text part
-	// when it replaces an inlineData part.
-	type cut struct {
-		start, end int
-		ref        string
-		img        bool
-	}
 	const textOpen, textClose = `{"text":"`, `"}`
-	cuts := make([]cut, 0, len(reps))
-	var offs []int
+	cuts := e.st.cuts[:0]
+	offs := e.st.offs[:0]
 	for i := 0; i < len(reps); {
 		o := reps[i]
 		if o.b.kind == kindImage {
@@ -215,13 +217,14 @@ func (e *engine) emit(reps []*occ) []byte {
 			offs = append(offs, r.b.start, r.b.end)
 		}
 		if tp.p.esc {
-			offs = rawOffsets(raw, offs, tp.marks)
+			rawOffsets(raw, offs, tp.marks)
 		}
 		for k, r := range reps[i:j] {
 			cuts = append(cuts, cut{tp.p.str.start + offs[2*k], tp.p.str.start + offs[2*k+1], r.ref, false})
 		}
 		i = j
 	}
+	e.st.cuts, e.st.offs = cuts, offs
 	n := len(e.body)
 	for _, c := range cuts {
 		n += escapedLen(c.ref) - (c.end - c.start)

@@ -63,8 +63,7 @@ func request1(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report
 		req.describe(rep)
 		return body, rep, nil
 	}
-	e := newEngine(body, req, &opts)
-	e.st = st
+	e := newEngine(body, req, &opts, st)
 	if m, ok := v.(Memo); ok {
 		e.memo = m
 	}
@@ -80,6 +79,7 @@ func request1(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report
 	clear(e.parts)
 	clear(e.occs)
 	st.tparts, st.occs = e.parts[:0], e.occs[:0]
+	st.docPtrs, st.byText = e.docs[:0], e.byText[:0]
 	return out, rep, nil
 }
 
@@ -105,6 +105,18 @@ type state struct {
 	hashes  []lineHash
 	hashEnd []int
 	tbl     lineTable
+	// The engine's identity maps and documents, cleared after each
+	// request (engine.ids, versions, byText, byName, shaMemo, docs).
+	ids      map[string]int32
+	versions map[verKey]int
+	byText   []int32
+	byName   map[string]int
+	shaMemo  map[string]string
+	docs     []doc
+	docPtrs  []*doc
+	reps     []*occ
+	cuts     []cut
+	offs     []int
 }
 
 // flags returns n false flags.
@@ -160,6 +172,33 @@ func (st *state) release() {
 		st.slab, st.free, st.hashes, st.hashEnd, st.tbl = nil, nil, nil, nil, lineTable{}
 	}
 	clear(st.free[:cap(st.free)]) // drop references to parts' flags
+	// Maps keep their size when cleared: drop the large ones, so that a
+	// small request does not pay for clearing what a huge one left.
+	const maxPooledKeys = 1 << 12
+	if len(st.ids) > maxPooledKeys || len(st.versions) > maxPooledKeys {
+		st.ids, st.versions = nil, nil
+	}
+	clear(st.ids)
+	clear(st.versions)
+	if len(st.byName) > maxPooledKeys {
+		st.byName = nil
+	}
+	clear(st.byName)
+	if len(st.shaMemo) > maxPooledKeys {
+		st.shaMemo = nil
+	}
+	clear(st.shaMemo)
+	if cap(st.byText) > maxPooledKeys {
+		st.byText = nil
+	}
+	if cap(st.docs) > maxPooledKeys {
+		st.docs, st.docPtrs = nil, nil
+	}
+	clear(st.docs[:cap(st.docs)])
+	clear(st.docPtrs[:cap(st.docPtrs)])
+	clear(st.reps[:cap(st.reps)])
+	clear(st.cuts[:cap(st.cuts)])
+	st.docs, st.docPtrs, st.reps, st.cuts = st.docs[:0], st.docPtrs[:0], st.reps[:0], st.cuts[:0]
 	states.Put(st)
 }
 
@@ -183,6 +222,7 @@ type occ struct {
 	content string // identity content: the block's content with CRLF → LF
 	cid     int32  // content's id: equal ids, equal contents (engine.ids)
 	doc     int
+	next    int32 // the document's next occurrence; -1 for none
 	// decision
 	replace  bool
 	rule     Rule
@@ -197,14 +237,16 @@ type occ struct {
 
 // doc is one document: every block that is a version of the same file.
 type doc struct {
-	name     string
-	kind     blockKind
-	occs     []int // indices into engine.occs, in request order
-	latest   string
-	latestID int32    // latest's content id; -1 before the first occurrence
-	set      []uint64 // lineSet(latest), computed lazily
-	hasSet   bool
-	id       int32 // index into engine.docs
+	name string
+	kind blockKind
+	// first and last are the document's first and last occurrences
+	// (indices into engine.occs), linked in request order by occ.next.
+	first, last int32
+	latest      string
+	latestID    int32    // latest's content id; -1 before the first occurrence
+	set         []uint64 // lineSet(latest), computed lazily
+	hasSet      bool
+	id          int32 // index into engine.docs
 }
 
 // verKey names one version of a document: the document and a content id.
@@ -224,16 +266,21 @@ type engine struct {
 	// ids numbers the distinct contents, so that each content is hashed
 	// once and the maps below are keyed by small integers.
 	ids      map[string]int32
-	byText   map[int32]int  // content id → document
+	byText   []int32        // content id → document; -1 for none
 	versions map[verKey]int // a document's version → its first occurrence
 	shaMemo  map[string]string
 }
 
-func newEngine(body []byte, req *request, opts *Options) *engine {
+// newEngine returns an engine for req that keeps its maps and documents in
+// st (a zero state works).
+func newEngine(body []byte, req *request, opts *Options, st *state) *engine {
 	if opts.MinBlockBytes < 0 {
 		opts.MinBlockBytes = 0
 	}
-	return &engine{body: body, req: req, opts: opts, byName: map[string]int{}, shaMemo: map[string]string{}}
+	if st.byName == nil {
+		st.byName, st.shaMemo = map[string]int{}, map[string]string{}
+	}
+	return &engine{body: body, req: req, opts: opts, st: st, byName: st.byName, shaMemo: st.shaMemo, docs: st.docPtrs[:0]}
 }
 
 // role returns the effective role of turn i.
@@ -252,10 +299,13 @@ func (e *engine) analyse() {
 	}
 	e.parts = slices.Grow(e.st.tparts[:0], n)
 	e.occs = slices.Grow(e.st.occs[:0], n)
-	// Sized once for about one block per part, so that they rarely grow.
-	e.ids = make(map[string]int32, n)
-	e.versions = make(map[verKey]int, n)
-	e.byText = make(map[int32]int, n)
+	// Sized once for about one block per part, so that they rarely grow;
+	// kept in the state between requests.
+	if e.st.ids == nil {
+		e.st.ids = make(map[string]int32, n)
+		e.st.versions = make(map[verKey]int, n)
+	}
+	e.ids, e.versions, e.byText = e.st.ids, e.st.versions, e.st.byText[:0]
 	var tm *turnMemo
 	if e.memo != nil {
 		tm = newTurnMemo(e.memo, e.body, e.req, e.opts)
@@ -359,18 +409,25 @@ func (e *engine) add(o occ) {
 	if !ok {
 		id = int32(len(e.ids))
 		e.ids[o.content] = id
+		e.byText = append(e.byText, -1)
 	}
 	o.cid = id
 	o.doc = e.identify(&o)
+	o.next = -1
 	d := e.docs[o.doc]
 	e.occs = append(e.occs, o)
 	idx := len(e.occs) - 1
-	d.occs = append(d.occs, idx)
+	if d.first < 0 {
+		d.first = int32(idx)
+	} else {
+		e.occs[d.last].next = int32(idx)
+	}
+	d.last = int32(idx)
 	if _, ok := e.versions[verKey{d.id, o.cid}]; !ok {
 		e.versions[verKey{d.id, o.cid}] = idx
 		if o.b.kind != kindImage && !o.b.kind.secondary() {
-			if _, ok := e.byText[o.cid]; !ok {
-				e.byText[o.cid] = o.doc
+			if e.byText[o.cid] < 0 {
+				e.byText[o.cid] = int32(o.doc)
 			}
 		}
 	}
@@ -380,7 +437,14 @@ func (e *engine) add(o occ) {
 }
 
 func (e *engine) newDoc(name string, kind blockKind) int {
-	e.docs = append(e.docs, &doc{name: name, kind: kind, latestID: -1, id: int32(len(e.docs))})
+	// Documents live in the state's slab; when it is full a new one is
+	// started (the documents in the old one stay where they are).
+	st := e.st
+	if len(st.docs) == cap(st.docs) {
+		st.docs = make([]doc, 0, max(16, 2*cap(st.docs)))
+	}
+	st.docs = append(st.docs, doc{name: name, kind: kind, latestID: -1, id: int32(len(e.docs)), first: -1, last: -1})
+	e.docs = append(e.docs, &st.docs[len(st.docs)-1])
 	return len(e.docs) - 1
 }
 
@@ -414,8 +478,8 @@ func (e *engine) identify(o *occ) int {
 		if _, same := e.versions[verKey{int32(d), o.cid}]; same {
 			return d
 		}
-		if td, ok := e.byText[o.cid]; ok && cleanName(e.docs[td].name) == key {
-			return td // a repeat of a retrieval chunk of this file
+		if td := e.byText[o.cid]; td >= 0 && cleanName(e.docs[td].name) == key {
+			return int(td) // a repeat of a retrieval chunk of this file
 		}
 		switch chunk(e.docs[d].latest, o.content) {
 		case -1: // a retrieval chunk of the file: a document of its own
@@ -426,8 +490,8 @@ func (e *engine) identify(o *occ) int {
 		}
 		return d
 	}
-	if d, ok := e.byText[o.cid]; ok {
-		return d
+	if d := e.byText[o.cid]; d >= 0 {
+		return int(d)
 	}
 	set := lineSet(o.content)
 	best, bestSim := -1, e.opts.Similarity
@@ -502,7 +566,8 @@ func firstLine(s string) string {
 func (e *engine) decide() {
 	for _, d := range e.docs {
 		keep := e.versions[verKey{d.id, d.latestID}]
-		for _, idx := range d.occs {
+		for i := d.first; i >= 0; i = e.occs[i].next {
+			idx := int(i)
 			o := &e.occs[idx]
 			if idx == keep {
 				continue

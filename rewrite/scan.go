@@ -989,12 +989,12 @@ func hex4(b []byte) rune {
 }
 
 // rawOffsets maps offsets in the unescaped form of raw (sorted ascending) to
-// offsets in raw. Offsets must fall on escape boundaries, which line
-// boundaries always do.
+// offsets in raw, in place. Offsets must fall on escape boundaries, which
+// line boundaries always do.
 //
 // marks (from textStr) let the walk start near each offset.
-func rawOffsets(raw []byte, offs []int, marks []mark) []int {
-	out := make([]int, len(offs))
+func rawOffsets(raw []byte, offs []int, marks []mark) {
+	out := offs // out[k] is written once offs[k] has been read for the last time
 	k := 0
 	u := 0 // unescaped position
 	var buf [utf8.UTFMax]byte
@@ -1036,7 +1036,6 @@ func rawOffsets(raw []byte, offs []int, marks []mark) []int {
 	for ; k < len(offs); k++ {
 		out[k] = len(raw)
 	}
-	return out
 }
 
 // appendEscaped appends s as the contents of a JSON string (no quotes),

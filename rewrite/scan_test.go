@@ -129,8 +129,8 @@ func TestRawOffsets(t *testing.T) {
 	text := unescape(raw) // "ab\ncdé\tef\"g"
 	offs := []int{0, 2, 3, 5, 7, 8, len(text)}
 	want := []int{0, 2, 4, 6, 12, 14, len(raw)}
-	if diff := cmp.Diff(want, rawOffsets(raw, offs, nil)); diff != "" {
-		t.Errorf("rawOffsets (-want +got):\n%s", diff)
+	if rawOffsets(raw, offs, nil); !cmp.Equal(want, offs) {
+		t.Errorf("rawOffsets (-want +got):\n%s", cmp.Diff(want, offs))
 	}
 	// On a long text, marks give the same answer from a nearer start.
 	long, _ := json.Marshal(strings.Repeat("line\t\"é\"\n", 3000))
@@ -146,7 +146,10 @@ func TestRawOffsets(t *testing.T) {
 	for _, nl := range d.nl {
 		many = append(many, int(nl))
 	}
-	if diff := cmp.Diff(rawOffsets(long, many, nil), rawOffsets(long, many, d.marks)); diff != "" {
+	without, with := slices.Clone(many), slices.Clone(many)
+	rawOffsets(long, without, nil)
+	rawOffsets(long, with, d.marks)
+	if diff := cmp.Diff(without, with); diff != "" {
 		t.Errorf("rawOffsets with marks (-without +with):\n%s", diff)
 	}
 }
