@@ -1,5 +1,7 @@
 package rewrite
 
+import "slices"
+
 // describe fills the fields of rep that describe the rewritten request
 // (TextBytes, OtherBytes, Contents, Media) from the request as scanned and
 // the replacements in rep, without emitting or decoding it again.
@@ -49,7 +51,7 @@ var blockKinds = [...]string{
 func (e *engine) newTurnBlocks() []Block {
 	last := len(e.req.contents) - 1
 	var out []Block
-	seen := map[string]bool{}
+	var seen map[string]bool // once out is long; before, out is searched
 	add := func(o *occ) {
 		if o.turn != last || o.b.shell {
 			return
@@ -62,10 +64,18 @@ func (e *engine) newTurnBlocks() []Block {
 			return
 		}
 		h := e.sha(content)
-		if seen[h] {
+		if seen == nil && len(out) >= 16 {
+			seen = make(map[string]bool, 2*len(out))
+			for _, b := range out {
+				seen[b.SHA256] = true
+			}
+		}
+		if seen[h] || seen == nil && slices.ContainsFunc(out, func(b Block) bool { return b.SHA256 == h }) {
 			return
 		}
-		seen[h] = true
+		if seen != nil {
+			seen[h] = true
+		}
 		out = append(out, Block{SHA256: h, Bytes: len(content), Kind: blockKinds[o.b.kind]})
 	}
 	for i := range e.occs {

@@ -269,6 +269,7 @@ type engine struct {
 	byText   []int32        // content id → document; -1 for none
 	versions map[verKey]int // a document's version → its first occurrence
 	shaMemo  map[string]string
+	strs     []byte // the Report's strings (see str)
 }
 
 // newEngine returns an engine for req that keeps its maps and documents in
