@@ -79,7 +79,7 @@ func request1(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report
 	clear(e.parts)
 	clear(e.occs)
 	st.tparts, st.occs = e.parts[:0], e.occs[:0]
-	st.docPtrs, st.byText = e.docs[:0], e.byText[:0]
+	st.docPtrs, st.byText = e.docs, e.byText[:0] // docPtrs is cleared by release
 	return out, rep, nil
 }
 
@@ -171,7 +171,10 @@ func (st *state) release() {
 	if cap(st.slab) > maxPooled || cap(st.tbl.keys) > maxPooled/16 {
 		st.slab, st.free, st.hashes, st.hashEnd, st.tbl = nil, nil, nil, nil, lineTable{}
 	}
-	clear(st.free[:cap(st.free)]) // drop references to parts' flags
+	// Drop the references the pooled slices hold. Each is cleared up to
+	// its length after every request, so nothing past it is set; clearing
+	// no more keeps the write barriers of a collection in progress few.
+	clear(st.free)
 	// Maps keep their size when cleared: drop the large ones, so that a
 	// small request does not pay for clearing what a huge one left.
 	const maxPooledKeys = 1 << 12
@@ -194,11 +197,11 @@ func (st *state) release() {
 	if cap(st.docs) > maxPooledKeys {
 		st.docs, st.docPtrs = nil, nil
 	}
-	clear(st.docs[:cap(st.docs)])
-	clear(st.docPtrs[:cap(st.docPtrs)])
-	clear(st.reps[:cap(st.reps)])
-	clear(st.cuts[:cap(st.cuts)])
-	st.docs, st.docPtrs, st.reps, st.cuts = st.docs[:0], st.docPtrs[:0], st.reps[:0], st.cuts[:0]
+	clear(st.docs)
+	clear(st.docPtrs)
+	clear(st.reps)
+	clear(st.cuts)
+	st.free, st.docs, st.docPtrs, st.reps, st.cuts = st.free[:0], st.docs[:0], st.docPtrs[:0], st.reps[:0], st.cuts[:0]
 	states.Put(st)
 }
 
