@@ -338,3 +338,37 @@ func TestScanSmall(t *testing.T) {
 		}
 	}
 }
+
+// FuzzScanSmall checks on arbitrary raw strings that the short-text check
+// accepts exactly what the decoder accepts and measures the decoded size,
+// and that texts measured first decode afterwards as they would at once.
+func FuzzScanSmall(f *testing.F) {
+	f.Add(`plain`, 8)
+	f.Add(`\u00e9\ud83d\ude00\ud800 \udc00\/\b\f\r\n\t\"\\`, 100)
+	f.Add(`\ud83d\u12G4`, 100)
+	f.Add(`abc\`, 3)
+	f.Fuzz(func(t *testing.T, raw string, small int) {
+		small = 1 + small&1023
+		body := []byte(`{"contents":[{"parts":[{"text":"` + raw + `"}]},{"parts":[{"text":"` + strings.Repeat("x", small%7) + `"}]}]}`)
+		want, wantErr := scan(body)
+		got, err := scanWith(body, &state{}, small)
+		if (err == nil) != (wantErr == nil) || !errors.Is(err, wantErr) {
+			t.Fatalf("scan error %v, with small %d: %v", wantErr, small, err)
+		}
+		if err != nil {
+			return
+		}
+		for i := range want.contents {
+			w, g := want.contents[i].parts[0].dec, got.contents[i].parts[0].dec
+			if g.size != len(w.text) || w.size != len(w.text) {
+				t.Fatalf("text %d: size %d, want %d", i, g.size, len(w.text))
+			}
+			if !got.small && (g.text != w.text || !slices.Equal(g.nl, w.nl) || !slices.Equal(g.marks, w.marks)) {
+				t.Fatalf("text %d: decoded %q, want %q", i, g.text, w.text)
+			}
+		}
+		if wantSmall := len(raw) < small && small%7 < small; got.small != wantSmall {
+			t.Fatalf("small = %v, want %v", got.small, wantSmall)
+		}
+	})
+}
