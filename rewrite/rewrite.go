@@ -30,6 +30,11 @@ func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 func request1(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report, error) {
 	st := states.Get().(*state)
 	defer st.release()
+	return st.rewrite(body, opts, v, fast)
+}
+
+// rewrite is request1 with the buffers of st.
+func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report, error) {
 	// A request whose texts are all shorter than MinBlockBytes (and that
 	// has no inlineData part) is never changed and lists no blocks: the
 	// scan then only validates and measures its texts.
@@ -151,10 +156,21 @@ func (st *state) table(n int) *lineTable {
 // does not pin its size in memory.
 const maxPooled = 16 << 20
 
+// maxPooledKeys bounds the entries of a map, and the documents, that a
+// pooled state keeps.
+const maxPooledKeys = 1 << 12
+
 var states = sync.Pool{New: func() any { return new(state) }}
 
 // release returns st to the pool.
 func (st *state) release() {
+	st.reset()
+	states.Put(st)
+}
+
+// reset drops what st holds of the last request, and the buffers that grew
+// too large to keep.
+func (st *state) reset() {
 	if cap(st.arena) > maxPooled {
 		st.arena, st.nls, st.marks = nil, nil, nil
 	}
@@ -177,7 +193,6 @@ func (st *state) release() {
 	clear(st.free)
 	// Maps keep their size when cleared: drop the large ones, so that a
 	// small request does not pay for clearing what a huge one left.
-	const maxPooledKeys = 1 << 12
 	if len(st.ids) > maxPooledKeys || len(st.versions) > maxPooledKeys {
 		st.ids, st.versions = nil, nil
 	}
@@ -202,7 +217,6 @@ func (st *state) release() {
 	clear(st.reps)
 	clear(st.cuts)
 	st.free, st.docs, st.docPtrs, st.reps, st.cuts = st.free[:0], st.docs[:0], st.docPtrs[:0], st.reps[:0], st.cuts[:0]
-	states.Put(st)
 }
 
 // textPart is one analysable text part.
@@ -282,7 +296,10 @@ func newEngine(body []byte, req *request, opts *Options, st *state) *engine {
 		opts.MinBlockBytes = 0
 	}
 	if st.byName == nil {
-		st.byName, st.shaMemo = map[string]int{}, map[string]string{}
+		st.byName = map[string]int{}
+	}
+	if st.shaMemo == nil {
+		st.shaMemo = map[string]string{}
 	}
 	return &engine{body: body, req: req, opts: opts, st: st, byName: st.byName, shaMemo: st.shaMemo, docs: st.docPtrs[:0]}
 }
