@@ -1,18 +1,19 @@
 package rewrite
 
+import "slices"
+
 // describe fills the fields of rep that describe the rewritten request
-// (TextBytes, OtherBytes, Contents, Media) from the request the engine
-// analysed and the replacements in rep, without emitting or decoding it
-// again.
-func (e *engine) describe(rep *Report) {
-	rep.Contents = len(e.req.contents)
-	rep.OtherBytes = e.req.otherBytes
+// (TextBytes, OtherBytes, Contents, Media) from the request as scanned and
+// the replacements in rep, without emitting or decoding it again.
+func (req *request) describe(rep *Report) {
+	rep.Contents = len(req.contents)
+	rep.OtherBytes = req.otherBytes
 	media := 0
-	for i := range e.req.contents {
-		for j := range e.req.contents[i].parts {
-			switch p := &e.req.contents[i].parts[j]; p.kind {
+	for i := range req.contents {
+		for j := range req.contents[i].parts {
+			switch p := &req.contents[i].parts[j]; p.kind {
 			case partText:
-				rep.TextBytes += len(p.dec.text)
+				rep.TextBytes += p.dec.size
 			default:
 				rep.OtherBytes += p.obj.end - p.obj.start
 				if p.media {
@@ -31,7 +32,7 @@ func (e *engine) describe(rep *Report) {
 		}
 		rep.TextBytes -= r.Bytes - r.RefBytes
 	}
-	rep.Media = media > 0 || e.req.cached
+	rep.Media = media > 0 || req.cached
 }
 
 // blockKinds names each blockKind for Block.Kind.
@@ -50,7 +51,7 @@ var blockKinds = [...]string{
 func (e *engine) newTurnBlocks() []Block {
 	last := len(e.req.contents) - 1
 	var out []Block
-	seen := map[string]bool{}
+	var seen map[string]bool // once out is long; before, out is searched
 	add := func(o *occ) {
 		if o.turn != last || o.b.shell {
 			return
@@ -63,10 +64,18 @@ func (e *engine) newTurnBlocks() []Block {
 			return
 		}
 		h := e.sha(content)
-		if seen[h] {
+		if seen == nil && len(out) >= 16 {
+			seen = make(map[string]bool, 2*len(out))
+			for _, b := range out {
+				seen[b.SHA256] = true
+			}
+		}
+		if seen[h] || seen == nil && slices.ContainsFunc(out, func(b Block) bool { return b.SHA256 == h }) {
 			return
 		}
-		seen[h] = true
+		if seen != nil {
+			seen[h] = true
+		}
 		out = append(out, Block{SHA256: h, Bytes: len(content), Kind: blockKinds[o.b.kind]})
 	}
 	for i := range e.occs {

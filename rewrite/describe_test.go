@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -28,11 +29,29 @@ func TestReportBlocks(t *testing.T) {
 		return Block{SHA256: sum(s), Bytes: len(s), Kind: kind}
 	}
 	image := map[string]any{"inlineData": map[string]any{"mimeType": "image/png", "data": base64.StdEncoding.EncodeToString([]byte(img))}}
+	// Twenty distinct files, each sent twice in the new turn: the list
+	// outgrows the linear search for repeats.
+	var many string
+	var manyWant []Block
+	for i := range 20 {
+		f := fenced(fmt.Sprintf("f%d.go", i), strings.Repeat(fmt.Sprintf("var v%d = %d\n", i, i), 50))
+		many += f + "and again\n" + f
+		manyWant = append(manyWant, blk(f, "code"))
+	}
 	tests := []struct {
 		name     string
 		contents []map[string]any
 		want     []Block
 	}{
+		{
+			name: "many blocks, each once",
+			contents: []map[string]any{
+				turn("user", text("hi")),
+				turn("model", text("ok")),
+				turn("user", text(many)),
+			},
+			want: manyWant,
+		},
 		{
 			name: "only the new turn, each block once",
 			contents: []map[string]any{

@@ -32,6 +32,12 @@
 // their decoded form up to the last checkpoint inside the shared prefix
 // instead of decoding it again.
 //
+// A request whose texts are all shorter than Options.MinBlockBytes, and
+// that has no inlineData part to analyse, cannot change: such texts are
+// validated and measured in the scan but never decoded or segmented, and
+// the body is returned as it is. Otherwise the texts read before the first
+// long one are decoded after the scan.
+//
 // Only text parts whose members are exactly "text", and parts whose only
 // member is inlineData/inline_data with data and mimeType, are analysed; any
 // other part (thoughtSignature, functionCall, functionResponse,

@@ -27,9 +27,31 @@ func (e *engine) sha(s string) string {
 	// Sum256 only reads its input: view the string's bytes instead of
 	// copying them.
 	sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(s), len(s)))
-	h := hex.EncodeToString(sum[:])
+	n := len(e.strs)
+	e.strs = hex.AppendEncode(e.strs, sum[:])
+	h := e.str(n)
 	e.shaMemo[s] = h
 	return h
+}
+
+// str returns the bytes appended to e.strs since offset n as a string.
+//
+// e.strs holds the strings of the Report (hashes, references, names) back
+// to back, so that they share a few allocations instead of one each.
+// Bytes handed out are never written again: later appends go past them,
+// or to a new array when e.strs grows (the strings keep the old one).
+func (e *engine) str(n int) string {
+	if n == len(e.strs) {
+		return ""
+	}
+	return unsafe.String(&e.strs[n], len(e.strs)-n)
+}
+
+// grow makes room for n more bytes in e.strs.
+func (e *engine) grow(n int) {
+	if cap(e.strs)-len(e.strs) < n {
+		e.strs = slices.Grow(e.strs, max(n, 1024))
+	}
 }
 
 // reference fills o.sha and o.ref and reports whether replacing o pays: the
@@ -57,35 +79,34 @@ func (e *engine) reference(o *occ) bool {
 
 // refText renders the reference that replaces o (see doc.go for the format).
 func (e *engine) refText(o *occ) string {
-	var b strings.Builder
-	b.Grow(maxRefBytes)
+	e.grow(maxRefBytes)
+	n := len(e.strs)
+	b := e.strs
 	name := displayName(e.name(o))
 	h := o.sha[:12]
 	switch {
 	case o.b.kind == kindImage:
-		b.WriteString("[same ")
-		b.WriteString(name)
-		b.WriteString(" sha256:")
-		b.WriteString(h)
-		b.WriteString(" as ")
-		e.writeWhere(&b, o)
+		b = append(b, "[same "...)
+		b = append(b, name...)
+		b = append(b, " sha256:"...)
+		b = append(b, h...)
+		b = append(b, " as "...)
 	case o.super:
-		b.WriteString("[superseded: ")
-		b.WriteString(name)
-		b.WriteString(" sha256:")
-		b.WriteString(h)
-		b.WriteString(", replaced by the version ")
-		e.writeWhere(&b, o)
+		b = append(b, "[superseded: "...)
+		b = append(b, name...)
+		b = append(b, " sha256:"...)
+		b = append(b, h...)
+		b = append(b, ", replaced by the version "...)
 	default:
-		b.WriteString("[unchanged: ")
-		b.WriteString(name)
-		b.WriteString(" sha256:")
-		b.WriteString(h)
-		b.WriteString(", identical to the copy ")
-		e.writeWhere(&b, o)
+		b = append(b, "[unchanged: "...)
+		b = append(b, name...)
+		b = append(b, " sha256:"...)
+		b = append(b, h...)
+		b = append(b, ", identical to the copy "...)
 	}
-	b.WriteByte(']')
-	return b.String()
+	b = e.appendWhere(b, o)
+	e.strs = append(b, ']')
+	return e.str(n)
 }
 
 // where says where the full copy is: "in turn N", "in your previous reply"
@@ -102,16 +123,13 @@ func (e *engine) where(o *occ) string {
 	return "in turn " + strconv.Itoa(o.target+1)
 }
 
-// writeWhere writes e.where(o) to b without building the string first.
-func (e *engine) writeWhere(b *strings.Builder, o *occ) {
+// appendWhere appends e.where(o) to b without building the string first.
+func (e *engine) appendWhere(b []byte, o *occ) []byte {
 	switch {
 	case o.target == o.turn, o.target == o.turn-1 && e.role(o.target) == "model" && e.role(o.turn) == "user":
-		b.WriteString(e.where(o))
-		return
+		return append(b, e.where(o)...)
 	}
-	var buf [20]byte
-	b.WriteString("in turn ")
-	b.Write(strconv.AppendInt(buf[:0], int64(o.target+1), 10))
+	return strconv.AppendInt(append(b, "in turn "...), int64(o.target+1), 10)
 }
 
 // name is the document name shown for o: its own name, else its document's.
@@ -165,7 +183,7 @@ func displayName(s string) string {
 
 // final returns every replacement in request order.
 func (e *engine) final() []*occ {
-	var out []*occ
+	out := e.st.reps[:0]
 	for i := range e.occs {
 		if e.occs[i].replace {
 			out = append(out, &e.occs[i])
@@ -177,7 +195,16 @@ func (e *engine) final() []*occ {
 	slices.SortFunc(out, func(a, b *occ) int {
 		return cmp.Or(cmp.Compare(a.turn, b.turn), cmp.Compare(a.part, b.part), cmp.Compare(a.b.start, b.b.start))
 	})
+	e.st.reps = out
 	return out
+}
+
+// cut replaces body[start:end] by ref (escaped), wrapped as a text part
+// when it replaces an inlineData part.
+type cut struct {
+	start, end int
+	ref        string
+	img        bool
 }
 
 // emit stitches the unchanged byte ranges of the body around the replaced
@@ -187,16 +214,9 @@ func (e *engine) emit(reps []*occ) []byte {
 	if len(reps) == 0 {
 		return e.body
 	}
-	// cut replaces body[start:end] by ref (escaped), wrapped as a text part
-	// when it replaces an inlineData part.
-	type cut struct {
-		start, end int
-		ref        string
-		img        bool
-	}
 	const textOpen, textClose = `{"text":"`, `"}`
-	cuts := make([]cut, 0, len(reps))
-	var offs []int
+	cuts := e.st.cuts[:0]
+	offs := e.st.offs[:0]
 	for i := 0; i < len(reps); {
 		o := reps[i]
 		if o.b.kind == kindImage {
@@ -215,13 +235,14 @@ func (e *engine) emit(reps []*occ) []byte {
 			offs = append(offs, r.b.start, r.b.end)
 		}
 		if tp.p.esc {
-			offs = rawOffsets(raw, offs, tp.marks)
+			rawOffsets(raw, offs, tp.marks)
 		}
 		for k, r := range reps[i:j] {
 			cuts = append(cuts, cut{tp.p.str.start + offs[2*k], tp.p.str.start + offs[2*k+1], r.ref, false})
 		}
 		i = j
 	}
+	e.st.cuts, e.st.offs = cuts, offs
 	n := len(e.body)
 	for _, c := range cuts {
 		n += escapedLen(c.ref) - (c.end - c.start)
@@ -271,7 +292,9 @@ func (e *engine) report(reps []*occ) []Replacement {
 			size = o.img.obj.end - o.img.obj.start
 		}
 		// The name may view the pooled decoding arena: copy it.
-		out[i] = Replacement{Rule: o.rule, Turn: o.turn, Part: o.part, Document: strings.Clone(displayName(e.name(o))),
+		n := len(e.strs)
+		e.strs = append(e.strs, displayName(e.name(o))...)
+		out[i] = Replacement{Rule: o.rule, Turn: o.turn, Part: o.part, Document: e.str(n),
 			SHA256: o.sha, Bytes: size, RefBytes: o.refBytes, Target: o.target, Reference: o.ref}
 	}
 	return out

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"golang.org/x/tools/txtar"
 )
 
@@ -103,5 +105,10 @@ func fuzzCheck(t *testing.T, body []byte, opts Options) {
 	out2, _, _ := Request(body, opts, nil)
 	if !bytes.Equal(out, out2) {
 		t.Fatalf("not deterministic")
+	}
+	// The path for requests too small to change must change nothing.
+	slow, slowRep, err := request1(body, opts, nil, false)
+	if err != nil || !bytes.Equal(slow, out) || renderReport(slowRep, nil) != renderReport(rep, nil) || !reflect.DeepEqual(slowRep, rep) {
+		t.Fatalf("small-request path differs (err %v)\nin:   %q\nfast: %q %s\nslow: %q %s\n%s", err, body, out, renderReport(rep, nil), slow, renderReport(slowRep, nil), cmp.Diff(rep, slowRep))
 	}
 }

@@ -3,6 +3,7 @@ package rewrite
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -114,6 +115,9 @@ func TestGolden(t *testing.T) {
 			in = bytes.TrimSuffix(in, []byte("\n"))
 			out, rep, err := Request(in, opts, v)
 			gotReport := renderReport(rep, err)
+			if slow, slowRep, slowErr := request1(in, opts, v, false); !bytes.Equal(slow, out) || !errors.Is(slowErr, err) || !cmp.Equal(slowRep, rep) {
+				t.Errorf("without the small-request path: %q, %v, %s", slow, slowErr, cmp.Diff(rep, slowRep))
+			}
 			var gotJSON []byte
 			if err == nil {
 				gotJSON = append(append([]byte{}, out...), '\n')
@@ -151,6 +155,70 @@ func TestGolden(t *testing.T) {
 			wantReport, _ := file(a, "want.report")
 			if diff := cmp.Diff(string(wantReport), gotReport); diff != "" {
 				t.Errorf("want.report mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestStateReuse rewrites a request with states left by a request that
+// outgrew each pooled map or slab, so that dropping one of them on reset
+// never leaves the next request without it.
+func TestStateReuse(t *testing.T) {
+	body := session(19, 60)
+	opts := DefaultOptions()
+	want, wantRep, err := Request(body, opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wantRep.Replacements) == 0 {
+		t.Fatal("the session has no replacements")
+	}
+	// Each fills one pooled structure past maxPooledKeys.
+	for name, fill := range map[string]func(st *state){
+		"ids": func(st *state) {
+			st.ids, st.versions = map[string]int32{}, map[verKey]int{}
+			for i := range maxPooledKeys + 1 {
+				st.ids[fmt.Sprint(i)] = int32(i)
+			}
+		},
+		"versions": func(st *state) {
+			st.ids, st.versions = map[string]int32{}, map[verKey]int{}
+			for i := range maxPooledKeys + 1 {
+				st.versions[verKey{int32(i), 0}] = i
+			}
+		},
+		"byName": func(st *state) {
+			st.byName = map[string]int{}
+			for i := range maxPooledKeys + 1 {
+				st.byName[fmt.Sprint(i)] = i
+			}
+		},
+		"shaMemo": func(st *state) {
+			st.shaMemo = map[string]string{}
+			for i := range maxPooledKeys + 1 {
+				st.shaMemo[fmt.Sprint(i)] = ""
+			}
+		},
+		"docs": func(st *state) {
+			st.docs = make([]doc, maxPooledKeys+1)
+			st.docPtrs = make([]*doc, maxPooledKeys+1)
+		},
+		"byText": func(st *state) { st.byText = make([]int32, 0, maxPooledKeys+1) },
+		"none":   func(*state) {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := new(state)
+			if _, _, err := st.rewrite(body, opts, nil, true); err != nil {
+				t.Fatal(err)
+			}
+			fill(st)
+			st.reset()
+			for range 2 {
+				got, rep, err := st.rewrite(body, opts, nil, true)
+				if err != nil || !bytes.Equal(got, want) || !cmp.Equal(rep, wantRep) {
+					t.Fatalf("after reset: %v, output equal %v, report %s", err, bytes.Equal(got, want), cmp.Diff(wantRep, rep))
+				}
+				st.reset()
 			}
 		})
 	}

@@ -21,9 +21,28 @@ import (
 // memo only saves work: the output is byte for byte the same with or
 // without it, whatever it returns.
 func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
+	return request1(body, opts, v, true)
+}
+
+// request1 is Request; fast enables the path for requests whose texts are
+// all too short to hold a replaceable block, which tests turn off to
+// check that it changes nothing.
+func request1(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report, error) {
 	st := states.Get().(*state)
 	defer st.release()
-	req, err := scanWith(body, st)
+	return st.rewrite(body, opts, v, fast)
+}
+
+// rewrite is request1 with the buffers of st.
+func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report, error) {
+	// A request whose texts are all shorter than MinBlockBytes (and that
+	// has no inlineData part) is never changed and lists no blocks: the
+	// scan then only validates and measures its texts.
+	small := 0
+	if fast && opts.MinBlockBytes > 0 {
+		small = opts.MinBlockBytes
+	}
+	req, err := scanWith(body, st, small)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -37,13 +56,19 @@ func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 		if nb, turns := unflattenRequest(body, req, &opts, v); turns > 0 {
 			rep.UnflattenedTurns = turns
 			body = nb
-			if req, err = scanWith(body, st); err != nil {
+			if req, err = scanWith(body, st, small); err != nil {
 				return nil, nil, err
 			}
 		}
 	}
-	e := newEngine(body, req, &opts)
-	e.st = st
+	if req.small {
+		// No block reaches MinBlockBytes: nothing to replace and no block
+		// of the new turn to list.
+		rep.BytesAfter = len(body)
+		req.describe(rep)
+		return body, rep, nil
+	}
+	e := newEngine(body, req, &opts, st)
 	if m, ok := v.(Memo); ok {
 		e.memo = m
 	}
@@ -55,13 +80,14 @@ func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 	}
 	rep.Replacements = e.report(reps)
 	rep.BytesAfter = len(out)
-	e.describe(rep)
+	e.req.describe(rep)
 	rep.Blocks = e.newTurnBlocks()
 	// Keep the engine's slices for the next request, without the strings
 	// they hold (an image's decoded bytes may be large).
 	clear(e.parts)
 	clear(e.occs)
 	st.tparts, st.occs = e.parts[:0], e.occs[:0]
+	st.docPtrs, st.byText = e.docs, e.byText[:0] // docPtrs is cleared by release
 	return out, rep, nil
 }
 
@@ -87,6 +113,18 @@ type state struct {
 	hashes  []lineHash
 	hashEnd []int
 	tbl     lineTable
+	// The engine's identity maps and documents, cleared after each
+	// request (engine.ids, versions, byText, byName, shaMemo, docs).
+	ids      map[string]int32
+	versions map[verKey]int
+	byText   []int32
+	byName   map[string]int
+	shaMemo  map[string]string
+	docs     []doc
+	docPtrs  []*doc
+	reps     []*occ
+	cuts     []cut
+	offs     []int
 }
 
 // flags returns n false flags.
@@ -121,10 +159,21 @@ func (st *state) table(n int) *lineTable {
 // does not pin its size in memory.
 const maxPooled = 16 << 20
 
+// maxPooledKeys bounds the entries of a map, and the documents, that a
+// pooled state keeps.
+const maxPooledKeys = 1 << 12
+
 var states = sync.Pool{New: func() any { return new(state) }}
 
 // release returns st to the pool.
 func (st *state) release() {
+	st.reset()
+	states.Put(st)
+}
+
+// reset drops what st holds of the last request, and the buffers that grew
+// too large to keep.
+func (st *state) reset() {
 	if cap(st.arena) > maxPooled {
 		st.arena, st.nls, st.marks = nil, nil, nil
 	}
@@ -141,8 +190,36 @@ func (st *state) release() {
 	if cap(st.slab) > maxPooled || cap(st.tbl.keys) > maxPooled/16 {
 		st.slab, st.free, st.hashes, st.hashEnd, st.tbl = nil, nil, nil, nil, lineTable{}
 	}
-	clear(st.free[:cap(st.free)]) // drop references to parts' flags
-	states.Put(st)
+	// Drop the references the pooled slices hold. Each is cleared up to
+	// its length after every request, so nothing past it is set; clearing
+	// no more keeps the write barriers of a collection in progress few.
+	clear(st.free)
+	// Maps keep their size when cleared: drop the large ones, so that a
+	// small request does not pay for clearing what a huge one left.
+	if len(st.ids) > maxPooledKeys || len(st.versions) > maxPooledKeys {
+		st.ids, st.versions = nil, nil
+	}
+	clear(st.ids)
+	clear(st.versions)
+	if len(st.byName) > maxPooledKeys {
+		st.byName = nil
+	}
+	clear(st.byName)
+	if len(st.shaMemo) > maxPooledKeys {
+		st.shaMemo = nil
+	}
+	clear(st.shaMemo)
+	if cap(st.byText) > maxPooledKeys {
+		st.byText = nil
+	}
+	if cap(st.docs) > maxPooledKeys {
+		st.docs, st.docPtrs = nil, nil
+	}
+	clear(st.docs)
+	clear(st.docPtrs)
+	clear(st.reps)
+	clear(st.cuts)
+	st.free, st.docs, st.docPtrs, st.reps, st.cuts = st.free[:0], st.docs[:0], st.docPtrs[:0], st.reps[:0], st.cuts[:0]
 }
 
 // textPart is one analysable text part.
@@ -165,6 +242,7 @@ type occ struct {
 	content string // identity content: the block's content with CRLF → LF
 	cid     int32  // content's id: equal ids, equal contents (engine.ids)
 	doc     int
+	next    int32 // the document's next occurrence; -1 for none
 	// decision
 	replace  bool
 	rule     Rule
@@ -179,14 +257,16 @@ type occ struct {
 
 // doc is one document: every block that is a version of the same file.
 type doc struct {
-	name     string
-	kind     blockKind
-	occs     []int // indices into engine.occs, in request order
-	latest   string
-	latestID int32    // latest's content id; -1 before the first occurrence
-	set      []uint64 // lineSet(latest), computed lazily
-	hasSet   bool
-	id       int32 // index into engine.docs
+	name string
+	kind blockKind
+	// first and last are the document's first and last occurrences
+	// (indices into engine.occs), linked in request order by occ.next.
+	first, last int32
+	latest      string
+	latestID    int32    // latest's content id; -1 before the first occurrence
+	set         []uint64 // lineSet(latest), computed lazily
+	hasSet      bool
+	id          int32 // index into engine.docs
 }
 
 // verKey names one version of a document: the document and a content id.
@@ -206,16 +286,25 @@ type engine struct {
 	// ids numbers the distinct contents, so that each content is hashed
 	// once and the maps below are keyed by small integers.
 	ids      map[string]int32
-	byText   map[int32]int  // content id → document
+	byText   []int32        // content id → document; -1 for none
 	versions map[verKey]int // a document's version → its first occurrence
 	shaMemo  map[string]string
+	strs     []byte // the Report's strings (see str)
 }
 
-func newEngine(body []byte, req *request, opts *Options) *engine {
+// newEngine returns an engine for req that keeps its maps and documents in
+// st (a zero state works).
+func newEngine(body []byte, req *request, opts *Options, st *state) *engine {
 	if opts.MinBlockBytes < 0 {
 		opts.MinBlockBytes = 0
 	}
-	return &engine{body: body, req: req, opts: opts, byName: map[string]int{}, shaMemo: map[string]string{}}
+	if st.byName == nil {
+		st.byName = map[string]int{}
+	}
+	if st.shaMemo == nil {
+		st.shaMemo = map[string]string{}
+	}
+	return &engine{body: body, req: req, opts: opts, st: st, byName: st.byName, shaMemo: st.shaMemo, docs: st.docPtrs[:0]}
 }
 
 // role returns the effective role of turn i.
@@ -234,10 +323,13 @@ func (e *engine) analyse() {
 	}
 	e.parts = slices.Grow(e.st.tparts[:0], n)
 	e.occs = slices.Grow(e.st.occs[:0], n)
-	// Sized once for about one block per part, so that they rarely grow.
-	e.ids = make(map[string]int32, n)
-	e.versions = make(map[verKey]int, n)
-	e.byText = make(map[int32]int, n)
+	// Sized once for about one block per part, so that they rarely grow;
+	// kept in the state between requests.
+	if e.st.ids == nil {
+		e.st.ids = make(map[string]int32, n)
+		e.st.versions = make(map[verKey]int, n)
+	}
+	e.ids, e.versions, e.byText = e.st.ids, e.st.versions, e.st.byText[:0]
 	var tm *turnMemo
 	if e.memo != nil {
 		tm = newTurnMemo(e.memo, e.body, e.req, e.opts)
@@ -341,18 +433,25 @@ func (e *engine) add(o occ) {
 	if !ok {
 		id = int32(len(e.ids))
 		e.ids[o.content] = id
+		e.byText = append(e.byText, -1)
 	}
 	o.cid = id
 	o.doc = e.identify(&o)
+	o.next = -1
 	d := e.docs[o.doc]
 	e.occs = append(e.occs, o)
 	idx := len(e.occs) - 1
-	d.occs = append(d.occs, idx)
+	if d.first < 0 {
+		d.first = int32(idx)
+	} else {
+		e.occs[d.last].next = int32(idx)
+	}
+	d.last = int32(idx)
 	if _, ok := e.versions[verKey{d.id, o.cid}]; !ok {
 		e.versions[verKey{d.id, o.cid}] = idx
 		if o.b.kind != kindImage && !o.b.kind.secondary() {
-			if _, ok := e.byText[o.cid]; !ok {
-				e.byText[o.cid] = o.doc
+			if e.byText[o.cid] < 0 {
+				e.byText[o.cid] = int32(o.doc)
 			}
 		}
 	}
@@ -362,7 +461,14 @@ func (e *engine) add(o occ) {
 }
 
 func (e *engine) newDoc(name string, kind blockKind) int {
-	e.docs = append(e.docs, &doc{name: name, kind: kind, latestID: -1, id: int32(len(e.docs))})
+	// Documents live in the state's slab; when it is full a new one is
+	// started (the documents in the old one stay where they are).
+	st := e.st
+	if len(st.docs) == cap(st.docs) {
+		st.docs = make([]doc, 0, max(16, 2*cap(st.docs)))
+	}
+	st.docs = append(st.docs, doc{name: name, kind: kind, latestID: -1, id: int32(len(e.docs)), first: -1, last: -1})
+	e.docs = append(e.docs, &st.docs[len(st.docs)-1])
 	return len(e.docs) - 1
 }
 
@@ -396,8 +502,8 @@ func (e *engine) identify(o *occ) int {
 		if _, same := e.versions[verKey{int32(d), o.cid}]; same {
 			return d
 		}
-		if td, ok := e.byText[o.cid]; ok && cleanName(e.docs[td].name) == key {
-			return td // a repeat of a retrieval chunk of this file
+		if td := e.byText[o.cid]; td >= 0 && cleanName(e.docs[td].name) == key {
+			return int(td) // a repeat of a retrieval chunk of this file
 		}
 		switch chunk(e.docs[d].latest, o.content) {
 		case -1: // a retrieval chunk of the file: a document of its own
@@ -408,8 +514,8 @@ func (e *engine) identify(o *occ) int {
 		}
 		return d
 	}
-	if d, ok := e.byText[o.cid]; ok {
-		return d
+	if d := e.byText[o.cid]; d >= 0 {
+		return int(d)
 	}
 	set := lineSet(o.content)
 	best, bestSim := -1, e.opts.Similarity
@@ -484,7 +590,8 @@ func firstLine(s string) string {
 func (e *engine) decide() {
 	for _, d := range e.docs {
 		keep := e.versions[verKey{d.id, d.latestID}]
-		for _, idx := range d.occs {
+		for i := d.first; i >= 0; i = e.occs[i].next {
+			idx := int(i)
 			o := &e.occs[idx]
 			if idx == keep {
 				continue

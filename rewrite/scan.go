@@ -40,6 +40,9 @@ type part struct {
 	esc  bool // the string contains a backslash escape
 	mime string
 	dec  decoded // text: the decoded string, its lines and marks
+	// lazy: the text was validated and measured but not decoded yet
+	// (scanner.small).
+	lazy bool
 	// media: the part holds inline or file data, whose tokens do not
 	// follow from its bytes.
 	media bool
@@ -65,6 +68,10 @@ type request struct {
 	otherBytes int
 	// cached: the request refers to a cachedContent.
 	cached bool
+	// small: every text is shorter than the scan's small limit and no part
+	// is an analysable inlineData part, so nothing can be replaced; the
+	// texts are then validated and measured but not decoded.
+	small bool
 }
 
 // scanner is a validating, allocation-light JSON reader over one body.
@@ -83,6 +90,13 @@ type scanner struct {
 	// parts holds the parts of every content, back to back.
 	parts []part
 	st    *state // buffers to reuse, or nil
+	// small is the raw size below which a text is only validated and
+	// measured while scanning (decoded afterwards unless the request is
+	// small); 0 decodes every text at once. eager is set at the first text
+	// of at least small bytes or inlineData part: from then on texts are
+	// decoded as they are read.
+	small int
+	eager bool
 	// recent holds the last texts decoded, newest at recent[(nrecent-1)%len],
 	// whose decoded prefixes a later text that starts with the same raw
 	// bytes copies instead of decoding again (see resume).
@@ -100,13 +114,19 @@ var errSyntax = ErrInvalidJSON
 
 // scan validates body as one JSON object and locates the parts of contents.
 func scan(body []byte) (*request, error) {
-	return scanWith(body, &state{})
+	return scanWith(body, &state{}, 0)
 }
 
 // scanWith is scan with the arena and line ends of st, which the returned
 // request's texts then view: st must not be reused while they are in use.
-func scanWith(body []byte, st *state) (*request, error) {
-	s := &scanner{b: body, st: st, parts: st.parts[:0]}
+//
+// When small > 0 and every text is shorter than small raw bytes (and no
+// part is an analysable inlineData part), the request is small: its texts
+// are validated and measured (decoded.size) but left undecoded, because a
+// request without a text as long as the smallest replaceable block is
+// never changed (issue 3: per-part cost at small bodies).
+func scanWith(body []byte, st *state, small int) (*request, error) {
+	s := &scanner{b: body, st: st, parts: st.parts[:0], small: small}
 	req := &request{contents: st.contents[:0]}
 	s.ws()
 	if s.pos >= len(s.b) || s.b[s.pos] != '{' {
@@ -147,6 +167,20 @@ func scanWith(body []byte, st *state) (*request, error) {
 	}
 	if seen == 0 {
 		return nil, ErrNoContents
+	}
+	req.small = small > 0 && !s.eager
+	if !req.small {
+		// Decode the texts read before the first long one.
+		for i := range s.parts {
+			if p := &s.parts[i]; p.lazy {
+				s.pos = p.str.start - 1
+				_, _, d, err := s.textStr()
+				if err != nil {
+					return nil, err
+				}
+				p.dec, p.lazy = d, false
+			}
+		}
 	}
 	st.parts, st.contents = s.parts, req.contents
 	if s.arena != nil {
@@ -318,6 +352,72 @@ func (s *scanner) str() (span, bool, error) {
 	return span{}, false, errSyntax
 }
 
+// shortText is str for a text string that may be shorter than s.small raw
+// bytes: it validates the string as textStr would and returns its decoded
+// size without decoding it. When the string is not closed within s.small
+// bytes it reports !ok and leaves s.pos at the opening quote.
+func (s *scanner) shortText() (sp span, esc bool, size int, ok bool, err error) {
+	open := s.pos
+	start := open + 1
+	b := s.b
+	limit := min(len(b), start+s.small)
+	shrink := 0 // raw bytes minus decoded bytes so far
+	for i := start; i < limit; {
+		for i+8 <= limit {
+			m := special(binary.LittleEndian.Uint64(b[i:]))
+			if m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		if i >= limit {
+			break
+		}
+		switch c := b[i]; {
+		case c == '"':
+			s.pos = i + 1
+			return span{start, i}, esc, i - start - shrink, true, nil
+		case c == '\\':
+			esc = true
+			if i+1 >= len(b) {
+				return span{}, false, 0, false, errSyntax
+			}
+			if escByte[b[i+1]] != 0 {
+				shrink++
+				i += 2
+				continue
+			}
+			// The checks and the decoding of textStr, so that both accept
+			// the same strings and agree on the size.
+			if b[i+1] != 'u' || i+6 > len(b) {
+				return span{}, false, 0, false, errSyntax
+			}
+			for _, h := range b[i+2 : i+6] {
+				if hexVal(h) < 0 {
+					return span{}, false, 0, false, errSyntax
+				}
+			}
+			if i+12 <= len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+				for _, h := range b[i+8 : i+12] {
+					if hexVal(h) < 0 {
+						return span{}, false, 0, false, errSyntax
+					}
+				}
+			}
+			r, k := decodeEscape(b[i:])
+			shrink += k - utf8.RuneLen(r)
+			i += k
+		case c < 0x20:
+			return span{}, false, 0, false, errSyntax
+		default:
+			i++
+		}
+	}
+	s.pos = open
+	return span{}, false, 0, false, nil
+}
+
 // textStr is str for a text string the engine analyses: it decodes the
 // string in the same pass into the arena, recording its line breaks and,
 // for strings with escapes, marks for rawOffsets.
@@ -406,6 +506,7 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 		case c == '"':
 			s.pos = i + 1
 			s.n = n
+			d.size = n - d.off
 			s.nls = append(nls, int32(n-d.off))
 			d.nlEnd = len(s.nls)
 			d.markEnd = len(s.marks)
@@ -526,12 +627,15 @@ func commonPrefix(a, b []byte) int {
 
 // grow sets up the arena and line ends for a body, reusing the buffers of
 // s.st when they are large enough. Bytes past s.n are never read, so a
-// reused arena needs no clearing.
+// reused arena needs no clearing. The eight bytes of slack keep the
+// word stores in bounds when the texts read before the first long one are
+// decoded after it (the arena offset may then pass the body offset, but
+// never the body's size).
 func (s *scanner) grow() {
-	if st := s.st; st != nil && cap(st.arena) >= len(s.b) {
-		s.arena = st.arena[:len(s.b)]
+	if st := s.st; st != nil && cap(st.arena) >= len(s.b)+8 {
+		s.arena = st.arena[:len(s.b)+8]
 	} else {
-		s.arena = make([]byte, len(s.b))
+		s.arena = make([]byte, len(s.b)+8)
 	}
 	if st := s.st; st != nil && cap(st.nls) >= len(s.b)/32+64 {
 		s.nls, s.marks = st.nls[:0], st.marks[:0]
@@ -696,6 +800,14 @@ func (s *scanner) part() (part, error) {
 				others++
 				return s.value(5)
 			}
+			if s.small > 0 && !s.eager {
+				sp, esc, size, ok, err := s.shortText()
+				if err != nil || ok {
+					p.str, p.esc, p.dec.size, p.lazy = sp, esc, size, true
+					return err
+				}
+				s.eager = true // s.pos is back at the string
+			}
 			sp, esc, d, err := s.textStr()
 			p.str, p.esc, p.dec = sp, esc, d
 			return err
@@ -729,6 +841,10 @@ func (s *scanner) part() (part, error) {
 		p.kind = partText
 	case inlines == 1 && p.str.end > p.str.start:
 		p.kind = partInline
+		s.eager = true
+	}
+	if p.kind != partText && p.lazy {
+		p.lazy, p.dec = false, decoded{} // a frozen part is never decoded
 	}
 	return p, err
 }
@@ -817,6 +933,7 @@ type decoded struct {
 	text             string
 	marks            []mark
 	nl               []int32 // offsets of "\n" in text, then len(text) (see lines)
+	size             int     // len(text), also when the text is not decoded
 }
 
 // decodeString decodes the contents of a JSON string (without quotes) with
@@ -872,12 +989,12 @@ func hex4(b []byte) rune {
 }
 
 // rawOffsets maps offsets in the unescaped form of raw (sorted ascending) to
-// offsets in raw. Offsets must fall on escape boundaries, which line
-// boundaries always do.
+// offsets in raw, in place. Offsets must fall on escape boundaries, which
+// line boundaries always do.
 //
 // marks (from textStr) let the walk start near each offset.
-func rawOffsets(raw []byte, offs []int, marks []mark) []int {
-	out := make([]int, len(offs))
+func rawOffsets(raw []byte, offs []int, marks []mark) {
+	out := offs // out[k] is written once offs[k] has been read for the last time
 	k := 0
 	u := 0 // unescaped position
 	var buf [utf8.UTFMax]byte
@@ -919,7 +1036,6 @@ func rawOffsets(raw []byte, offs []int, marks []mark) []int {
 	for ; k < len(offs); k++ {
 		out[k] = len(raw)
 	}
-	return out
 }
 
 // appendEscaped appends s as the contents of a JSON string (no quotes),

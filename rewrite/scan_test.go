@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -128,8 +129,8 @@ func TestRawOffsets(t *testing.T) {
 	text := unescape(raw) // "ab\ncdé\tef\"g"
 	offs := []int{0, 2, 3, 5, 7, 8, len(text)}
 	want := []int{0, 2, 4, 6, 12, 14, len(raw)}
-	if diff := cmp.Diff(want, rawOffsets(raw, offs, nil)); diff != "" {
-		t.Errorf("rawOffsets (-want +got):\n%s", diff)
+	if rawOffsets(raw, offs, nil); !cmp.Equal(want, offs) {
+		t.Errorf("rawOffsets (-want +got):\n%s", cmp.Diff(want, offs))
 	}
 	// On a long text, marks give the same answer from a nearer start.
 	long, _ := json.Marshal(strings.Repeat("line\t\"é\"\n", 3000))
@@ -145,7 +146,10 @@ func TestRawOffsets(t *testing.T) {
 	for _, nl := range d.nl {
 		many = append(many, int(nl))
 	}
-	if diff := cmp.Diff(rawOffsets(long, many, nil), rawOffsets(long, many, d.marks)); diff != "" {
+	without, with := slices.Clone(many), slices.Clone(many)
+	rawOffsets(long, without, nil)
+	rawOffsets(long, with, d.marks)
+	if diff := cmp.Diff(without, with); diff != "" {
 		t.Errorf("rawOffsets with marks (-without +with):\n%s", diff)
 	}
 }
@@ -271,4 +275,100 @@ func TestEscapedLen(t *testing.T) {
 			t.Errorf("escapedLen(%q) = %d, want %d", s, got, want)
 		}
 	}
+}
+
+// TestScanSmall checks that texts read before the first long one, which
+// the scan only validates and measures, decode afterwards exactly as when
+// every text is decoded at once, and that a request is small only when
+// every text is short and no part is inlineData.
+func TestScanSmall(t *testing.T) {
+	long := strings.Repeat(`a\"b\\c\n\t\u00e9\ud83d\ude00 `, 40)
+	texts := []string{`x`, `\u00e9\ud83d\ude00\ud800 \udc00\u0041\n`, long, `short \\ \/ \b\f\r`, long + `\n` + long, `é`}
+	for _, tt := range []struct {
+		name  string
+		parts []string
+		small bool
+	}{
+		{"all short", []string{`{"text":"` + texts[0] + `"}`, `{"text":"` + texts[1] + `"}`, `{"text":"` + texts[3] + `"}`}, true},
+		{"long later", []string{`{"text":"` + texts[0] + `"}`, `{"text":"` + texts[1] + `"}`, `{"text":"` + texts[2] + `"}`, `{"text":"` + texts[3] + `"}`, `{"text":"` + texts[4] + `"}`, `{"text":"` + texts[5] + `"}`}, false},
+		{"long first", []string{`{"text":"` + texts[4] + `"}`, `{"text":"` + texts[1] + `"}`}, false},
+		{"inline", []string{`{"text":"` + texts[1] + `"}`, `{"inlineData":{"mimeType":"image/png","data":"AAAA"}}`, `{"text":"` + texts[3] + `"}`}, false},
+		{"frozen", []string{`{"text":"` + texts[1] + `","thought":true}`, `{"text":"` + texts[0] + `"}`}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body := []byte(`{"contents":[{"parts":[` + strings.Join(tt.parts, ",") + `]}]}`)
+			want, err := scan(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := scanWith(body, &state{}, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.small != tt.small {
+				t.Errorf("small = %v, want %v", got.small, tt.small)
+			}
+			for i, wp := range want.contents[0].parts {
+				if wp.kind != partText {
+					continue
+				}
+				gp := got.contents[0].parts[i]
+				if gp.dec.size != len(wp.dec.text) || wp.dec.size != len(wp.dec.text) {
+					t.Errorf("part %d: size %d (eager %d), want %d", i, gp.dec.size, wp.dec.size, len(wp.dec.text))
+				}
+				if got.small {
+					continue
+				}
+				if gp.dec.text != wp.dec.text || !slices.Equal(gp.dec.nl, wp.dec.nl) || !slices.Equal(gp.dec.marks, wp.dec.marks) || gp.esc != wp.esc || gp.str != wp.str {
+					t.Errorf("part %d: decoded %q %v %v, want %q %v %v", i, gp.dec.text, gp.dec.nl, gp.dec.marks, wp.dec.text, wp.dec.nl, wp.dec.marks)
+				}
+			}
+		})
+	}
+	// The short path rejects what the decoder rejects.
+	for _, bad := range []string{`\x`, `\u12`, `\u12G4`, `\ud800\u12G4`, "\x01", `abc`} {
+		body := []byte(`{"contents":[{"parts":[{"text":"` + bad + `"}]}]}`)
+		if bad == `abc` {
+			body = []byte(`{"contents":[{"parts":[{"text":"abc`)
+		}
+		_, err1 := scan(body)
+		_, err2 := scanWith(body, &state{}, 100)
+		if err1 == nil || !errors.Is(err2, err1) {
+			t.Errorf("%q: short scan %v, scan %v", bad, err2, err1)
+		}
+	}
+}
+
+// FuzzScanSmall checks on arbitrary raw strings that the short-text check
+// accepts exactly what the decoder accepts and measures the decoded size,
+// and that texts measured first decode afterwards as they would at once.
+func FuzzScanSmall(f *testing.F) {
+	f.Add(`plain`, 8)
+	f.Add(`\u00e9\ud83d\ude00\ud800 \udc00\/\b\f\r\n\t\"\\`, 100)
+	f.Add(`\ud83d\u12G4`, 100)
+	f.Add(`abc\`, 3)
+	f.Fuzz(func(t *testing.T, raw string, small int) {
+		small = 1 + small&1023
+		body := []byte(`{"contents":[{"parts":[{"text":"` + raw + `"}]},{"parts":[{"text":"` + strings.Repeat("x", small%7) + `"}]}]}`)
+		want, wantErr := scan(body)
+		got, err := scanWith(body, &state{}, small)
+		if (err == nil) != (wantErr == nil) || !errors.Is(err, wantErr) {
+			t.Fatalf("scan error %v, with small %d: %v", wantErr, small, err)
+		}
+		if err != nil {
+			return
+		}
+		for i := range want.contents {
+			w, g := want.contents[i].parts[0].dec, got.contents[i].parts[0].dec
+			if g.size != len(w.text) || w.size != len(w.text) {
+				t.Fatalf("text %d: size %d, want %d", i, g.size, len(w.text))
+			}
+			if !got.small && (g.text != w.text || !slices.Equal(g.nl, w.nl) || !slices.Equal(g.marks, w.marks)) {
+				t.Fatalf("text %d: decoded %q, want %q", i, g.text, w.text)
+			}
+		}
+		if wantSmall := len(raw) < small && small%7 < small; got.small != wantSmall {
+			t.Fatalf("small = %v, want %v", got.small, wantSmall)
+		}
+	})
 }

@@ -31,15 +31,14 @@ const SessionWhere = "earlier in this session"
 func Elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, []Replacement, error) {
 	st := states.Get().(*state)
 	defer st.release()
-	req, err := scanWith(body, st)
+	req, err := scanWith(body, st, 0)
 	if err != nil {
 		return nil, nil, err
 	}
 	if len(req.contents) == 0 {
 		return nil, nil, ErrNoContents
 	}
-	e := newEngine(body, req, &opts)
-	e.st = st
+	e := newEngine(body, req, &opts, st)
 	e.analyse()
 	last := len(req.contents) - 1
 	// Spans already replaced in a part, so that nested blocks (a fence
@@ -116,15 +115,14 @@ func Elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, []
 func SessionBlocks(body []byte, opts Options) ([]Block, error) {
 	st := states.Get().(*state)
 	defer st.release()
-	req, err := scanWith(body, st)
+	req, err := scanWith(body, st, 0)
 	if err != nil {
 		return nil, err
 	}
 	if len(req.contents) == 0 {
 		return nil, ErrNoContents
 	}
-	e := newEngine(body, req, &opts)
-	e.st = st
+	e := newEngine(body, req, &opts, st)
 	e.analyse()
 	return e.newTurnBlocks(), nil
 }

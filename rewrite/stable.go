@@ -217,7 +217,9 @@ func (e *engine) stabilise(out []byte, reps []*occ) ([]byte, int) {
 		if p.esc {
 			// rawOffsets reads past its last offset unless that offset
 			// ends the text or precedes an escape: end with len(text).
-			at = rawOffsets(raw, []int{at, len(text)}, p.dec.marks)[0]
+			offs := []int{at, len(text)}
+			rawOffsets(raw, offs, p.dec.marks)
+			at = offs[0]
 		}
 		cuts = append(cuts, cut{p.obj, raw, at})
 	}
