@@ -27,6 +27,7 @@ func (e *engine) sha(s string) string {
 	// Sum256 only reads its input: view the string's bytes instead of
 	// copying them.
 	sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(s), len(s)))
+	e.grow(2 * len(sum))
 	n := len(e.strs)
 	e.strs = hex.AppendEncode(e.strs, sum[:])
 	h := e.str(n)
@@ -39,7 +40,7 @@ func (e *engine) sha(s string) string {
 // e.strs holds the strings of the Report (hashes, references, names) back
 // to back, so that they share a few allocations instead of one each.
 // Bytes handed out are never written again: later appends go past them,
-// or to a new array when e.strs grows (the strings keep the old one).
+// or to a new array (see grow; the strings keep the old one).
 func (e *engine) str(n int) string {
 	if n == len(e.strs) {
 		return ""
@@ -47,10 +48,12 @@ func (e *engine) str(n int) string {
 	return unsafe.String(&e.strs[n], len(e.strs)-n)
 }
 
-// grow makes room for n more bytes in e.strs.
+// grow makes room for n more bytes in e.strs: when it is full, appends
+// go to a new, larger array, without copying the strings already handed
+// out.
 func (e *engine) grow(n int) {
 	if cap(e.strs)-len(e.strs) < n {
-		e.strs = slices.Grow(e.strs, max(n, 1024))
+		e.strs = make([]byte, 0, max(n, 2*cap(e.strs), 512))
 	}
 }
 
@@ -292,8 +295,10 @@ func (e *engine) report(reps []*occ) []Replacement {
 			size = o.img.obj.end - o.img.obj.start
 		}
 		// The name may view the pooled decoding arena: copy it.
+		name := displayName(e.name(o))
+		e.grow(len(name))
 		n := len(e.strs)
-		e.strs = append(e.strs, displayName(e.name(o))...)
+		e.strs = append(e.strs, name...)
 		out[i] = Replacement{Rule: o.rule, Turn: o.turn, Part: o.part, Document: e.str(n),
 			SHA256: o.sha, Bytes: size, RefBytes: o.refBytes, Target: o.target, Reference: o.ref}
 	}
