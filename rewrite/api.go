@@ -163,9 +163,11 @@ type Report struct {
 	// file data or refers to a cachedContent, whose tokens do not follow
 	// from their bytes.
 	Media bool
-	// ConversationID is the hex SHA-256 of the raw JSON bytes of the
-	// original request's first content. Requests of one conversation
-	// re-send that content unchanged, so they share the id.
+	// ConversationID identifies the conversation by the raw JSON bytes of
+	// the original request's first content: their hex SHA-256 up to 4 KiB,
+	// else the SHA-256 of the first and last 2 KiB and the length.
+	// Requests of one conversation re-send that content unchanged, so they
+	// share the id.
 	ConversationID string
 	// Blocks lists the distinct blocks (at least Options.MinBlockBytes)
 	// of the last content of the rewritten request, the new turn, in the

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -89,5 +90,34 @@ func TestReportBlocks(t *testing.T) {
 				t.Errorf("Blocks mismatch (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestConversationID(t *testing.T) {
+	small := []byte(`{"role":"user","parts":[{"text":"hi"}]}`)
+	sum := sha256.Sum256(small)
+	if got := conversationID(small); got != hex.EncodeToString(sum[:]) {
+		t.Errorf("small content: %s, want its SHA-256", got)
+	}
+	big := bytes.Repeat([]byte("abcdefgh"), 2048) // 16 KiB
+	middle := bytes.Clone(big)
+	middle[8000] = 'X' // outside both 2 KiB edges
+	end := bytes.Clone(big)
+	end[len(end)-1] = 'X'
+	longer := append(bytes.Clone(big), 'a')
+	id := conversationID(big)
+	for _, tc := range []struct {
+		name string
+		raw  []byte
+		same bool
+	}{
+		{"same bytes", bytes.Clone(big), true},
+		{"middle differs (documented: shares statistics)", middle, true},
+		{"last byte differs", end, false},
+		{"one byte longer", longer, false},
+	} {
+		if got := conversationID(tc.raw) == id; got != tc.same {
+			t.Errorf("%s: same id = %v, want %v", tc.name, got, tc.same)
+		}
 	}
 }

@@ -1,9 +1,7 @@
 package rewrite
 
 import (
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"slices"
 	"strings"
 	"sync"
@@ -49,8 +47,7 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 	rep := &Report{BytesBefore: len(body)}
 	if len(req.contents) > 0 {
 		c := req.contents[0].obj
-		sum := sha256.Sum256(body[c.start:c.end])
-		rep.ConversationID = hex.EncodeToString(sum[:])
+		rep.ConversationID = conversationID(body[c.start:c.end])
 	}
 	if opts.Unflatten == UnflattenVerified && v != nil {
 		if nb, turns := unflattenRequest(body, req, &opts, v); turns > 0 {
