@@ -148,20 +148,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 	cancel()
 
 	// While draining: /readyz says 503, and the proxy refuses new connections.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		r, err := http.Get("http://" + adminAddr + "/readyz")
-		if err == nil {
-			r.Body.Close()
-			if r.StatusCode == http.StatusServiceUnavailable {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz did not turn unavailable during shutdown (last: %v)", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUnready(t, "http://"+adminAddr+"/readyz", time.Now().Add(5*time.Second))
 	// The listener closes right after readiness turns false; from then on
 	// new connections are refused while the stream above keeps running.
 	refused := false
@@ -306,20 +293,7 @@ func TestServeShutdownDelay(t *testing.T) {
 	cancel()
 	signalled := time.Now()
 
-	deadline := signalled.Add(delay / 2)
-	for {
-		r, err := http.Get("http://" + adminAddr + "/readyz")
-		if err == nil {
-			r.Body.Close()
-			if r.StatusCode == http.StatusServiceUnavailable {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz did not turn unavailable at once (last: %v)", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUnready(t, "http://"+adminAddr+"/readyz", signalled.Add(delay/2))
 	// A new connection during the delay is still served.
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	body := `{"contents":[{"role":"user","parts":[{"text":"Still there?"}]}]}`
@@ -354,5 +328,24 @@ func TestServeShutdownDelay(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "draining before shutdown") {
 		t.Errorf("log lacks the drain line:\n%s", errOut.String())
+	}
+}
+
+// waitUnready polls url until it answers 503, failing the test at
+// deadline.
+func waitUnready(t *testing.T, url string, deadline time.Time) {
+	t.Helper()
+	for {
+		r, err := http.Get(url)
+		if err == nil {
+			r.Body.Close()
+			if r.StatusCode == http.StatusServiceUnavailable {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not turn unavailable (last: %v)", url, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
