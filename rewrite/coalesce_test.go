@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -121,7 +122,7 @@ func TestCoalesce(t *testing.T) {
 					}
 				}
 			}
-			if err := checkKept(tt.body, out, rep); err != nil {
+			if err := checkKept(tt.body, out, rep, opts); err != nil {
 				t.Fatal(err)
 			}
 			// Idempotent.
@@ -160,7 +161,7 @@ func TestCoalesceTargetKept(t *testing.T) {
 	if err := checkInvariants(body, out, rep, opts, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkKept(body, out, rep); err != nil {
+	if err := checkKept(body, out, rep, opts); err != nil {
 		t.Fatal(err)
 	}
 	if len(rep.Replacements) != 3 {
@@ -174,29 +175,51 @@ func jsonQuote(s string) string {
 }
 
 // checkKept verifies that the text each unchanged reference replaced is
-// still in full, line endings normalised, in the turn it names.
-func checkKept(in, out []byte, rep *Report) error {
-	var wi, wo wireRequest
-	if err := json.Unmarshal(in, &wi); err != nil {
-		return err
+// still in full, contiguous and with line endings normalised, in the turn
+// it names, in the output as sent (after any prefix stabilisation). It
+// holds for the requests of these tests, whose copies share their
+// wrappers; in general a reference only promises the same content.
+func checkKept(in, out []byte, rep *Report, opts Options) error {
+	if rep.UnflattenedTurns > 0 || !utf8.Valid(in) {
+		return nil // turns renumbered, or texts not decoded as hashed
 	}
-	if err := json.Unmarshal(out, &wo); err != nil {
-		return err
+	flat := out
+	if opts.StablePrefix {
+		var err error
+		if flat, rep, err = unstable(in, out, rep, opts, nil); err != nil {
+			return err
+		}
+	}
+	var wi, wf, wo wireRequest
+	if json.Unmarshal(in, &wi) != nil || json.Unmarshal(flat, &wf) != nil || json.Unmarshal(out, &wo) != nil {
+		return nil // contents of an odd shape: nothing was replaced
 	}
 	byPart := map[[2]int][]Replacement{}
+	var keys [][2]int
 	for _, r := range rep.Replacements {
-		byPart[[2]int{r.Turn, r.Part}] = append(byPart[[2]int{r.Turn, r.Part}], r)
+		k := [2]int{r.Turn, r.Part}
+		if byPart[k] == nil {
+			keys = append(keys, k)
+		}
+		byPart[k] = append(byPart[k], r)
 	}
-	for k, reps := range byPart {
-		tin, _ := wireText(wi.Contents[k[0]].Parts[k[1]])
-		tout, _ := wireText(wo.Contents[k[0]].Parts[k[1]])
+	for _, k := range keys {
+		reps := byPart[k]
+		if reps[0].Rule == RuleImage {
+			continue
+		}
+		tin, ok1 := wireText(wi.Contents[k[0]].Parts[k[1]])
+		tout, ok2 := wireText(wf.Contents[k[0]].Parts[k[1]])
+		if !ok1 || !ok2 {
+			return fmt.Errorf("turn %d part %d: not a text part", k[0], k[1])
+		}
 		ip, op := 0, 0
 		for _, r := range reps {
 			// The first place where the output holds the reference and
 			// the input the hashed span (checkSpans checked there is one).
 			for ; ; ip, op = ip+1, op+1 {
 				if ip+r.Bytes > len(tin) || op > len(tout) {
-					return fmt.Errorf("turn %d: span of %q not found", r.Turn, r.Reference)
+					return fmt.Errorf("turn %d: span of %q not found", r.Turn+1, r.Reference)
 				}
 				if strings.HasPrefix(tout[op:], r.Reference) && hexSHA([]byte(tin[ip:ip+r.Bytes])) == r.SHA256 {
 					break
