@@ -45,6 +45,7 @@ func FuzzSession(f *testing.F) {
 	f.Add("<file path=\"x\">\nalpha\nbeta\n</file>", "--- x ---\nalpha\nbeta\n--- End ---", uint16(0x00ff), uint8(3))
 	f.Add("intro\nalpha beta gamma delta\nepsilon zeta\n", "```\nalpha beta gamma delta\nepsilon zeta\n", uint16(0x1234), uint8(1))
 	f.Add("```go a.go\n"+strings.Repeat("func a() { return 1 }\n", 8)+"```", "<file path=\"b\">\n"+strings.Repeat("beta gamma\n", 16)+"</file>", uint16(0x0f0f), uint8(4))
+	f.Add("```\n# Guide\n"+strings.Repeat("Prose about the build.\n", 4)+"```go\nfunc a() {}\n```\n"+strings.Repeat("More prose.\n", 4)+"```\nraw\n```\nEnd.\n```", "Q?", uint16(0x0300), uint8(0))
 	f.Fuzz(func(t *testing.T, a, b string, pat uint16, shape uint8) {
 		var contents []map[string]any
 		for i := 0; i < 8; i++ {

@@ -70,7 +70,7 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 		e.memo = m
 	}
 	e.analyse()
-	reps := e.final()
+	reps := e.coalesce(e.final())
 	out := e.emit(reps)
 	if opts.StablePrefix {
 		out, rep.Reordered = e.stabilise(out, reps)
@@ -250,6 +250,7 @@ type occ struct {
 	sha      string
 	ref      string
 	refBytes int
+	from     loc // a run: the part and line where its earlier copy starts
 }
 
 // doc is one document: every block that is a version of the same file.

@@ -1,0 +1,229 @@
+package rewrite
+
+import "sort"
+
+// Coalescing references.
+//
+// A document is segmented into the blocks CommonMark sees in it. A Markdown
+// document that holds fenced code, pasted inside a plain ``` fence (a
+// README, a design doc), is several blocks: the outer fence closes at the
+// first inner bare ``` line, so the document becomes a fenced block, free
+// text, another fenced block, more text. When such a document is sent again,
+// each large piece becomes a reference of its own and the small pieces stay,
+// although the whole region repeats one earlier copy.
+//
+// After the replacements are decided, coalesce merges, within one text
+// part, a maximal sequence of consecutive unchanged references, and the
+// text between them, into one reference when the whole span repeats, line
+// for line (line endings normalised as for identity), one contiguous span
+// of a single earlier part in the turn the references name. The span is
+// then extended over adjacent lines while they still match (the small
+// fences and text a re-sent document ends with), up to the last non-blank
+// one. A
+// superseded reference, a reference to another turn, a piece named as
+// another file, or a line that differs ends the sequence; an edited copy stays as it is. The merged
+// reference is made only when the whole span of the earlier copy stays in
+// the output (no reference inside it, and not across the point where
+// prefix stabilisation may split that part) and
+// when it pays (Options.MinBlockBytes, at most half the span). It names the
+// document of the first reference and hashes exactly the replaced span.
+//
+// The cost is linear: the content of a replaced block or run is known to
+// match already, so only wrapper lines, the text between references and
+// the extension are compared, once each.
+
+// coalesce returns reps, in request order, with each mergeable sequence
+// replaced by one merged reference; reps is rewritten in place.
+func (e *engine) coalesce(reps []*occ) []*occ {
+	w := 0
+	for i := 0; i < len(reps); {
+		if n, m := e.group(reps, i, reps[:w]); n >= 2 {
+			reps[w] = m
+			w++
+			i += n
+			continue
+		}
+		reps[w] = reps[i]
+		w++
+		i++
+	}
+	return reps[:w]
+}
+
+// mergeable reports whether o may be part of a merged reference: a text
+// reference to an identical earlier copy.
+func mergeable(o *occ) bool {
+	return o.tp >= 0 && !o.super && !o.later && o.b.kind != kindImage &&
+		(o.rule == RuleUnchanged || o.rule == RuleSecondary && o.b.kind == kindRun)
+}
+
+// joins reports whether r may follow o in a merged reference: a piece
+// with a file name of its own joins only a sequence that starts with the
+// same name, so that a reference never hides a file it does not name.
+func joins(o, r *occ) bool {
+	return r.tp == o.tp && r.target == o.target && mergeable(r) &&
+		(r.b.name == "" || r.b.kind == kindRun || o.b.kind != kindRun && cleanName(r.b.name) == cleanName(o.b.name))
+}
+
+// source returns the earlier part holding o's copy and the line offset
+// from o's lines to that copy's.
+func (e *engine) source(o *occ) (q, delta int, ok bool) {
+	l := &e.parts[o.tp].lines
+	if o.b.kind == kindRun {
+		q, delta = int(o.from.tp), int(o.from.line)-lineAt(l, o.b.start)
+	} else {
+		t := &e.occs[e.versions[verKey{int32(o.doc), o.cid}]]
+		if t.tp < 0 {
+			return 0, 0, false
+		}
+		m := &e.parts[t.tp].lines
+		ca, ga := lineAt(l, o.b.cstart), lineAt(m, t.b.cstart)
+		if o.b.cstart-l.s(ca) != t.b.cstart-m.s(ga) {
+			return 0, 0, false
+		}
+		q, delta = t.tp, ga-ca
+	}
+	return q, delta, q < o.tp && e.parts[q].turn == o.target
+}
+
+// group tries to merge the references starting at reps[i]; done holds the
+// final references before it. It returns how many references the merged
+// one replaces (fewer than 2: none) and the merged reference.
+func (e *engine) group(reps []*occ, i int, done []*occ) (int, *occ) {
+	o := reps[i]
+	if i+1 == len(reps) || !mergeable(o) || !joins(o, reps[i+1]) {
+		return 0, nil
+	}
+	q, delta, ok := e.source(o)
+	if !ok {
+		return 0, nil
+	}
+	tp, tq := &e.parts[o.tp], &e.parts[q]
+	l, m := &tp.lines, &tq.lines
+	treps := partReps(done, tq.turn, tq.part)
+	// floor is the first line of the earlier part the span may start at:
+	// prefix stabilisation may move the blocks of a user part in front of
+	// its lead, so a copy must not cross that boundary. The rule holds
+	// whether or not Options.StablePrefix is set, so that the option never
+	// changes the replacements.
+	floor := 0
+	if e.role(tq.turn) == "user" && len(tq.blocks) > 0 {
+		floor = lineAt(m, tq.blocks[0].start)
+	}
+	// match reports whether lines lo..hi of o's part repeat the earlier
+	// part's lines at delta, and that none of those is replaced there.
+	match := func(lo, hi int) bool {
+		if hi < lo {
+			return true
+		}
+		if lo+delta < 0 || hi+delta >= m.n() {
+			return false
+		}
+		for k := lo; k <= hi; k++ {
+			if l.at(k) != m.at(k+delta) {
+				return false
+			}
+		}
+		return !overlaps(treps, m.s(lo+delta), m.e(hi+delta))
+	}
+	// fits checks r's own lines, skipping what is known to match.
+	fits := func(r *occ) bool {
+		a, z := lineAt(l, r.b.start), lineAt(l, r.b.end)
+		if r.b.kind == kindRun {
+			if int(r.from.tp) == q && int(r.from.line) == a+delta {
+				return !overlaps(treps, m.s(a+delta), m.e(min(z+delta, m.n()-1)))
+			}
+			return match(a, z)
+		}
+		t := &e.occs[e.versions[verKey{int32(r.doc), r.cid}]]
+		ca, ce := lineAt(l, r.b.cstart), lineAt(l, r.b.cend)
+		if t.tp != q || ca+delta >= m.n() || ce+delta >= m.n() || ca+delta < 0 ||
+			lineAt(m, t.b.cstart) != ca+delta || lineAt(m, t.b.cend) != ce+delta ||
+			r.b.cstart-l.s(ca) != t.b.cstart-m.s(ca+delta) {
+			return match(a, z)
+		}
+		// The lines strictly between ca and ce hold identical content
+		// (the same content id): compare only the lines around them.
+		if !match(a, ca) || !match(max(ce, ca+1), z) {
+			return false
+		}
+		return !overlaps(treps, m.s(a+delta), m.e(z+delta))
+	}
+	if !fits(o) {
+		return 0, nil
+	}
+	a, z := lineAt(l, o.b.start), lineAt(l, o.b.end)
+	start, end := o.b.start, o.b.end
+	n := 1
+	for j := i + 1; j < len(reps) && joins(o, reps[j]); j++ {
+		r := reps[j]
+		ra := lineAt(l, r.b.start)
+		if !match(z+1, ra-1) || !fits(r) {
+			break
+		}
+		z, end = max(z, lineAt(l, r.b.end)), r.b.end
+		n++
+	}
+	if n < 2 || a+delta < floor {
+		return 0, nil
+	}
+	// Extend over adjacent lines that still match, up to the last
+	// non-blank one.
+	if start == l.s(a) {
+		prevEnd := 0
+		if len(done) > 0 && done[len(done)-1].tp == o.tp {
+			prevEnd = done[len(done)-1].b.end
+		}
+		for k := a; k > 0 && k-1+delta >= floor && l.s(k-1) >= prevEnd && match(k-1, k-1); {
+			if k--; !blank(l.at(k)) {
+				a, start = k, l.s(k)
+			}
+		}
+	}
+	if rest := l.text[end:l.e(z)]; rest == "" || rest == "\r" {
+		next := len(l.text)
+		if i+n < len(reps) && reps[i+n].tp == o.tp {
+			next = reps[i+n].b.start
+		}
+		for k := z; k+1 < l.n() && l.e(k+1) <= next && match(k+1, k+1); {
+			if k++; !blank(l.at(k)) {
+				z, end = k, l.e(k)
+			}
+		}
+	}
+	name := e.name(o)
+	if name == "" {
+		name = "block"
+	}
+	rule := RuleSecondary
+	for _, r := range reps[i : i+n] {
+		if r.rule == RuleUnchanged {
+			rule = RuleUnchanged
+		}
+	}
+	mo := &occ{tp: o.tp, turn: o.turn, part: o.part, doc: o.doc, next: -1, replace: true, rule: rule, target: o.target,
+		b: block{kind: kindTag, name: name, start: start, end: end, cstart: start, cend: end}}
+	if !e.reference(mo) {
+		return 0, nil
+	}
+	return n, mo
+}
+
+// partReps returns the references of contents[turn].parts[part] in done,
+// which is in request order.
+func partReps(done []*occ, turn, part int) []*occ {
+	before := func(o *occ) bool { return o.turn < turn || o.turn == turn && o.part < part }
+	lo := sort.Search(len(done), func(k int) bool { return !before(done[k]) })
+	hi := lo + sort.Search(len(done)-lo, func(k int) bool {
+		o := done[lo+k]
+		return o.turn > turn || o.part > part
+	})
+	return done[lo:hi]
+}
+
+// overlaps reports whether a reference in reps (one part's, in order)
+// replaces text inside [lo, hi).
+func overlaps(reps []*occ, lo, hi int) bool {
+	k := sort.Search(len(reps), func(k int) bool { return reps[k].b.end > lo })
+	return k < len(reps) && reps[k].b.start < hi
+}
