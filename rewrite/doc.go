@@ -68,6 +68,15 @@
 // are normalised only for comparison. A block is replaced only when it is at
 // least Options.MinBlockBytes long and its reference at most half its size.
 //
+// Consecutive unchanged references in one text part, with the text between
+// them, become one reference when that whole span, grown over the lines
+// around it that still match, repeats one contiguous span of a single
+// earlier part (coalesce.go): a Markdown document with inner fences pasted
+// in a plain ``` fence is split by CommonMark into several blocks and free
+// text, and its re-sent copy is then one reference, not one per piece. A
+// piece named as another file, a superseded or image reference, or a
+// differing line stops the merge.
+//
 // # Reference format
 //
 // A replaced block becomes one line of plain text, at most 200 bytes,
