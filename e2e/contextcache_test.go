@@ -3,11 +3,14 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,6 +53,9 @@ type ccStack struct {
 	h              *proxy.Handler
 	reg            *prometheus.Registry
 	emuClock, pclk *clock
+	// upCalls and upBytes count the requests the emulator received and
+	// their body bytes, cachedContents calls included.
+	upCalls, upBytes atomic.Int64
 }
 
 // ccReply answers like scriptReply and names the system instruction it
@@ -60,12 +66,27 @@ func ccReply(r emulator.ReplyRequest) string {
 
 func newCCStack(t *testing.T, on bool) *ccStack {
 	t.Helper()
+	return newCCStackImplicit(t, on, false)
+}
+
+// newCCStackImplicit is newCCStack with the emulator's implicit cache on
+// (its default, as in real Gemini) when implicit is true.
+func newCCStackImplicit(t *testing.T, on, implicit bool) *ccStack {
+	t.Helper()
 	s := &ccStack{emuClock: &clock{now: fixedNow}, pclk: &clock{now: fixedNow}}
-	// Implicit caching is off in this emulator: with it, the price model
+	// Implicit caching is off unless implicit: with it, the price model
 	// sees the prefix already billed at the cached rate and (rightly)
 	// makes no explicit cache.
-	s.emu = emulator.New(emulator.Options{Reply: ccReply, Now: s.emuClock.Now, ImplicitCacheMinTokens: 1 << 30})
-	es := httptest.NewServer(s.emu)
+	eo := emulator.Options{Reply: ccReply, Now: s.emuClock.Now, ImplicitCacheMinTokens: 1 << 30}
+	if implicit {
+		eo.ImplicitCacheMinTokens = 0
+	}
+	s.emu = emulator.New(eo)
+	es := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.upCalls.Add(1)
+		r.Body = countingBody{r.Body, &s.upBytes}
+		s.emu.ServeHTTP(w, r)
+	}))
 	t.Cleanup(es.Close)
 	up, _ := url.Parse(es.URL)
 	s.reg = prometheus.NewRegistry()
@@ -86,6 +107,18 @@ func newCCStack(t *testing.T, on bool) *ccStack {
 	t.Cleanup(ps.Close)
 	s.emuURL, s.proxyURL = es.URL, ps.URL
 	return s
+}
+
+// countingBody adds the bytes read from a request body to n.
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b countingBody) Read(p []byte) (int, error) {
+	k, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(k))
+	return k, err
 }
 
 func (s *ccStack) advance(d time.Duration) {

@@ -17,6 +17,9 @@
 //     the client gets the same answers as without the proxy;
 //   - the savings target of DESIGN §3, measured with the emulator's
 //     usageMetadata against an ideal stateful client;
+//   - the issue #8 figures (TestUpstreamStateFigures): bytes uploaded,
+//     prompt tokens at the cached and full rates and dollars for each
+//     upstream-state mode off and on, printed as a Markdown table;
 //   - control sessions that must pass unchanged (function calling with
 //     thought signatures, pinned context, cachedContent).
 //

@@ -20,6 +20,7 @@ import (
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/proxy"
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
 )
 
 // testKey is the API key every client sends; the emulator accepts any key.
@@ -48,6 +49,13 @@ type stack struct {
 // default rewrite options in front of it, on a fresh registry.
 func newStack(t *testing.T, opts emulator.Options) *stack {
 	t.Helper()
+	return newStackRewrite(t, opts, rewrite.Options{})
+}
+
+// newStackRewrite is newStack with the proxy's rewrite options set to rw
+// (the zero value means rewrite.DefaultOptions()).
+func newStackRewrite(t *testing.T, opts emulator.Options, rw rewrite.Options) *stack {
+	t.Helper()
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return fixedNow }
 	}
@@ -62,7 +70,7 @@ func newStack(t *testing.T, opts emulator.Options) *stack {
 	m := metrics.New(reg)
 	h, err := proxy.New(proxy.Options{
 		Upstream: up,
-		Rewrite:  proxy.RewriteOptions{Enabled: true},
+		Rewrite:  proxy.RewriteOptions{Enabled: true, Options: rw},
 	}, slog.New(slog.DiscardHandler), m)
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)
