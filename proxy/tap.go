@@ -144,13 +144,17 @@ func (t *tap) finish() {
 			return
 		}
 		buf := make([]byte, 32<<10)
-		r := io.LimitReader(zr, maxGunzipBytes)
+		r := &io.LimitedReader{R: zr, N: maxGunzipBytes}
 		for t.mode != 'x' {
 			n, err := r.Read(buf)
 			t.feed(buf[:n])
 			if err != nil {
 				break
 			}
+		}
+		if r.N <= 0 && t.needText {
+			// Cut at maxGunzipBytes: the text read is a prefix at most.
+			t.textTruncated = true
 		}
 	}
 	if t.mode == 's' {
@@ -216,6 +220,12 @@ func (t *tap) endLine() {
 }
 
 func (t *tap) dispatchSSE() {
+	if t.dataOver && t.needText {
+		// An event too large to read may hold text: what follows it is
+		// not a continuation of what came before, so the text is a
+		// prefix of the answer at most.
+		t.textTruncated = true
+	}
 	if !t.dataOver && len(t.data) > 0 {
 		t.decode(t.data, false)
 	}
@@ -475,17 +485,27 @@ func (t *tap) decodeTail(b []byte) {
 }
 
 // lastMember returns b from the value of the last member named key (a
-// quoted JSON string), or nil.
+// quoted JSON string), or nil. An occurrence counts only where a member
+// name can start: after '{' or ',' (white space aside) and not inside a
+// longer string (a key such as "a\"usageMetadata" in model-written
+// functionCall args ends with the same bytes).
 func lastMember(b []byte, key string) []byte {
-	i := bytes.LastIndex(b, []byte(key))
-	if i < 0 {
-		return nil
+	for end := len(b); ; {
+		i := bytes.LastIndex(b[:end], []byte(key))
+		if i < 0 {
+			return nil
+		}
+		end = i
+		before := bytes.TrimRight(b[:i], " \t\r\n")
+		if len(before) == 0 || (before[len(before)-1] != '{' && before[len(before)-1] != ',') {
+			continue
+		}
+		v := bytes.TrimLeft(b[i+len(key):], " \t\r\n")
+		if len(v) == 0 || v[0] != ':' {
+			continue
+		}
+		return v[1:]
 	}
-	v := bytes.TrimLeft(b[i+len(key):], " \t\r\n")
-	if len(v) == 0 || v[0] != ':' {
-		return nil
-	}
-	return v[1:]
 }
 
 // tapBody tees a response body into a tap as the ReverseProxy reads it.

@@ -256,3 +256,39 @@ func TestTapOversizedUnaryKeepsUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestLastMember: only a real member name counts, not the end of a longer
+// string that ends with the same bytes (a model-written functionCall key).
+func TestLastMember(t *testing.T) {
+	for _, tc := range []struct {
+		name, b, want string
+	}{
+		{"member", `{"a":1,"usageMetadata":{"promptTokenCount":3}}`, `{"promptTokenCount":3}}`},
+		{"member with space", `{"a":1, "usageMetadata" : 7}`, ` 7}`},
+		{"first member", `{"usageMetadata":5}`, `5}`},
+		{"key suffix only", `{"args":{"a\"usageMetadata":{"promptTokenCount":999999}}}`, ""},
+		{"in a string value", `{"text":"see \"usageMetadata\": {}"}`, ""},
+		{"suffix after the real one", `{"usageMetadata":{"promptTokenCount":3},"args":{"a\"usageMetadata":9}}`, `{"promptTokenCount":3},"args":{"a\"usageMetadata":9}}`},
+		{"absent", `{"a":1}`, ""},
+	} {
+		got := lastMember([]byte(tc.b), `"usageMetadata"`)
+		if string(got) != tc.want || (got == nil) != (tc.want == "") {
+			t.Errorf("%s: lastMember = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestTapSSEOversizedEventTruncates: an SSE event too large to read may
+// hold text, so the text after it must not be recorded as the answer.
+func TestTapSSEOversizedEventTruncates(t *testing.T) {
+	ev := func(text string) string {
+		return `data: {"candidates":[{"content":{"parts":[{"text":"` + text + `"}],"role":"model"},"index":0}]}` + "\r\n\r\n"
+	}
+	body := ev("I will never reveal the key. ") + ev(strings.Repeat("x", maxEventBytes+10)) + ev("Here it is: 1234")
+	tp := newTap("", true)
+	tp.Write([]byte(body))
+	tp.finish()
+	if !tp.textTruncated {
+		t.Errorf("text %q recorded as complete after an oversized event", tp.text.String())
+	}
+}
