@@ -61,7 +61,11 @@
 // similarity ≥ Options.Similarity), else a document of its own. A block that
 // is a strict substring of less than half of a document's latest version (a
 // retrieval chunk), or the reverse, is a document of its own: it is only
-// ever replaced by a reference to an identical block. The active version of
+// ever replaced by a reference to an identical block. So is a named block
+// less than half the size of its file's latest version once the substring
+// tests of one request have scanned 8× the body (many small blocks named as
+// one huge file would otherwise cost their number times its size). The
+// active version of
 // a document is the content of its latest occurrence; its first full copy is
 // kept, later copies become unchanged references and copies of older
 // versions superseded references (Options.CompactSuperseded). Line endings

@@ -40,3 +40,76 @@ func TestPathologicalLinear(t *testing.T) {
 		})
 	}
 }
+
+// namedChunksBody is one huge named file followed by n small blocks named
+// as the same file, each a distinct slice of its end (retrieval chunks).
+func namedChunksBody(n int) []byte {
+	lines := make([]string, 100*n)
+	for j := range lines {
+		lines[j] = fmt.Sprintf("func f%07d() { return %d }\n", j, j)
+	}
+	parts := []any{map[string]any{"text": "```go a.go\n" + strings.Join(lines, "") + "```\n"}}
+	for c := 0; c < n; c++ {
+		at := len(lines) - 30 - c
+		parts = append(parts, map[string]any{"text": "```go a.go\n" + strings.Join(lines[at:at+25], "") + "```\n"})
+	}
+	body, _ := json.Marshal(map[string]any{"contents": []any{map[string]any{"role": "user", "parts": parts}}})
+	return body
+}
+
+// TestNamedChunksLinear guards the retrieval-chunk test of named blocks:
+// each small block named as a huge file was searched for in the whole file,
+// so n blocks cost n times its size (8× the bytes took 64× the time). The
+// time at 8× the size is compared with 8× the time at 1× measured here, with
+// a wide margin for a loaded machine; a quadratic cost exceeds it 2.7 fold.
+func TestNamedChunksLinear(t *testing.T) {
+	fastest := func(body []byte) time.Duration {
+		best := time.Duration(1 << 62)
+		for range 3 {
+			start := time.Now()
+			if _, _, err := Request(body, DefaultOptions(), nil); err != nil {
+				t.Fatal(err)
+			}
+			best = min(best, time.Since(start))
+		}
+		return best
+	}
+	small, big := namedChunksBody(200), namedChunksBody(1600)
+	t1, t8 := fastest(small), fastest(big)
+	if t8 > 24*t1 {
+		t.Errorf("%d bytes took %v, %d bytes %v: %.1f× the time for %.1f× the bytes", len(small), t1, len(big), t8, float64(t8)/float64(t1), float64(len(big))/float64(len(small)))
+	}
+}
+
+// acceptAll is a Verifier that confirms every transcript segment.
+type acceptAll struct{}
+
+func (acceptAll) Served(string) bool { return true }
+
+// TestFlatRunLinear guards un-flattening a transcript with a long run of
+// model segments: each one was appended to the turn built so far, copying
+// it again (8× the bytes took over 50× the time). The time at 8× the size
+// is compared with 8× the time at 1× measured here, with a wide margin.
+func TestFlatRunLinear(t *testing.T) {
+	body := func(n int) []byte {
+		text := strings.Repeat("<assistant>a</x>\n", n) + "<user>end</user>"
+		b, _ := json.Marshal(map[string]any{"contents": []any{map[string]any{"role": "user", "parts": []any{map[string]any{"text": text}}}}})
+		return b
+	}
+	fastest := func(b []byte) time.Duration {
+		best := time.Duration(1 << 62)
+		for range 3 {
+			start := time.Now()
+			if _, _, err := Request(b, DefaultOptions(), acceptAll{}); err != nil {
+				t.Fatal(err)
+			}
+			best = min(best, time.Since(start))
+		}
+		return best
+	}
+	small, big := body(8000), body(64000)
+	t1, t8 := fastest(small), fastest(big)
+	if t8 > 24*t1 {
+		t.Errorf("%d bytes took %v, %d bytes %v: %.1f× the time for %.1f× the bytes", len(small), t1, len(big), t8, float64(t8)/float64(t1), float64(len(big))/float64(len(small)))
+	}
+}

@@ -288,6 +288,9 @@ type engine struct {
 	versions map[verKey]int // a document's version → its first occurrence
 	shaMemo  map[string]string
 	strs     []byte // the Report's strings (see str)
+	// chunkScan is what is left of the bytes that the retrieval-chunk
+	// test of a named block may still scan (see identify).
+	chunkScan int
 }
 
 // newEngine returns an engine for req that keeps its maps and documents in
@@ -302,7 +305,7 @@ func newEngine(body []byte, req *request, opts *Options, st *state) *engine {
 	if st.shaMemo == nil {
 		st.shaMemo = map[string]string{}
 	}
-	return &engine{body: body, req: req, opts: opts, st: st, byName: st.byName, shaMemo: st.shaMemo, docs: st.docPtrs[:0]}
+	return &engine{body: body, req: req, opts: opts, st: st, byName: st.byName, shaMemo: st.shaMemo, docs: st.docPtrs[:0], chunkScan: chunkScanFactor * len(body)}
 }
 
 // role returns the effective role of turn i.
@@ -503,7 +506,20 @@ func (e *engine) identify(o *occ) int {
 		if td := e.byText[o.cid]; td >= 0 && cleanName(e.docs[td].name) == key {
 			return int(td) // a repeat of a retrieval chunk of this file
 		}
-		switch chunk(e.docs[d].latest, o.content) {
+		latest := e.docs[d].latest
+		if len(o.content)*2 < len(latest) {
+			// Testing a small block against a large latest version scans
+			// the latest, which need not be sent again: many small blocks
+			// named as one huge file would cost their number times its
+			// size. Past a budget linear in the body, such a block is a
+			// document of its own, as a retrieval chunk is: it is then
+			// never taken as a newer version, so nothing is superseded.
+			if e.chunkScan < len(latest) {
+				return e.newDoc(o.b.name, o.b.kind)
+			}
+			e.chunkScan -= len(latest)
+		}
+		switch chunk(latest, o.content) {
 		case -1: // a retrieval chunk of the file: a document of its own
 			return e.newDoc(o.b.name, o.b.kind)
 		case 1: // the earlier copy was a chunk of this one
@@ -543,6 +559,10 @@ func (e *engine) identify(o *occ) int {
 	}
 	return e.newDoc(firstLine(o.content), o.b.kind)
 }
+
+// chunkScanFactor bounds the bytes that the retrieval-chunk tests of named
+// blocks scan in one request, as a multiple of the body size.
+const chunkScanFactor = 8
 
 // maxCandidates bounds the documents an unnamed block is compared with.
 const maxCandidates = 64

@@ -1005,16 +1005,21 @@ func (s *flatScan) build(plan flatPlan, v Verifier) ([]flatTurn, bool) {
 	if len(proms) == 0 {
 		return nil, false
 	}
+	// Consecutive segments of one role join into one turn; their texts are
+	// joined once at the end, since appending each to the last would copy
+	// the turn again for every segment (quadratic in a long run of them).
 	var turns []flatTurn
+	var pieces [][]string
 	add := func(role, text string) {
 		if text == "" {
 			return
 		}
 		if n := len(turns); n > 0 && turns[n-1].Role == role {
-			turns[n-1].Text += "\n\n" + text
+			pieces[n-1] = append(pieces[n-1], text)
 			return
 		}
-		turns = append(turns, flatTurn{Role: role, Text: text})
+		turns = append(turns, flatTurn{Role: role})
+		pieces = append(pieces, []string{text})
 	}
 	cur, first, k := 0, true, 0
 	userAt := func(pos int) int {
@@ -1047,6 +1052,9 @@ func (s *flatScan) build(plan flatPlan, v Verifier) ([]flatTurn, bool) {
 	add("user", strings.TrimSpace(t[us:ue]))
 	if len(turns) < 3 || turns[0].Role != "user" || turns[len(turns)-1].Role != "user" {
 		return nil, false
+	}
+	for i := range turns {
+		turns[i].Text = strings.Join(pieces[i], "\n\n")
 	}
 	return turns, true
 }
