@@ -57,17 +57,20 @@ func (e *engine) grow(n int) {
 	}
 }
 
+// spanOf returns what replacing o removes: its text, or for an image its
+// decoded bytes and the size of its part in the body.
+func (e *engine) spanOf(o *occ) (content string, size int) {
+	if o.b.kind == kindImage {
+		return o.content, o.img.obj.end - o.img.obj.start
+	}
+	content = e.parts[o.tp].text[o.b.start:o.b.end]
+	return content, len(content)
+}
+
 // reference fills o.sha and o.ref and reports whether replacing o pays: the
 // span is at least MinBlockBytes and the reference at most half its size.
 func (e *engine) reference(o *occ) bool {
-	var content string
-	var size int
-	if o.b.kind == kindImage {
-		content, size = o.content, o.img.obj.end-o.img.obj.start
-	} else {
-		content = e.parts[o.tp].text[o.b.start:o.b.end]
-		size = len(content)
-	}
+	content, size := e.spanOf(o)
 	if size < e.opts.MinBlockBytes || size < 2*len("[unchanged:  sha256:123456789abc]") {
 		return false
 	}

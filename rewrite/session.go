@@ -64,14 +64,7 @@ func Elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, []
 		if o.turn != last || o.b.shell || o.replace || overlaps(o) {
 			continue
 		}
-		var content string
-		var size int
-		if o.b.kind == kindImage {
-			content, size = o.content, o.img.obj.end-o.img.obj.start
-		} else {
-			content = e.parts[o.tp].text[o.b.start:o.b.end]
-			size = len(content)
-		}
+		content, size := e.spanOf(o)
 		if len(content) < e.opts.MinBlockBytes {
 			continue
 		}
