@@ -187,21 +187,31 @@ func (r *redisBackend) writer() {
 		case <-r.done:
 			return
 		case w := <-r.queue:
-			batch = append(batch[:0], w)
+			batch = r.drain(append(batch[:0], w))
 		}
-	fill:
-		for len(batch) < redisBatch {
-			select {
-			case w := <-r.queue:
-				batch = append(batch, w)
-			default:
-				break fill
-			}
-		}
-		r.write(context.Background(), batch)
-		clear(batch)
-		r.finish(len(batch))
+		r.send(context.Background(), batch)
 	}
+}
+
+// drain appends what is queued to batch, up to redisBatch, without
+// waiting.
+func (r *redisBackend) drain(batch []servedWrite) []servedWrite {
+	for len(batch) < redisBatch {
+		select {
+		case w := <-r.queue:
+			batch = append(batch, w)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// send writes batch and marks its writes done.
+func (r *redisBackend) send(ctx context.Context, batch []servedWrite) {
+	r.write(ctx, batch)
+	clear(batch)
+	r.finish(len(batch))
 }
 
 // write sends one pipeline: per response, SET of its record and, per
@@ -251,22 +261,11 @@ func (r *redisBackend) close(flush time.Duration) error {
 	defer cancel()
 	batch := make([]servedWrite, 0, redisBatch)
 	for {
-		batch = batch[:0]
-	fill:
-		for len(batch) < redisBatch {
-			select {
-			case w := <-r.queue:
-				batch = append(batch, w)
-			default:
-				break fill
-			}
-		}
+		batch = r.drain(batch[:0])
 		if len(batch) == 0 {
 			return r.c.Close()
 		}
-		r.write(ctx, batch)
-		clear(batch)
-		r.finish(len(batch))
+		r.send(ctx, batch)
 	}
 }
 
