@@ -107,26 +107,8 @@ func freeAddr(t *testing.T) string {
 // and /readyz says not ready while draining.
 func TestServeGracefulShutdown(t *testing.T) {
 	clearEnv(t)
-	emu := emulator.New(emulator.Options{})
-	emu.SetFault(emulator.Fault{ChunkDelay: 150 * time.Millisecond})
-	emuSrv := &http.Server{Handler: emu}
-	eln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go emuSrv.Serve(eln)
-	defer emuSrv.Close()
-
-	proxyAddr, adminAddr := freeAddr(t), freeAddr(t)
 	t.Setenv("GEMINI_PROXY_SERVER_SHUTDOWN_GRACE", "20s")
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var errOut safeBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--listen", proxyAddr, "--admin-listen", adminAddr, "--upstream", "http://" + eln.Addr().String()}, io.Discard, &errOut)
-	}()
-	waitReady(t, "http://"+adminAddr+"/readyz")
+	proxyAddr, adminAddr, cancel, done, errOut := serveEmulated(t, &emulator.Fault{ChunkDelay: 150 * time.Millisecond})
 
 	body := `{"contents":[{"role":"user","parts":[{"text":"Tell me a long story about a lighthouse keeper and the sea."}]}]}`
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+proxyAddr+"/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", strings.NewReader(body))
@@ -270,26 +252,9 @@ func (s *safeBuffer) String() string {
 // returns.
 func TestServeShutdownDelay(t *testing.T) {
 	clearEnv(t)
-	emu := emulator.New(emulator.Options{})
-	eln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	emuSrv := &http.Server{Handler: emu}
-	go emuSrv.Serve(eln)
-	defer emuSrv.Close()
-
 	const delay = 2 * time.Second
-	proxyAddr, adminAddr := freeAddr(t), freeAddr(t)
 	t.Setenv("GEMINI_PROXY_SERVER_SHUTDOWN_DELAY", delay.String())
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var errOut safeBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--listen", proxyAddr, "--admin-listen", adminAddr, "--upstream", "http://" + eln.Addr().String()}, io.Discard, &errOut)
-	}()
-	waitReady(t, "http://"+adminAddr+"/readyz")
+	proxyAddr, adminAddr, cancel, done, errOut := serveEmulated(t, nil)
 	cancel()
 	signalled := time.Now()
 
@@ -348,4 +313,34 @@ func waitUnready(t *testing.T, url string, deadline time.Time) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// serveEmulated starts an emulator (with fault, when not nil) and the real
+// serve command in front of it, and waits until the proxy is ready. cancel
+// stops serve as SIGTERM does; done receives what serve returned; errOut
+// holds its log.
+func serveEmulated(t *testing.T, fault *emulator.Fault) (proxyAddr, adminAddr string, cancel context.CancelFunc, done <-chan error, errOut *safeBuffer) {
+	t.Helper()
+	emu := emulator.New(emulator.Options{})
+	if fault != nil {
+		emu.SetFault(*fault)
+	}
+	eln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	emuSrv := &http.Server{Handler: emu}
+	go emuSrv.Serve(eln)
+	t.Cleanup(func() { emuSrv.Close() })
+
+	proxyAddr, adminAddr = freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	errOut = new(safeBuffer)
+	ch := make(chan error, 1)
+	go func() {
+		ch <- run(ctx, []string{"serve", "--listen", proxyAddr, "--admin-listen", adminAddr, "--upstream", "http://" + eln.Addr().String()}, io.Discard, errOut)
+	}()
+	waitReady(t, "http://"+adminAddr+"/readyz")
+	return proxyAddr, adminAddr, cancel, ch, errOut
 }
