@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -129,6 +130,61 @@ func startStallProxy(t *testing.T, upstream string) *stallProxy {
 	}
 }
 
+// dialAndStop opens a connection, lets the proxy accept it and arm its 1s
+// header deadline, and stops the proxy (SIGSTOP) before that deadline. On
+// a machine so busy that the test did not run for most of that second, it
+// tries again: the proxy may have closed the connection already.
+func (p *stallProxy) dialAndStop(t *testing.T) net.Conn {
+	t.Helper()
+	for range 5 {
+		c, err := net.Dial("tcp", p.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dialed := time.Now()
+		time.Sleep(300 * time.Millisecond)
+		if time.Since(dialed) > 700*time.Millisecond {
+			c.Close()
+			continue
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			c.Close()
+			t.Fatal(err)
+		}
+		return c
+	}
+	t.Fatal("the test was never scheduled within 700 ms of a dial")
+	return nil
+}
+
+// scrape returns the proxy's /metrics page.
+func (p *stallProxy) scrape(t *testing.T) string {
+	t.Helper()
+	r, err := http.Get("http://" + p.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// stallMetric returns the value of the sample name on a /metrics page, or
+// -1 if it is not there.
+func stallMetric(page, name string) float64 {
+	for line := range strings.SplitSeq(page, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
+
 func stallFreeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -163,46 +219,62 @@ func TestStallEndToEnd(t *testing.T) {
 	defer emu.Close()
 	p := startStallProxy(t, emu.URL)
 
-	t.Run("stall", func(t *testing.T) {
-		c, err := net.Dial("tcp", p.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		// Let the proxy accept the connection and arm the 1s header
-		// deadline before it stops.
-		time.Sleep(300 * time.Millisecond)
-		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		stopped := true
-		defer func() {
-			if stopped {
-				p.cmd.Process.Signal(syscall.SIGCONT)
+	// The request is sent during the stall (its bytes wait in the kernel's
+	// buffer while the deadline expires; whether net/http then reads them
+	// or times out depends on which the runtime notices first after the
+	// resume), or right after it, as a client stalled with the proxy (the
+	// whole VM) does (the deadline has expired when they arrive: without
+	// stall.go, always a reset).
+	for _, tt := range []struct {
+		name   string
+		during bool
+	}{
+		{name: "request during stall", during: true},
+		{name: "request after stall", during: false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := p.dialAndStop(t)
+			defer c.Close()
+			stopped := true
+			defer func() {
+				if stopped {
+					p.cmd.Process.Signal(syscall.SIGCONT)
+				}
+			}()
+			if tt.during {
+				if _, err := io.WriteString(c, stallRequest(p.addr)); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}()
-		if _, err := io.WriteString(c, stallRequest(p.addr)); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(2500 * time.Millisecond)
-		if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-			t.Fatal(err)
-		}
-		stopped = false
-		c.SetReadDeadline(time.Now().Add(20 * time.Second))
-		res, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatalf("request sent during a stall: %v", err)
-		}
-		body, err := io.ReadAll(res.Body)
-		res.Body.Close()
-		if err != nil || res.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"candidates"`)) {
-			t.Fatalf("request sent during a stall: %s, %v\n%s", res.Status, err, body)
-		}
-		if log := p.log.String(); !strings.Contains(log, "read deadline extended after a process stall") {
-			t.Errorf("proxy log lacks the grace line:\n%s", log)
-		}
-	})
+			time.Sleep(2500 * time.Millisecond)
+			if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			stopped = false
+			if !tt.during {
+				time.Sleep(100 * time.Millisecond)
+				if _, err := io.WriteString(c, stallRequest(p.addr)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("request on a connection accepted before a stall: %v", err)
+			}
+			body, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			if err != nil || res.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"candidates"`)) {
+				t.Fatalf("request on a connection accepted before a stall: %s, %v\n%s", res.Status, err, body)
+			}
+		})
+	}
+	if log := p.log.String(); !strings.Contains(log, "read deadline extended after a process stall") {
+		t.Errorf("proxy log lacks the grace line:\n%s", log)
+	}
+	if n := stallMetric(p.scrape(t), "gemini_proxy_stall_grace_total"); n < 1 {
+		t.Errorf("gemini_proxy_stall_grace_total = %v, want at least 1", n)
+	}
 
 	t.Run("slow client", func(t *testing.T) {
 		c, err := net.Dial("tcp", p.addr)
