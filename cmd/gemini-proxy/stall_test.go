@@ -252,3 +252,48 @@ func TestStallConnNoGrace(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkStallConnRead compares reading through a stallConn with reading
+// the *net.TCPConn it wraps: the wrapper is on every client connection.
+func BenchmarkStallConnRead(b *testing.B) {
+	for _, wrap := range []bool{false, true} {
+		name := "tcp"
+		if wrap {
+			name = "stall"
+		}
+		b.Run(name, func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ln.Close()
+			sl := &stallListener{TCPListener: ln.(*net.TCPListener), clock: stalledClock()}
+			client, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer client.Close()
+			var conn net.Conn
+			if conn, err = sl.Accept(); err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			if !wrap {
+				conn = conn.(*stallConn).TCPConn
+			}
+			msg := make([]byte, 512)
+			buf := make([]byte, len(msg))
+			b.SetBytes(int64(len(msg)))
+			b.ReportAllocs()
+			for b.Loop() {
+				conn.SetReadDeadline(time.Now().Add(time.Minute))
+				if _, err := client.Write(msg); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(conn, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
