@@ -11,13 +11,15 @@ import (
 // A process stall (the VM or the process not scheduled for a while:
 // SIGSTOP, a paused VM, a host under heavy load) makes read deadlines that
 // fell inside it expire all at once when the process runs again. Go's
-// poller then reports the time-out before it looks at the socket, so
+// poller may then report the time-out before it looks at the socket, so
 // http.Server gives up on a request whose bytes already sit in the kernel's
 // buffer and closes the connection with them unread, and the kernel answers
 // the client with a reset (RELIABILITY.md, "Resets under a 30-second
-// stall"). server.read_header_timeout of a new connection is the usual
-// victim; server.idle_timeout and server.body_idle_timeout are read
-// deadlines too.
+// stall"). A client stalled along with the proxy (one VM) sends right after
+// the resume and finds the connection closed. server.read_header_timeout of
+// a new connection is the usual victim (a kept-alive connection arms it
+// only when the next request's first bytes arrive); server.idle_timeout and
+// server.body_idle_timeout are read deadlines too.
 //
 // stallClock notices such stalls and stallConn grants a read deadline that
 // expired during one a single extension by the stall's length, so the
@@ -33,10 +35,11 @@ const (
 	minStall = 5 * stallTick
 	// stallSlack is how long after a stall a deadline's expiry is still
 	// blamed on it, and the least time an extension grants from the moment
-	// it is granted. After a stall every due timer fires before the poller
+	// it is granted. After a stall, due timers may fire before the poller
 	// is asked which sockets became readable, and the goroutines woken at
 	// once take a while to run, so deadlines that expire just after the
-	// resume can miss bytes that arrived during the stall as well.
+	// resume can miss bytes that arrived during the stall as well; and a
+	// client stalled with the proxy needs a moment to send.
 	stallSlack = time.Second
 )
 
@@ -51,7 +54,7 @@ type stallClock struct {
 	period, minStall, slack time.Duration
 
 	mu    sync.Mutex
-	users int           // start calls not yet stopped
+	users int           // run calls not yet stopped
 	quit  chan struct{} // closed to stop the ticking goroutine
 	done  chan struct{} // closed when it has returned
 	last  time.Time     // the last tick; zero while stopped
