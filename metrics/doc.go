@@ -45,6 +45,7 @@
 //	gemini_proxy_upstream_errors_total                    counter    kind                         upstream failures: timeout|unreachable|tls|aborted|other
 //	gemini_proxy_upstream_responses_total                 counter    route, code                  upstream responses by HTTP status, including the rejected first attempt of a fallback
 //	gemini_proxy_client_cancels_total                     counter    -                            requests whose client went away before the response completed
+//	gemini_proxy_stall_grace_total                        counter    -                            client read deadlines that expired during a process stall and were extended once (cmd/gemini-proxy stall.go)
 //	gemini_proxy_build_info                               gauge      version, goversion           always 1; identifies the running build
 //	gemini_proxy_interactions_requests_total              counter    kind                         generate requests eligible for the Interactions API: kind=continued|session|started|full (upstream_state.interactions)
 //	gemini_proxy_interactions_saved_bytes_total           counter    -                            request bytes not uploaded thanks to continuation (generateContent body minus the interaction body sent)

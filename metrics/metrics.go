@@ -134,6 +134,7 @@ type Metrics struct {
 	UpstreamErrors    *prometheus.CounterVec // kind
 	UpstreamResponses *prometheus.CounterVec // route, code
 	ClientCancels     prometheus.Counter
+	StallGrace        prometheus.Counter
 	BuildInfo         *prometheus.GaugeVec // version, goversion
 
 	// Interactions continuation (issue 8, upstream_state.interactions).
@@ -312,6 +313,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		ClientCancels: f.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "client_cancels_total",
 			Help: "Requests whose client went away before the response completed.",
+		}),
+		StallGrace: f.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "stall_grace_total",
+			Help: "Client connection read deadlines (request headers, keep-alive idle, request body) that expired while the process was stalled (not scheduled) and were extended once by the stall's length instead of closing the connection.",
 		}),
 		BuildInfo: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "build_info",

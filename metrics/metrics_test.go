@@ -99,6 +99,8 @@ var metricCases = []metricCase{
 		func(m *metrics.Metrics) { m.UpstreamResponses.WithLabelValues("generate_content", "400").Inc() }, 1},
 	{"gemini_proxy_client_cancels_total", dto.MetricType_COUNTER, nil,
 		func(m *metrics.Metrics) { m.ClientCancels.Inc() }, 1},
+	{"gemini_proxy_stall_grace_total", dto.MetricType_COUNTER, nil,
+		func(m *metrics.Metrics) { m.StallGrace.Inc() }, 1},
 	{"gemini_proxy_build_info", dto.MetricType_GAUGE, []string{"goversion", "version"},
 		func(m *metrics.Metrics) { m.SetBuildInfo("v0.0.0-test") }, 1},
 	{"gemini_proxy_interactions_requests_total", dto.MetricType_COUNTER, []string{"kind"},

@@ -94,6 +94,7 @@ func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, star
 	if err != nil {
 		return err
 	}
+	pl.countGrace = m.StallGrace.Inc
 	lns := []*listener{pl}
 	adminAddr := ""
 	if c.Admin.Listen != "" {
@@ -104,6 +105,7 @@ func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, star
 		}
 		// The admin listener goes last so that /readyz answers "not ready"
 		// while the proxy drains.
+		al.countGrace = m.StallGrace.Inc
 		lns = append(lns, al)
 		adminAddr = al.ln.Addr().String()
 	}

@@ -30,15 +30,22 @@ type listener struct {
 	name string
 	srv  *http.Server
 	ln   net.Listener
+	// countGrace, when not nil, counts read deadlines extended after a
+	// process stall (stall.go). Set it before serveUntil.
+	countGrace func()
 }
 
 // listen binds addr and prepares a server for h whose time-outs cannot cut
-// a long stream: only header reads and idle connections are bounded.
+// a long stream: only header reads and idle connections are bounded. Its
+// connections extend a read deadline that expired while the process was
+// stalled (stall.go), so that a request that arrived meanwhile is served
+// instead of reset; the stall clock runs during serveUntil.
 func listen(name, addr string, h http.Handler, c config.Server, logger *slog.Logger) (*listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s listener: %w", name, err)
 	}
+	sl := &stallListener{TCPListener: ln.(*net.TCPListener), clock: stalls}
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
@@ -46,7 +53,14 @@ func listen(name, addr string, h http.Handler, c config.Server, logger *slog.Log
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		// No ReadTimeout or WriteTimeout: they would cut uploads and streams.
 	}
-	return &listener{name: name, srv: srv, ln: ln}, nil
+	l := &listener{name: name, srv: srv, ln: sl}
+	sl.graced = func(stall time.Duration) {
+		logger.Warn("read deadline extended after a process stall", "listener", name, "stall", stall)
+		if l.countGrace != nil {
+			l.countGrace()
+		}
+	}
+	return l, nil
 }
 
 // serveUntil serves every listener until ctx is done, then shuts them down
@@ -57,6 +71,7 @@ func listen(name, addr string, h http.Handler, c config.Server, logger *slog.Log
 // finish before their connections are closed. A serve error skips the
 // delay. It returns the first serve error, or nil after a clean shutdown.
 func serveUntil(ctx context.Context, lns []*listener, delay, grace time.Duration, ready *atomic.Bool, logger *slog.Logger) error {
+	defer stalls.run()() // the stall clock ticks while any listener serves
 	errc := make(chan error, len(lns))
 	for _, l := range lns {
 		logger.Info("listening", "listener", l.name, "addr", l.ln.Addr().String())
