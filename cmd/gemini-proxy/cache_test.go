@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/gemini-proxy/gemini-proxy/cache/cachetest"
 	"github.com/gemini-proxy/gemini-proxy/config"
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 const cacheTestModel = "gemini-2.5-flash"
@@ -59,9 +59,7 @@ func startReplica(t *testing.T, c config.Config) replica {
 // startEmulator serves a fresh emulator on loopback.
 func startEmulator(t *testing.T) (*emulator.Server, string) {
 	t.Helper()
-	emu := emulator.New(emulator.Options{})
-	srv := httptest.NewServer(emu)
-	t.Cleanup(srv.Close)
+	emu, srv := testutil.StartEmulator(t, emulator.Options{})
 	return emu, srv.URL
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gemini-proxy/gemini-proxy/cache/cachetest"
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 var responseIDRE = regexp.MustCompile(`"responseId": ?"[a-z0-9]+"`)
@@ -300,7 +301,7 @@ func TestUpstreamUnreachableAndTLS(t *testing.T) {
 	tlsSrv.StartTLS()
 	defer tlsSrv.Close()
 	for _, tc := range []struct{ name, upstream, kind string }{
-		{"unreachable", "http://" + freeAddr(t), "unreachable"},
+		{"unreachable", "http://" + testutil.FreeAddr(t), "unreachable"},
 		{"tls", tlsSrv.URL, "tls"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
