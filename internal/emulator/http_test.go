@@ -17,16 +17,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 const genPath = "/v1beta/models/gemini-2.5-flash:generateContent"
 
 func start(t *testing.T, opts emulator.Options) (*emulator.Server, *httptest.Server) {
 	t.Helper()
-	srv := emulator.New(opts)
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	return srv, ts
+	return testutil.StartEmulator(t, opts)
 }
 
 // do sends a raw request; the transport does not decompress (DisableCompression).
