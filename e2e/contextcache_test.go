@@ -4,21 +4,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genai"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
-	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/proxy"
 )
 
@@ -47,11 +42,7 @@ func (c *clock) advance(d time.Duration) {
 // ccStack is an emulator and a proxy, with context caching on or off, each
 // on its own clock so that a test can let caches expire upstream only.
 type ccStack struct {
-	emu            *emulator.Server
-	emuURL         string
-	proxyURL       string
-	h              *proxy.Handler
-	reg            *prometheus.Registry
+	*stack
 	emuClock, pclk *clock
 	// upCalls and upBytes count the requests the emulator received and
 	// their body bytes, cachedContents calls included.
@@ -81,31 +72,19 @@ func newCCStackImplicit(t *testing.T, on, implicit bool) *ccStack {
 	if implicit {
 		eo.ImplicitCacheMinTokens = 0
 	}
-	s.emu = emulator.New(eo)
-	es := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.upCalls.Add(1)
-		r.Body = countingBody{r.Body, &s.upBytes}
-		s.emu.ServeHTTP(w, r)
+	count := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.upCalls.Add(1)
+			r.Body = countingBody{r.Body, &s.upBytes}
+			next.ServeHTTP(w, r)
+		})
+	}
+	s.stack = newStack(t, eo, withUpstream(count), withProxy(func(o *proxy.Options) {
+		o.Prices = map[string]proxy.Price{"gemini-2.5-flash": flashPrice}
+		if on {
+			o.ContextCache = &proxy.ContextCacheOptions{Now: s.pclk.Now}
+		}
 	}))
-	t.Cleanup(es.Close)
-	up, _ := url.Parse(es.URL)
-	s.reg = prometheus.NewRegistry()
-	opts := proxy.Options{
-		Upstream: up,
-		Rewrite:  proxy.RewriteOptions{Enabled: true},
-		Prices:   map[string]proxy.Price{"gemini-2.5-flash": flashPrice},
-	}
-	if on {
-		opts.ContextCache = &proxy.ContextCacheOptions{Now: s.pclk.Now}
-	}
-	h, err := proxy.New(opts, slog.New(slog.DiscardHandler), metrics.New(s.reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.h = h
-	ps := httptest.NewServer(h)
-	t.Cleanup(ps.Close)
-	s.emuURL, s.proxyURL = es.URL, ps.URL
 	return s
 }
 
@@ -200,6 +179,27 @@ var ccQuestions = []string{
 	"What does Next return past the end?", "Summarise the file in one sentence.",
 }
 
+// ccSessions runs the ccQuestions session once through off and once
+// through on, turns 30 s apart, waits after each turn until on has settled
+// it, fails the test where the two answers differ, and passes each turn's
+// answers to check when it is not nil. what names the run in failures.
+func ccSessions(t *testing.T, what string, off, on *ccStack, check func(i int, ra, rb *genai.GenerateContentResponse)) {
+	t.Helper()
+	a, b := newCCSession(t, off.proxyURL, testKey), newCCSession(t, on.proxyURL, testKey)
+	for i, q := range ccQuestions {
+		off.advance(30 * time.Second)
+		on.advance(30 * time.Second)
+		ra, rb := a.turn(t, q), b.turn(t, q)
+		on.settled(t, i+1)
+		if ra.Text() != rb.Text() {
+			t.Errorf("%s turn %d: answer with context caching\n%s\nwant\n%s", what, i, rb.Text(), ra.Text())
+		}
+		if check != nil {
+			check(i, ra, rb)
+		}
+	}
+}
+
 // TestContextCacheSession runs one session with context caching off and
 // on: once the prefix (system instruction, tools and the first turn with
 // the file) has recurred, the emulator receives requests naming a
@@ -208,16 +208,8 @@ var ccQuestions = []string{
 // session's dollars both ways.
 func TestContextCacheSession(t *testing.T) {
 	off, on := newCCStack(t, false), newCCStack(t, true)
-	a, b := newCCSession(t, off.proxyURL, testKey), newCCSession(t, on.proxyURL, testKey)
 	cachedTurns := 0
-	for i, q := range ccQuestions {
-		off.advance(30 * time.Second)
-		on.advance(30 * time.Second)
-		ra, rb := a.turn(t, q), b.turn(t, q)
-		on.settled(t, i+1)
-		if ra.Text() != rb.Text() {
-			t.Errorf("turn %d: answer with context caching\n%s\nwant\n%s", i, rb.Text(), ra.Text())
-		}
+	ccSessions(t, "context cache", off, on, func(i int, ra, rb *genai.GenerateContentResponse) {
 		if ra.UsageMetadata.PromptTokenCount != rb.UsageMetadata.PromptTokenCount {
 			t.Errorf("turn %d: prompt tokens %d with caching, %d without", i, rb.UsageMetadata.PromptTokenCount, ra.UsageMetadata.PromptTokenCount)
 		}
@@ -227,7 +219,7 @@ func TestContextCacheSession(t *testing.T) {
 			if rb.UsageMetadata.CachedContentTokenCount != 0 {
 				t.Errorf("turn %d: cached tokens %d without a cache", i, rb.UsageMetadata.CachedContentTokenCount)
 			}
-			continue
+			return
 		}
 		cachedTurns++
 		var body map[string]json.RawMessage
@@ -242,7 +234,7 @@ func TestContextCacheSession(t *testing.T) {
 		if rb.UsageMetadata.CachedContentTokenCount < 3000 {
 			t.Errorf("turn %d: cached tokens %d, want the file's", i, rb.UsageMetadata.CachedContentTokenCount)
 		}
-	}
+	})
 	if cachedTurns < len(ccQuestions)/2 {
 		t.Errorf("%d of %d turns named a cache", cachedTurns, len(ccQuestions))
 	}
