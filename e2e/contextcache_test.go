@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/proxy"
 )
 
@@ -21,29 +21,11 @@ import (
 // (gemini-api.md §6.3).
 var flashPrice = proxy.Price{Input: 0.30, CachedInput: 0.03, Output: 2.50, Storage: 1.00}
 
-// clock is a settable clock shared by goroutines.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // ccStack is an emulator and a proxy, with context caching on or off, each
 // on its own clock so that a test can let caches expire upstream only.
 type ccStack struct {
 	*stack
-	emuClock, pclk *clock
+	emuClock, pclk *testutil.Clock
 	// upCalls and upBytes count the requests the emulator received and
 	// their body bytes, cachedContents calls included.
 	upCalls, upBytes atomic.Int64
@@ -64,7 +46,7 @@ func newCCStack(t *testing.T, on bool) *ccStack {
 // (its default, as in real Gemini) when implicit is true.
 func newCCStackImplicit(t *testing.T, on, implicit bool) *ccStack {
 	t.Helper()
-	s := &ccStack{emuClock: &clock{now: fixedNow}, pclk: &clock{now: fixedNow}}
+	s := &ccStack{emuClock: testutil.NewClock(fixedNow), pclk: testutil.NewClock(fixedNow)}
 	// Implicit caching is off unless implicit: with it, the price model
 	// sees the prefix already billed at the cached rate and (rightly)
 	// makes no explicit cache.
@@ -101,8 +83,8 @@ func (b countingBody) Read(p []byte) (int, error) {
 }
 
 func (s *ccStack) advance(d time.Duration) {
-	s.emuClock.advance(d)
-	s.pclk.advance(d)
+	s.emuClock.Advance(d)
+	s.pclk.Advance(d)
 }
 
 // settled waits until the proxy has settled n context-cached requests and
@@ -213,7 +195,7 @@ func TestContextCacheSession(t *testing.T) {
 		if ra.UsageMetadata.PromptTokenCount != rb.UsageMetadata.PromptTokenCount {
 			t.Errorf("turn %d: prompt tokens %d with caching, %d without", i, rb.UsageMetadata.PromptTokenCount, ra.UsageMetadata.PromptTokenCount)
 		}
-		rec := generateRequests(on.emu.Received())
+		rec := testutil.GenerateRequests(on.emu.Received())
 		last := rec[len(rec)-1]
 		if last.CachedContent == "" {
 			if rb.UsageMetadata.CachedContentTokenCount != 0 {
@@ -267,7 +249,7 @@ func (d dollars) total() float64 { return d.requests + d.creation + d.storage }
 func sessionDollars(t *testing.T, s *ccStack, p proxy.Price) dollars {
 	t.Helper()
 	var d dollars
-	for _, r := range generateRequests(s.emu.Received()) {
+	for _, r := range testutil.GenerateRequests(s.emu.Received()) {
 		if r.Status != 200 {
 			continue
 		}
@@ -345,7 +327,7 @@ func TestContextCacheFallback(t *testing.T) {
 	if fallbacks() != 1 {
 		t.Fatalf("fallbacks after the upstream lost the cache = %v, want 1", fallbacks())
 	}
-	rec := generateRequests(on.emu.Received())
+	rec := testutil.GenerateRequests(on.emu.Received())
 	if r1, r2 := rec[len(rec)-2], rec[len(rec)-1]; r1.Status != 403 || r1.CachedContent != names[0] || r2.Status != 200 || r2.CachedContent != "" {
 		t.Errorf("emulator saw %d %q then %d %q; want 403 naming the deleted cache, then 200 in full", r1.Status, r1.CachedContent, r2.Status, r2.CachedContent)
 	} else if !r1.SSE || !r2.SSE {
@@ -360,12 +342,12 @@ func TestContextCacheFallback(t *testing.T) {
 	if len(live()) != 1 {
 		t.Fatalf("no new cache after the fallback")
 	}
-	on.emuClock.advance(time.Hour)
+	on.emuClock.Advance(time.Hour)
 	ask()
 	if fallbacks() != 2 {
 		t.Fatalf("fallbacks after the cache expired upstream = %v, want 2", fallbacks())
 	}
-	rec = generateRequests(on.emu.Received())
+	rec = testutil.GenerateRequests(on.emu.Received())
 	if r := rec[len(rec)-2]; r.Status != 404 {
 		t.Errorf("expired cache answered %d, want 404", r.Status)
 	}
@@ -384,7 +366,7 @@ func TestContextCacheTenants(t *testing.T) {
 		on.settled(t, n)
 	}
 	one := map[string]bool{}
-	for _, r := range generateRequests(on.emu.Received()) {
+	for _, r := range testutil.GenerateRequests(on.emu.Received()) {
 		if r.CachedContent != "" {
 			one[r.CachedContent] = true
 		}
@@ -400,7 +382,7 @@ func TestContextCacheTenants(t *testing.T) {
 	}
 	two := emulator.KeyID("tenant-two-key")
 	used := 0
-	for _, r := range generateRequests(on.emu.Received()) {
+	for _, r := range testutil.GenerateRequests(on.emu.Received()) {
 		if r.KeyID != two {
 			continue
 		}

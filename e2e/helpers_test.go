@@ -223,17 +223,6 @@ func jsonValue(t *testing.T, v any) any {
 	return out
 }
 
-// generateRequests returns the received requests of the generate routes.
-func generateRequests(rs []emulator.Received) []emulator.Received {
-	var out []emulator.Received
-	for _, r := range rs {
-		if r.API == "generateContent" || r.API == "streamGenerateContent" {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // sameWire reports differences between what two emulators received:
 // method, path, query and body must be byte-identical.
 func sameWire(t *testing.T, direct, proxied []emulator.Received) {

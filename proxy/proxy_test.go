@@ -391,7 +391,7 @@ func TestHeaderHygiene(t *testing.T) {
 
 func TestGzipPassThroughAndUsage(t *testing.T) {
 	unary := readTestdata(t, "unary.json")
-	gz := gzipBytes(t, unary)
+	gz := tu.Gzip(unary)
 	be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {

@@ -63,18 +63,6 @@ func startEmulator(t *testing.T) (*emulator.Server, string) {
 	return emu, srv.URL
 }
 
-// generated returns the generate requests the emulator received (the
-// proxy may also send countTokens requests of its own).
-func generated(emu *emulator.Server) []emulator.Received {
-	var out []emulator.Received
-	for _, r := range emu.Received() {
-		if r.API == "generateContent" || r.API == "streamGenerateContent" {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // naiveClient flattens its history into one user turn, as N2 clients do.
 type naiveClient struct {
 	t       *testing.T
@@ -161,7 +149,7 @@ func TestCacheUnflattenVerified(t *testing.T) {
 	alice.turn("What does a lighthouse keeper do all day?", true)
 	alice.turn("And at night?", false)
 	// Turn 2 quoted the streamed answer of turn 1.
-	got := generated(emu)
+	got := testutil.GenerateRequests(emu.Received())
 	if r := roles(got[len(got)-1]); r != "user,model,user" {
 		t.Fatalf("turn 2 upstream roles = %s, want user,model,user", r)
 	}
@@ -170,7 +158,7 @@ func TestCacheUnflattenVerified(t *testing.T) {
 	}
 	text := alice.transcript("Is it lonely?")
 	alice.ask(text, false)
-	got = generated(emu)
+	got = testutil.GenerateRequests(emu.Received())
 	if r := roles(got[len(got)-1]); r != "user,model,user,model,user" {
 		t.Errorf("turn 3 upstream roles = %s, want user,model,user,model,user", r)
 	}
@@ -185,7 +173,7 @@ func TestCacheUnflattenVerified(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			newNaiveClient(t, p.url, tt.key).ask(tt.text, false)
-			got := generated(emu)
+			got := testutil.GenerateRequests(emu.Received())
 			last := got[len(got)-1]
 			if r := roles(last); r != "user" {
 				t.Errorf("upstream roles = %s, want user (not promoted)", r)
@@ -288,7 +276,7 @@ func TestCacheRedisReplicas(t *testing.T) {
 		writes[r]++
 		waitMetric(t, reps[r].admin, "gemini_proxy_cache_redis_writes_total", writes[r])
 	}
-	want, got := generated(emu1), generated(emu2)
+	want, got := testutil.GenerateRequests(emu1.Received()), testutil.GenerateRequests(emu2.Received())
 	if len(got) != len(want) {
 		t.Fatalf("upstream requests: %d through two replicas, %d through one", len(got), len(want))
 	}

@@ -47,3 +47,17 @@ func CreateInteraction(t testing.TB, c *genai.Client, input, prev string, stream
 	}
 	return res
 }
+
+// GenerateRequests returns the requests of rs to the generateContent and
+// streamGenerateContent routes, in order: what a naive client sent,
+// without the proxy's own countTokens, cachedContents or interactions
+// calls.
+func GenerateRequests(rs []emulator.Received) []emulator.Received {
+	var out []emulator.Received
+	for _, r := range rs {
+		if r.API == "generateContent" || r.API == "streamGenerateContent" {
+			out = append(out, r)
+		}
+	}
+	return out
+}

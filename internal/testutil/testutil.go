@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bytes"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"net"
@@ -128,4 +129,37 @@ func Get(t testing.TB, url string) (*http.Response, []byte) {
 		t.Fatal(err)
 	}
 	return Do(t, nil, req)
+}
+
+// Clock is a settable clock safe for concurrent use, for the Now options
+// of the emulator and the proxy. The zero value reads the zero time.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a Clock that reads now until advanced.
+func NewClock(now time.Time) *Clock { return &Clock{now: now} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock on by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// Gzip returns b gzip-compressed at the default level.
+func Gzip(b []byte) []byte {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write(b) // a bytes.Buffer does not fail
+	zw.Close()
+	return buf.Bytes()
 }
