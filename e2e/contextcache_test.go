@@ -112,12 +112,7 @@ type ccSession struct {
 
 func newCCSession(t *testing.T, baseURL, key string) *ccSession {
 	t.Helper()
-	c, err := genai.NewClient(t.Context(), &genai.ClientConfig{APIKey: key, Backend: genai.BackendGeminiAPI,
-		HTTPOptions: genai.HTTPOptions{BaseURL: baseURL}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &ccSession{client: c, config: &genai.GenerateContentConfig{
+	return &ccSession{client: testutil.NewClient(t, baseURL, key), config: &genai.GenerateContentConfig{
 		SystemInstruction: genai.NewContentFromText("You are a careful Go reviewer. Answer about the file the user shows you.", genai.RoleUser),
 		Tools: []*genai.Tool{{FunctionDeclarations: []*genai.FunctionDeclaration{{
 			Name: "run_tests", Description: "Runs the package's tests and returns the output.",
@@ -259,12 +254,7 @@ func sessionDollars(t *testing.T, s *ccStack, p proxy.Price) dollars {
 		d.requests += (float64(u.PromptTokenCount-u.CachedContentTokenCount)*p.Input + float64(u.CachedContentTokenCount)*p.CachedInput +
 			float64(u.CandidatesTokenCount+u.ThoughtsTokenCount)*p.Output) / 1e6
 	}
-	c, err := genai.NewClient(t.Context(), &genai.ClientConfig{APIKey: testKey, Backend: genai.BackendGeminiAPI,
-		HTTPOptions: genai.HTTPOptions{BaseURL: s.emuURL}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for cc, err := range c.Caches.All(t.Context()) {
+	for cc, err := range newClient(t, s.emuURL).Caches.All(t.Context()) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -283,11 +273,7 @@ func sessionDollars(t *testing.T, s *ccStack, p proxy.Price) dollars {
 func TestContextCacheFallback(t *testing.T) {
 	ref, on := newCCStack(t, false), newCCStack(t, true)
 	a, b := newCCSession(t, ref.proxyURL, testKey), newCCSession(t, on.proxyURL, testKey)
-	admin, err := genai.NewClient(t.Context(), &genai.ClientConfig{APIKey: testKey, Backend: genai.BackendGeminiAPI,
-		HTTPOptions: genai.HTTPOptions{BaseURL: on.emuURL}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newClient(t, on.emuURL)
 	live := func() []string {
 		var names []string
 		for cc, err := range admin.Caches.All(t.Context()) {

@@ -149,16 +149,7 @@ func (p pair) clients(t *testing.T) (direct, proxied *genai.Client) {
 // newClient returns a Gemini API client with its base URL set to baseURL.
 func newClient(t *testing.T, baseURL string) *genai.Client {
 	t.Helper()
-	c, err := genai.NewClient(t.Context(), &genai.ClientConfig{
-		APIKey:      testKey,
-		Backend:     genai.BackendGeminiAPI,
-		HTTPOptions: genai.HTTPOptions{BaseURL: baseURL},
-		HTTPClient:  &http.Client{},
-	})
-	if err != nil {
-		t.Fatalf("genai.NewClient: %v", err)
-	}
-	return c
+	return testutil.NewClient(t, baseURL, testKey)
 }
 
 // ignoreSDKHTTPResponse ignores the SDK's copy of the HTTP response headers

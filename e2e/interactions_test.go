@@ -251,11 +251,7 @@ func TestInteractionsExactness(t *testing.T) {
 	next := append(append([]*genai.Content(nil), hist...), genai.NewContentFromText("Their sum?", genai.RoleUser))
 
 	changed := append([]*genai.Content{genai.NewContentFromText("Name three prime numbers!", genai.RoleUser)}, next[1:]...)
-	other, err := genai.NewClient(t.Context(), &genai.ClientConfig{APIKey: "another-tenant", Backend: genai.BackendGeminiAPI,
-		HTTPOptions: genai.HTTPOptions{BaseURL: st.proxyURL}, HTTPClient: &http.Client{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := testutil.NewClient(t, st.proxyURL, "another-tenant")
 	tests := []struct {
 		name     string
 		client   *genai.Client

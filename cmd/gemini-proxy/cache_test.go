@@ -72,16 +72,7 @@ type naiveClient struct {
 
 func newNaiveClient(t *testing.T, baseURL, apiKey string) *naiveClient {
 	t.Helper()
-	c, err := genai.NewClient(t.Context(), &genai.ClientConfig{
-		APIKey:      apiKey,
-		Backend:     genai.BackendGeminiAPI,
-		HTTPOptions: genai.HTTPOptions{BaseURL: baseURL},
-		HTTPClient:  &http.Client{},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &naiveClient{t: t, client: c}
+	return &naiveClient{t: t, client: testutil.NewClient(t, baseURL, apiKey)}
 }
 
 // transcript is the flattened request text for the next question.

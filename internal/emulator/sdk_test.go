@@ -23,15 +23,7 @@ const testKey = "test-key"
 func newSDK(t *testing.T, opts emulator.Options) (*emulator.Server, *genai.Client) {
 	t.Helper()
 	srv, ts := testutil.StartEmulator(t, opts)
-	client, err := genai.NewClient(t.Context(), &genai.ClientConfig{
-		Backend:     genai.BackendGeminiAPI,
-		APIKey:      testKey,
-		HTTPOptions: genai.HTTPOptions{BaseURL: ts.URL},
-	})
-	if err != nil {
-		t.Fatalf("NewClient: %v", err)
-	}
-	return srv, client
+	return srv, testutil.NewClient(t, ts.URL, testKey)
 }
 
 func TestSDKGenerateContent(t *testing.T) {

@@ -618,13 +618,7 @@ var questions = []string{
 func (w *workload) run(ctx context.Context, base string, emu *emulator.Server) {
 	t := w.t
 	w.requests, w.unpriced = 0, 0
-	client, err := genai.NewClient(ctx, &genai.ClientConfig{
-		APIKey: "stack-key", Backend: genai.BackendGeminiAPI,
-		HTTPOptions: genai.HTTPOptions{BaseURL: base}, HTTPClient: &http.Client{},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := testutil.NewClient(t, base, "stack-key")
 	// Conversation 1: the Go SDK, gemini-2.5-flash, alternating unary and
 	// streaming calls; the model edits the file three times.
 	file := w.file

@@ -61,3 +61,19 @@ func GenerateRequests(rs []emulator.Received) []emulator.Received {
 	}
 	return out
 }
+
+// NewClient returns a Gemini API client of the Go SDK that sends apiKey
+// to baseURL (an emulator or a proxy); an error fails the test.
+func NewClient(t testing.TB, baseURL, apiKey string) *genai.Client {
+	t.Helper()
+	c, err := genai.NewClient(t.Context(), &genai.ClientConfig{
+		APIKey:      apiKey,
+		Backend:     genai.BackendGeminiAPI,
+		HTTPOptions: genai.HTTPOptions{BaseURL: baseURL},
+		HTTPClient:  &http.Client{},
+	})
+	if err != nil {
+		t.Fatalf("genai.NewClient: %v", err)
+	}
+	return c
+}
