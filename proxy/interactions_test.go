@@ -268,9 +268,7 @@ func TestInteractionsConversation(t *testing.T) {
 	for _, path := range []string{genURL, sseURL, arrayURL} {
 		t.Run(path, func(t *testing.T) {
 			f := newIxFixture(t, emulator.Options{})
-			plain := emulator.New(emulator.Options{})
-			direct := httptest.NewServer(plain)
-			defer direct.Close()
+			_, direct := tu.StartEmulator(t, emulator.Options{})
 
 			var turns []string
 			var prevID string
@@ -386,8 +384,7 @@ func TestInteractionsFallback(t *testing.T) {
 			if code != 200 {
 				t.Fatalf("status %d: %s", code, got)
 			}
-			plain := httptest.NewServer(emulator.New(emulator.Options{}))
-			defer plain.Close()
+			_, plain := tu.StartEmulator(t, emulator.Options{})
 			_, want := call(t, plain.URL, tt.path, keyA, body)
 			if diff := cmp.Diff(parseAnswer(t, tt.path, want), parseAnswer(t, tt.path, got), ignoreID); diff != "" {
 				t.Errorf("answer after fallback (-want +got):\n%s", diff)
