@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 func TestSizesExact(t *testing.T) {
@@ -53,16 +54,12 @@ func TestFakeGemini(t *testing.T) {
 	defer srv.Close()
 	post := func(path string, body []byte) (*http.Response, []byte) {
 		t.Helper()
-		res, err := http.Post(srv.URL+path, "application/json", bytes.NewReader(body))
+		req, err := http.NewRequest(http.MethodPost, srv.URL+path, bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer res.Body.Close()
-		b, err := io.ReadAll(res.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res, b
+		req.Header.Set("Content-Type", "application/json")
+		return testutil.Do(t, nil, req)
 	}
 	large := Sizes()[2].Body
 	res, b := post("/v1beta/models/gemini-2.5-flash:generateContent", large)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/proxy"
 )
@@ -22,8 +23,7 @@ import (
 func stack(t *testing.T) (emuURL, proxyURL string, replies *Replies) {
 	t.Helper()
 	replies = new(Replies)
-	emu := httptest.NewServer(emulator.New(emulator.Options{Reply: replies.Reply}))
-	t.Cleanup(emu.Close)
+	_, emu := testutil.StartEmulator(t, emulator.Options{Reply: replies.Reply})
 	up, _ := url.Parse(emu.URL)
 	h, err := proxy.New(proxy.Options{Upstream: up, Rewrite: proxy.RewriteOptions{Enabled: true}}, slog.New(slog.DiscardHandler), metrics.New(prometheus.NewRegistry()))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/proxy"
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
@@ -33,8 +34,7 @@ func TestStablePrefix(t *testing.T) {
 		t.Fatalf("found %d of the 8 sessions", len(sessions))
 	}
 	replies := new(Replies)
-	emu := httptest.NewServer(emulator.New(emulator.Options{Reply: replies.Reply}))
-	t.Cleanup(emu.Close)
+	_, emu := testutil.StartEmulator(t, emulator.Options{Reply: replies.Reply})
 	up, _ := url.Parse(emu.URL)
 	run := func(on bool) *Savings {
 		opts := rewrite.DefaultOptions()

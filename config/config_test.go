@@ -9,19 +9,15 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
+
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 // clearEnv hides GEMINI_PROXY_* variables of the calling environment, so
 // that the tests see only what they set.
 func clearEnv(t *testing.T) {
 	t.Helper()
-	for _, kv := range os.Environ() {
-		name, val, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, EnvPrefix+"_") {
-			t.Setenv(name, val) // restores it after the test
-			os.Unsetenv(name)
-		}
-	}
+	testutil.ClearEnv(t, EnvPrefix+"_")
 }
 
 func writeFile(t *testing.T, content string) string {

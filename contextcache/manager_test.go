@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	tu "github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 )
 
@@ -31,8 +31,7 @@ func (nopTransport) RoundTrip(*http.Request) (*http.Response, error) {
 // the test playing the proxy.
 type env struct {
 	t   *testing.T
-	mu  sync.Mutex
-	now time.Time
+	clk *tu.Clock
 	emu *emulator.Server
 	url string
 	m   *Manager
@@ -43,18 +42,17 @@ var prices = map[string]Price{model: flash}
 
 func newEnv(t *testing.T, opts Options, emuOpts emulator.Options) *env {
 	t.Helper()
-	e := &env{t: t, now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
-	emuOpts.Now = e.clock
+	e := &env{t: t, clk: tu.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))}
+	emuOpts.Now = e.clk.Now
 	if emuOpts.ImplicitCacheMinTokens == 0 {
 		emuOpts.ImplicitCacheMinTokens = 1 << 30 // off unless a test wants it
 	}
-	e.emu = emulator.New(emuOpts)
-	srv := httptest.NewServer(e.emu)
-	t.Cleanup(srv.Close)
+	var srv *httptest.Server
+	e.emu, srv = tu.StartEmulator(t, emuOpts)
 	e.url = srv.URL
 	e.mt = metrics.New(prometheus.NewRegistry())
 	opts.Transport = http.DefaultTransport
-	opts.Now = e.clock
+	opts.Now = e.clk.Now
 	opts.Metrics = e.mt
 	if opts.Prices == nil {
 		opts.Prices = prices
@@ -65,18 +63,6 @@ func newEnv(t *testing.T, opts Options, emuOpts emulator.Options) *env {
 	}
 	e.m = m
 	return e
-}
-
-func (e *env) clock() time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.now
-}
-
-func (e *env) advance(d time.Duration) {
-	e.mu.Lock()
-	e.now = e.now.Add(d)
-	e.mu.Unlock()
 }
 
 // call builds the Call a proxy would for key.
@@ -254,7 +240,7 @@ func TestManagerNeverCaches(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, tc.opts, tc.emuOpts)
 			for turn := range 8 {
-				e.advance(10 * time.Second)
+				e.clk.Advance(10 * time.Second)
 				if r := e.send(e.call("k1", conversation(turn, tc.doc))); r.cache != "" {
 					t.Fatalf("turn %d named cache %s", turn, r.cache)
 				}
@@ -272,7 +258,7 @@ func TestManagerRenewAndExpire(t *testing.T) {
 	e := newEnv(t, Options{TTL: 5 * time.Minute}, emulator.Options{})
 	turn := 0
 	for ; turn < 5; turn++ {
-		e.advance(30 * time.Second)
+		e.clk.Advance(30 * time.Second)
 		e.send(e.call("k1", conversation(turn, doc)))
 	}
 	before := e.caches("k1")
@@ -282,7 +268,7 @@ func TestManagerRenewAndExpire(t *testing.T) {
 	// Used every 30 s for 3 minutes: less than half the TTL left, and the
 	// use rate pays for storage, so the next use renews it.
 	for range 6 {
-		e.advance(30 * time.Second)
+		e.clk.Advance(30 * time.Second)
 		if r := e.send(e.call("k1", conversation(turn, doc))); r.cache == "" {
 			t.Fatalf("turn %d did not use the cache", turn)
 		}
@@ -297,7 +283,7 @@ func TestManagerRenewAndExpire(t *testing.T) {
 	}
 	// Idle past the TTL: the cache is gone and the request goes out in full
 	// without a failed attempt.
-	e.advance(6 * time.Minute)
+	e.clk.Advance(6 * time.Minute)
 	r := e.send(e.call("k1", conversation(turn, doc)))
 	if r.cache != "" || r.fallback {
 		t.Errorf("after expiry: cache %q fallback %v, want a full request", r.cache, r.fallback)
@@ -316,7 +302,7 @@ func TestManagerDeletes(t *testing.T) {
 	e := newEnv(t, Options{TTL: time.Hour}, emulator.Options{})
 	// A one-hour cache needs about five expected reuses: seven quick turns.
 	for turn := range 8 {
-		e.advance(10 * time.Second)
+		e.clk.Advance(10 * time.Second)
 		e.send(e.call("k1", conversation(turn, doc)))
 	}
 	if n := len(e.caches("k1")); n != 1 {
@@ -325,7 +311,7 @@ func TestManagerDeletes(t *testing.T) {
 	// Another conversation of the same caller, on another document, 20
 	// minutes later: the first cache was last used 20 minutes ago, at most
 	// 3 uses an hour, below 2.5 Flash's break-even of 3.7.
-	e.advance(20 * time.Minute)
+	e.clk.Advance(20 * time.Minute)
 	other := strings.ReplaceAll(doc, "fox", "cat")
 	e.send(e.call("k1", conversation(0, other)))
 	if got := e.ops(metrics.CacheOpDelete, metrics.CacheResultOK); got != 1 {

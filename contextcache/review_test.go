@@ -162,7 +162,7 @@ func TestManagerFallbackReasons(t *testing.T) {
 	e := newEnv(t, Options{}, emulator.Options{})
 	turn := 0
 	for ; turn < 5; turn++ {
-		e.advance(10 * time.Second)
+		e.clk.Advance(10 * time.Second)
 		e.send(e.call("k1", conversation(turn, doc)))
 	}
 	if n := len(e.caches("k1")); n != 1 {
@@ -189,7 +189,7 @@ func TestManagerFallbackReasons(t *testing.T) {
 	u = e.m.Plan(e.call("k1", conversation(turn, doc)))
 	created := u.entry.created
 	tokens := tokensOf(u)
-	e.advance(40 * time.Second)
+	e.clk.Advance(40 * time.Second)
 	e.m.Fallback(u, Refused)
 	e.m.Wait()
 	if got := e.ops(metrics.CacheOpDelete, metrics.CacheResultOK); got != 1 {
@@ -198,7 +198,7 @@ func TestManagerFallbackReasons(t *testing.T) {
 	if n := len(e.caches("k1")); n != 0 {
 		t.Errorf("emulator still holds %d caches after a refused cache", n)
 	}
-	if got, want := storage(), tokens*e.clock().Sub(created).Seconds(); got != want {
+	if got, want := storage(), tokens*e.clk.Now().Sub(created).Seconds(); got != want {
 		t.Errorf("storage token-seconds = %v, want %v (to the delete)", got, want)
 	}
 	if got := testutil.ToFloat64(e.mt.ContextCacheLive.WithLabelValues(model)); got != 0 {
@@ -208,7 +208,7 @@ func TestManagerFallbackReasons(t *testing.T) {
 	// Gone after its expiry: counted to the expiry, not to now.
 	for i := 0; i < 8 && len(e.caches("k1")) == 0; i++ {
 		turn++
-		e.advance(10 * time.Second)
+		e.clk.Advance(10 * time.Second)
 		e.send(e.call("k1", conversation(turn, doc)))
 	}
 	turn++
@@ -217,7 +217,7 @@ func TestManagerFallbackReasons(t *testing.T) {
 		t.Fatal("no new cache")
 	}
 	before, ent := storage(), u.entry
-	e.advance(time.Hour)
+	e.clk.Advance(time.Hour)
 	e.m.Fallback(u, Gone)
 	if got, want := storage()-before, ent.tokens*ent.expire.Sub(ent.created).Seconds(); got != want {
 		t.Errorf("storage of an expired cache = %v, want %v (to its expiry)", got, want)

@@ -4,21 +4,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genai"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
-	"github.com/gemini-proxy/gemini-proxy/metrics"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/proxy"
 )
 
@@ -26,33 +21,11 @@ import (
 // (gemini-api.md §6.3).
 var flashPrice = proxy.Price{Input: 0.30, CachedInput: 0.03, Output: 2.50, Storage: 1.00}
 
-// clock is a settable clock shared by goroutines.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // ccStack is an emulator and a proxy, with context caching on or off, each
 // on its own clock so that a test can let caches expire upstream only.
 type ccStack struct {
-	emu            *emulator.Server
-	emuURL         string
-	proxyURL       string
-	h              *proxy.Handler
-	reg            *prometheus.Registry
-	emuClock, pclk *clock
+	*stack
+	emuClock, pclk *testutil.Clock
 	// upCalls and upBytes count the requests the emulator received and
 	// their body bytes, cachedContents calls included.
 	upCalls, upBytes atomic.Int64
@@ -73,7 +46,7 @@ func newCCStack(t *testing.T, on bool) *ccStack {
 // (its default, as in real Gemini) when implicit is true.
 func newCCStackImplicit(t *testing.T, on, implicit bool) *ccStack {
 	t.Helper()
-	s := &ccStack{emuClock: &clock{now: fixedNow}, pclk: &clock{now: fixedNow}}
+	s := &ccStack{emuClock: testutil.NewClock(fixedNow), pclk: testutil.NewClock(fixedNow)}
 	// Implicit caching is off unless implicit: with it, the price model
 	// sees the prefix already billed at the cached rate and (rightly)
 	// makes no explicit cache.
@@ -81,31 +54,19 @@ func newCCStackImplicit(t *testing.T, on, implicit bool) *ccStack {
 	if implicit {
 		eo.ImplicitCacheMinTokens = 0
 	}
-	s.emu = emulator.New(eo)
-	es := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.upCalls.Add(1)
-		r.Body = countingBody{r.Body, &s.upBytes}
-		s.emu.ServeHTTP(w, r)
+	count := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.upCalls.Add(1)
+			r.Body = countingBody{r.Body, &s.upBytes}
+			next.ServeHTTP(w, r)
+		})
+	}
+	s.stack = newStack(t, eo, withUpstream(count), withProxy(func(o *proxy.Options) {
+		o.Prices = map[string]proxy.Price{"gemini-2.5-flash": flashPrice}
+		if on {
+			o.ContextCache = &proxy.ContextCacheOptions{Now: s.pclk.Now}
+		}
 	}))
-	t.Cleanup(es.Close)
-	up, _ := url.Parse(es.URL)
-	s.reg = prometheus.NewRegistry()
-	opts := proxy.Options{
-		Upstream: up,
-		Rewrite:  proxy.RewriteOptions{Enabled: true},
-		Prices:   map[string]proxy.Price{"gemini-2.5-flash": flashPrice},
-	}
-	if on {
-		opts.ContextCache = &proxy.ContextCacheOptions{Now: s.pclk.Now}
-	}
-	h, err := proxy.New(opts, slog.New(slog.DiscardHandler), metrics.New(s.reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.h = h
-	ps := httptest.NewServer(h)
-	t.Cleanup(ps.Close)
-	s.emuURL, s.proxyURL = es.URL, ps.URL
 	return s
 }
 
@@ -122,8 +83,8 @@ func (b countingBody) Read(p []byte) (int, error) {
 }
 
 func (s *ccStack) advance(d time.Duration) {
-	s.emuClock.advance(d)
-	s.pclk.advance(d)
+	s.emuClock.Advance(d)
+	s.pclk.Advance(d)
 }
 
 // settled waits until the proxy has settled n context-cached requests and
@@ -151,12 +112,7 @@ type ccSession struct {
 
 func newCCSession(t *testing.T, baseURL, key string) *ccSession {
 	t.Helper()
-	c, err := genai.NewClient(t.Context(), &genai.ClientConfig{APIKey: key, Backend: genai.BackendGeminiAPI,
-		HTTPOptions: genai.HTTPOptions{BaseURL: baseURL}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &ccSession{client: c, config: &genai.GenerateContentConfig{
+	return &ccSession{client: testutil.NewClient(t, baseURL, key), config: &genai.GenerateContentConfig{
 		SystemInstruction: genai.NewContentFromText("You are a careful Go reviewer. Answer about the file the user shows you.", genai.RoleUser),
 		Tools: []*genai.Tool{{FunctionDeclarations: []*genai.FunctionDeclaration{{
 			Name: "run_tests", Description: "Runs the package's tests and returns the output.",
@@ -200,6 +156,27 @@ var ccQuestions = []string{
 	"What does Next return past the end?", "Summarise the file in one sentence.",
 }
 
+// ccSessions runs the ccQuestions session once through off and once
+// through on, turns 30 s apart, waits after each turn until on has settled
+// it, fails the test where the two answers differ, and passes each turn's
+// answers to check when it is not nil. what names the run in failures.
+func ccSessions(t *testing.T, what string, off, on *ccStack, check func(i int, ra, rb *genai.GenerateContentResponse)) {
+	t.Helper()
+	a, b := newCCSession(t, off.proxyURL, testKey), newCCSession(t, on.proxyURL, testKey)
+	for i, q := range ccQuestions {
+		off.advance(30 * time.Second)
+		on.advance(30 * time.Second)
+		ra, rb := a.turn(t, q), b.turn(t, q)
+		on.settled(t, i+1)
+		if ra.Text() != rb.Text() {
+			t.Errorf("%s turn %d: answer with context caching\n%s\nwant\n%s", what, i, rb.Text(), ra.Text())
+		}
+		if check != nil {
+			check(i, ra, rb)
+		}
+	}
+}
+
 // TestContextCacheSession runs one session with context caching off and
 // on: once the prefix (system instruction, tools and the first turn with
 // the file) has recurred, the emulator receives requests naming a
@@ -208,26 +185,18 @@ var ccQuestions = []string{
 // session's dollars both ways.
 func TestContextCacheSession(t *testing.T) {
 	off, on := newCCStack(t, false), newCCStack(t, true)
-	a, b := newCCSession(t, off.proxyURL, testKey), newCCSession(t, on.proxyURL, testKey)
 	cachedTurns := 0
-	for i, q := range ccQuestions {
-		off.advance(30 * time.Second)
-		on.advance(30 * time.Second)
-		ra, rb := a.turn(t, q), b.turn(t, q)
-		on.settled(t, i+1)
-		if ra.Text() != rb.Text() {
-			t.Errorf("turn %d: answer with context caching\n%s\nwant\n%s", i, rb.Text(), ra.Text())
-		}
+	ccSessions(t, "context cache", off, on, func(i int, ra, rb *genai.GenerateContentResponse) {
 		if ra.UsageMetadata.PromptTokenCount != rb.UsageMetadata.PromptTokenCount {
 			t.Errorf("turn %d: prompt tokens %d with caching, %d without", i, rb.UsageMetadata.PromptTokenCount, ra.UsageMetadata.PromptTokenCount)
 		}
-		rec := generateRequests(on.emu.Received())
+		rec := testutil.GenerateRequests(on.emu.Received())
 		last := rec[len(rec)-1]
 		if last.CachedContent == "" {
 			if rb.UsageMetadata.CachedContentTokenCount != 0 {
 				t.Errorf("turn %d: cached tokens %d without a cache", i, rb.UsageMetadata.CachedContentTokenCount)
 			}
-			continue
+			return
 		}
 		cachedTurns++
 		var body map[string]json.RawMessage
@@ -242,7 +211,7 @@ func TestContextCacheSession(t *testing.T) {
 		if rb.UsageMetadata.CachedContentTokenCount < 3000 {
 			t.Errorf("turn %d: cached tokens %d, want the file's", i, rb.UsageMetadata.CachedContentTokenCount)
 		}
-	}
+	})
 	if cachedTurns < len(ccQuestions)/2 {
 		t.Errorf("%d of %d turns named a cache", cachedTurns, len(ccQuestions))
 	}
@@ -275,7 +244,7 @@ func (d dollars) total() float64 { return d.requests + d.creation + d.storage }
 func sessionDollars(t *testing.T, s *ccStack, p proxy.Price) dollars {
 	t.Helper()
 	var d dollars
-	for _, r := range generateRequests(s.emu.Received()) {
+	for _, r := range testutil.GenerateRequests(s.emu.Received()) {
 		if r.Status != 200 {
 			continue
 		}
@@ -285,12 +254,7 @@ func sessionDollars(t *testing.T, s *ccStack, p proxy.Price) dollars {
 		d.requests += (float64(u.PromptTokenCount-u.CachedContentTokenCount)*p.Input + float64(u.CachedContentTokenCount)*p.CachedInput +
 			float64(u.CandidatesTokenCount+u.ThoughtsTokenCount)*p.Output) / 1e6
 	}
-	c, err := genai.NewClient(t.Context(), &genai.ClientConfig{APIKey: testKey, Backend: genai.BackendGeminiAPI,
-		HTTPOptions: genai.HTTPOptions{BaseURL: s.emuURL}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for cc, err := range c.Caches.All(t.Context()) {
+	for cc, err := range newClient(t, s.emuURL).Caches.All(t.Context()) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,11 +273,7 @@ func sessionDollars(t *testing.T, s *ccStack, p proxy.Price) dollars {
 func TestContextCacheFallback(t *testing.T) {
 	ref, on := newCCStack(t, false), newCCStack(t, true)
 	a, b := newCCSession(t, ref.proxyURL, testKey), newCCSession(t, on.proxyURL, testKey)
-	admin, err := genai.NewClient(t.Context(), &genai.ClientConfig{APIKey: testKey, Backend: genai.BackendGeminiAPI,
-		HTTPOptions: genai.HTTPOptions{BaseURL: on.emuURL}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newClient(t, on.emuURL)
 	live := func() []string {
 		var names []string
 		for cc, err := range admin.Caches.All(t.Context()) {
@@ -353,7 +313,7 @@ func TestContextCacheFallback(t *testing.T) {
 	if fallbacks() != 1 {
 		t.Fatalf("fallbacks after the upstream lost the cache = %v, want 1", fallbacks())
 	}
-	rec := generateRequests(on.emu.Received())
+	rec := testutil.GenerateRequests(on.emu.Received())
 	if r1, r2 := rec[len(rec)-2], rec[len(rec)-1]; r1.Status != 403 || r1.CachedContent != names[0] || r2.Status != 200 || r2.CachedContent != "" {
 		t.Errorf("emulator saw %d %q then %d %q; want 403 naming the deleted cache, then 200 in full", r1.Status, r1.CachedContent, r2.Status, r2.CachedContent)
 	} else if !r1.SSE || !r2.SSE {
@@ -368,12 +328,12 @@ func TestContextCacheFallback(t *testing.T) {
 	if len(live()) != 1 {
 		t.Fatalf("no new cache after the fallback")
 	}
-	on.emuClock.advance(time.Hour)
+	on.emuClock.Advance(time.Hour)
 	ask()
 	if fallbacks() != 2 {
 		t.Fatalf("fallbacks after the cache expired upstream = %v, want 2", fallbacks())
 	}
-	rec = generateRequests(on.emu.Received())
+	rec = testutil.GenerateRequests(on.emu.Received())
 	if r := rec[len(rec)-2]; r.Status != 404 {
 		t.Errorf("expired cache answered %d, want 404", r.Status)
 	}
@@ -392,7 +352,7 @@ func TestContextCacheTenants(t *testing.T) {
 		on.settled(t, n)
 	}
 	one := map[string]bool{}
-	for _, r := range generateRequests(on.emu.Received()) {
+	for _, r := range testutil.GenerateRequests(on.emu.Received()) {
 		if r.CachedContent != "" {
 			one[r.CachedContent] = true
 		}
@@ -408,7 +368,7 @@ func TestContextCacheTenants(t *testing.T) {
 	}
 	two := emulator.KeyID("tenant-two-key")
 	used := 0
-	for _, r := range generateRequests(on.emu.Received()) {
+	for _, r := range testutil.GenerateRequests(on.emu.Received()) {
 		if r.KeyID != two {
 			continue
 		}

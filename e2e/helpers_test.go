@@ -17,7 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genai"
 
+	"github.com/gemini-proxy/gemini-proxy/cache"
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/proxy"
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
@@ -40,44 +42,90 @@ type stack struct {
 	emu      *emulator.Server
 	emuURL   string
 	proxyURL string
+	h        *proxy.Handler
 	reg      *prometheus.Registry
 	m        *metrics.Metrics
 }
 
-// newStack starts a fresh emulator configured by opts (with the fixed
-// clock unless opts.Now is set) and a proxy with rewriting enabled and the
-// default rewrite options in front of it, on a fresh registry.
-func newStack(t *testing.T, opts emulator.Options) *stack {
-	t.Helper()
-	return newStackRewrite(t, opts, rewrite.Options{})
+// stackConfig is what the stackOptions of newStack set.
+type stackConfig struct {
+	rewrite      rewrite.Options                           // the zero value means rewrite.DefaultOptions()
+	interactions func(*cache.Store) proxy.InteractionStore // nil: Interactions continuation off
+	upstream     func(http.Handler) http.Handler           // nil: the emulator serves directly
+	proxy        func(*proxy.Options)                      // nil: no further proxy options
 }
 
-// newStackRewrite is newStack with the proxy's rewrite options set to rw
-// (the zero value means rewrite.DefaultOptions()).
-func newStackRewrite(t *testing.T, opts emulator.Options, rw rewrite.Options) *stack {
+// stackOption configures newStack.
+type stackOption func(*stackConfig)
+
+// withRewrite sets the proxy's rewrite options to rw.
+func withRewrite(rw rewrite.Options) stackOption {
+	return func(c *stackConfig) { c.rewrite = rw }
+}
+
+// withInteractions turns Interactions continuation on, with the proxy's
+// InteractionStore made by wrap from a fresh real cache.Store, which also
+// verifies the rewrite's references (waiting is the usual wrap).
+func withInteractions(wrap func(*cache.Store) proxy.InteractionStore) stackOption {
+	return func(c *stackConfig) { c.interactions = wrap }
+}
+
+// withUpstream wraps the emulator's handler in wrap.
+func withUpstream(wrap func(http.Handler) http.Handler) stackOption {
+	return func(c *stackConfig) { c.upstream = wrap }
+}
+
+// withProxy lets edit change the proxy's options last.
+func withProxy(edit func(*proxy.Options)) stackOption {
+	return func(c *stackConfig) { c.proxy = edit }
+}
+
+// newStack starts a fresh emulator configured by opts (with the fixed
+// clock unless opts.Now is set) and, in front of it, a proxy with
+// rewriting enabled on a fresh registry, configured further by with.
+func newStack(t *testing.T, opts emulator.Options, with ...stackOption) *stack {
 	t.Helper()
+	var c stackConfig
+	for _, o := range with {
+		o(&c)
+	}
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return fixedNow }
 	}
-	emu := emulator.New(opts)
-	es := httptest.NewServer(emu)
-	t.Cleanup(es.Close)
+	var wrap []func(http.Handler) http.Handler
+	if c.upstream != nil {
+		wrap = append(wrap, c.upstream)
+	}
+	emu, es := testutil.StartEmulator(t, opts, wrap...)
 	up, err := url.Parse(es.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
+	po := proxy.Options{
+		Upstream: up,
+		Rewrite:  proxy.RewriteOptions{Enabled: true, Options: c.rewrite},
+	}
+	if c.interactions != nil {
+		store, err := cache.New(cache.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		po.Verifier = func(tenant string) rewrite.Verifier { return store.Verifier(tenant) }
+		po.Interactions = proxy.InteractionsOptions{Enabled: true, Store: c.interactions(store)}
+	}
+	if c.proxy != nil {
+		c.proxy(&po)
+	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	h, err := proxy.New(proxy.Options{
-		Upstream: up,
-		Rewrite:  proxy.RewriteOptions{Enabled: true, Options: rw},
-	}, slog.New(slog.DiscardHandler), m)
+	h, err := proxy.New(po, slog.New(slog.DiscardHandler), m)
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)
 	}
 	ps := httptest.NewServer(h)
 	t.Cleanup(ps.Close)
-	return &stack{emu: emu, emuURL: es.URL, proxyURL: ps.URL, reg: reg, m: m}
+	return &stack{emu: emu, emuURL: es.URL, proxyURL: ps.URL, h: h, reg: reg, m: m}
 }
 
 // pair is two identical stacks: the direct run talks to direct.emuURL,
@@ -101,16 +149,7 @@ func (p pair) clients(t *testing.T) (direct, proxied *genai.Client) {
 // newClient returns a Gemini API client with its base URL set to baseURL.
 func newClient(t *testing.T, baseURL string) *genai.Client {
 	t.Helper()
-	c, err := genai.NewClient(t.Context(), &genai.ClientConfig{
-		APIKey:      testKey,
-		Backend:     genai.BackendGeminiAPI,
-		HTTPOptions: genai.HTTPOptions{BaseURL: baseURL},
-		HTTPClient:  &http.Client{},
-	})
-	if err != nil {
-		t.Fatalf("genai.NewClient: %v", err)
-	}
-	return c
+	return testutil.NewClient(t, baseURL, testKey)
 }
 
 // ignoreSDKHTTPResponse ignores the SDK's copy of the HTTP response headers
@@ -171,17 +210,6 @@ func jsonValue(t *testing.T, v any) any {
 	var out any
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatalf("json.Unmarshal: %v", err)
-	}
-	return out
-}
-
-// generateRequests returns the received requests of the generate routes.
-func generateRequests(rs []emulator.Received) []emulator.Received {
-	var out []emulator.Received
-	for _, r := range rs {
-		if r.API == "generateContent" || r.API == "streamGenerateContent" {
-			out = append(out, r)
-		}
 	}
 	return out
 }

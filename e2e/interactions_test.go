@@ -20,6 +20,7 @@ import (
 	"github.com/gemini-proxy/gemini-proxy/cache"
 	"github.com/gemini-proxy/gemini-proxy/cache/cachetest"
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/proxy"
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
@@ -28,58 +29,19 @@ import (
 const ixModel = "gemini-2.5-flash"
 
 // newIxStack is newStack with Interactions continuation on, backed by a
-// real cache.Store.
+// real cache.Store whose writes are visible at once.
 func newIxStack(t *testing.T, opts emulator.Options) *stack {
 	t.Helper()
-	return newIxStackStore(t, opts, func(s *cache.Store) proxy.InteractionStore { return &waitingStore{s} })
-}
-
-// newIxStackStore is newIxStack with the proxy's InteractionStore made
-// from the cache.Store by wrap.
-func newIxStackStore(t *testing.T, opts emulator.Options, wrap func(*cache.Store) proxy.InteractionStore) *stack {
-	t.Helper()
-	return newIxStackWrap(t, opts, wrap, func(h http.Handler) http.Handler { return h })
-}
-
-// newIxStackWrap is newIxStackStore with the emulator's handler wrapped by
-// upstream.
-func newIxStackWrap(t *testing.T, opts emulator.Options, wrap func(*cache.Store) proxy.InteractionStore, upstream func(http.Handler) http.Handler) *stack {
-	t.Helper()
-	if opts.Now == nil {
-		opts.Now = func() time.Time { return fixedNow }
-	}
-	emu := emulator.New(opts)
-	es := httptest.NewServer(upstream(emu))
-	t.Cleanup(es.Close)
-	up, err := url.Parse(es.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := cache.New(cache.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	h, err := proxy.New(proxy.Options{
-		Upstream:     up,
-		Rewrite:      proxy.RewriteOptions{Enabled: true},
-		Verifier:     func(tenant string) rewrite.Verifier { return store.Verifier(tenant) },
-		Interactions: proxy.InteractionsOptions{Enabled: true, Store: wrap(store)},
-	}, slog.New(slog.DiscardHandler), m)
-	if err != nil {
-		t.Fatalf("proxy.New: %v", err)
-	}
-	ps := httptest.NewServer(h)
-	t.Cleanup(ps.Close)
-	return &stack{emu: emu, emuURL: es.URL, proxyURL: ps.URL, reg: reg, m: m}
+	return newStack(t, opts, withInteractions(waiting))
 }
 
 // waitingStore makes cache writes visible at once (ristretto applies them
 // asynchronously), so that a test's next turn finds the interaction id
 // the previous one stored, as it would a moment later in production.
 type waitingStore struct{ *cache.Store }
+
+// waiting is the usual withInteractions wrap: a waitingStore.
+func waiting(s *cache.Store) proxy.InteractionStore { return &waitingStore{s} }
 
 func (s *waitingStore) SetConversation(tenant, k string, v []byte) bool {
 	ok := s.Store.SetConversation(tenant, k, v)
@@ -214,7 +176,7 @@ func TestInteractionsChat(t *testing.T) {
 // pause, continues on every turn: the interaction id of an answer is
 // visible locally before the answer's body ends.
 func TestInteractionsImmediateNextTurn(t *testing.T) {
-	st := newIxStackStore(t, oneChunk, func(s *cache.Store) proxy.InteractionStore { return s })
+	st := newStack(t, oneChunk, withInteractions(func(s *cache.Store) proxy.InteractionStore { return s }))
 	for round := range 5 {
 		chat, err := newClient(t, st.proxyURL).Chats.Create(t.Context(), ixModel, nil, nil)
 		if err != nil {
@@ -289,11 +251,7 @@ func TestInteractionsExactness(t *testing.T) {
 	next := append(append([]*genai.Content(nil), hist...), genai.NewContentFromText("Their sum?", genai.RoleUser))
 
 	changed := append([]*genai.Content{genai.NewContentFromText("Name three prime numbers!", genai.RoleUser)}, next[1:]...)
-	other, err := genai.NewClient(t.Context(), &genai.ClientConfig{APIKey: "another-tenant", Backend: genai.BackendGeminiAPI,
-		HTTPOptions: genai.HTTPOptions{BaseURL: st.proxyURL}, HTTPClient: &http.Client{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := testutil.NewClient(t, st.proxyURL, "another-tenant")
 	tests := []struct {
 		name     string
 		client   *genai.Client
@@ -389,9 +347,7 @@ func TestInteractionsTenTurnBytes(t *testing.T) {
 // continued by the other.
 func TestInteractionsSharedRedis(t *testing.T) {
 	srv := cachetest.StartRedis(t)
-	emu := emulator.New(emulator.Options{Now: func() time.Time { return fixedNow }})
-	es := httptest.NewServer(emu)
-	t.Cleanup(es.Close)
+	emu, es := testutil.StartEmulator(t, emulator.Options{Now: func() time.Time { return fixedNow }})
 	up, _ := url.Parse(es.URL)
 	replica := func() string {
 		store, err := cache.New(cache.Options{RedisURL: srv.URL()})
@@ -436,7 +392,7 @@ func TestInteractionsSharedRedis(t *testing.T) {
 func TestInteractionsQuotaErrorSDK(t *testing.T) {
 	var mu sync.Mutex
 	quota, calls := false, 0
-	st := newIxStackWrap(t, oneChunk, func(s *cache.Store) proxy.InteractionStore { return &waitingStore{s} }, func(next http.Handler) http.Handler {
+	st := newStack(t, oneChunk, withInteractions(waiting), withUpstream(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			calls++
@@ -451,7 +407,7 @@ func TestInteractionsQuotaErrorSDK(t *testing.T) {
 			w.WriteHeader(http.StatusTooManyRequests)
 			fmt.Fprint(w, `{"error":{"code":"resource_exhausted","message":"Quota exceeded for metric generate_requests."}}`)
 		})
-	})
+	}))
 	chat, err := newClient(t, st.proxyURL).Chats.Create(t.Context(), ixModel, nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -10,10 +10,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/genai"
-	"google.golang.org/genai/interactions/models/interactions"
 	"google.golang.org/genai/interactions/models/operations"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 const (
@@ -194,19 +194,7 @@ var parityCases = []parityCase{
 		ctx := t.Context()
 		create := func(input, prev string, stream bool) *operations.CreateInteractionResponse {
 			t.Helper()
-			in := interactions.NewInteractionsInput(input)
-			body := interactions.CreateModelInteraction{Model: interactions.ModelGemini3FlashPreview, Input: &in}
-			if prev != "" {
-				body.PreviousInteractionID = &prev
-			}
-			if stream {
-				body.Stream = genai.Ptr(true)
-			}
-			res, err := c.Interactions.Create(ctx, operations.CreateInteractionRequest{Body: operations.NewCreateInteractionRequestBody(body)})
-			if err != nil {
-				t.Fatalf("Interactions.Create(%q): %v", input, err)
-			}
-			return res
+			return testutil.CreateInteraction(t, c, input, prev, stream)
 		}
 		first := create("Hello, interactions.", "", false).Interaction
 		if first == nil || first.ID == nil {

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 // Savings targets (issue "rewrite engine").
@@ -61,7 +62,7 @@ func TestSavingsTarget(t *testing.T) {
 		naive, proxy, ideal, naiveCached, proxyCached int
 		naiveBytes, proxyBytes, idealBytes            int
 	}
-	dr, pr := generateRequests(p.direct.emu.Received()), generateRequests(p.proxied.emu.Received())
+	dr, pr := testutil.GenerateRequests(p.direct.emu.Received()), testutil.GenerateRequests(p.proxied.emu.Received())
 	var rows []row
 	var total row
 	for i := range d.turns {
@@ -88,7 +89,7 @@ func TestSavingsTarget(t *testing.T) {
 		total.idealBytes += r.idealBytes
 	}
 	// The ideal client's references must be as large as the proxy's.
-	rec := generateRequests(p.proxied.emu.Received())
+	rec := testutil.GenerateRequests(p.proxied.emu.Received())
 	want := fmt.Sprintf("[unchanged: buffer.go sha256:%s, identical to the copy in turn 1]", sha12([]byte(fenced(bufferGo))))
 	if got := refRE.FindString(rec[len(rec)-1].Contents[len(rec[len(rec)-1].Contents)-1].Text()); len(got) != len(want) {
 		t.Errorf("proxy reference %q is %d bytes, the ideal placeholder %d", got, len(got), len(want))

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 // The naive client of these sessions keeps its file in a fence named
@@ -372,7 +373,7 @@ func compareSessions(t *testing.T, p pair, direct, proxied session) []int {
 	if len(direct.turns) != len(proxied.turns) {
 		t.Fatalf("%d turns through the proxy, %d direct", len(proxied.turns), len(direct.turns))
 	}
-	rec := generateRequests(p.proxied.emu.Received())
+	rec := testutil.GenerateRequests(p.proxied.emu.Received())
 	if len(rec) != len(proxied.turns) {
 		t.Fatalf("emulator received %d generate requests through the proxy, want %d", len(rec), len(proxied.turns))
 	}

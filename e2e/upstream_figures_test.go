@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/genai"
 
@@ -124,16 +123,7 @@ func TestUpstreamStateFigures(t *testing.T) {
 	// s apart, TTL 5 min), with the emulator's implicit cache off and on.
 	for _, implicit := range []bool{false, true} {
 		off, on := newCCStackImplicit(t, false, implicit), newCCStackImplicit(t, true, implicit)
-		a, b := newCCSession(t, off.proxyURL, testKey), newCCSession(t, on.proxyURL, testKey)
-		for i, q := range ccQuestions {
-			off.advance(30 * time.Second)
-			on.advance(30 * time.Second)
-			ra, rb := a.turn(t, q), b.turn(t, q)
-			on.settled(t, i+1)
-			if ra.Text() != rb.Text() {
-				t.Errorf("context cache (implicit %v) turn %d: answer with caching\n%s\nwant\n%s", implicit, i, rb.Text(), ra.Text())
-			}
-		}
+		ccSessions(t, fmt.Sprintf("context cache (implicit %v)", implicit), off, on, nil)
 		desc := "10 turns, system+tools+500-line file, 30 s apart, TTL 5m; implicit cache off"
 		if implicit {
 			desc = strings.TrimSuffix(desc, "off") + "on"
@@ -195,7 +185,7 @@ func TestUpstreamStateFigures(t *testing.T) {
 	}
 	noStable := rewrite.DefaultOptions()
 	noStable.StablePrefix = false
-	spOff := spSession(newStackRewrite(t, emulator.Options{}, noStable))
+	spOff := spSession(newStack(t, emulator.Options{}, withRewrite(noStable)))
 	spOn := spSession(newStack(t, emulator.Options{}))
 	const spDesc = "stateless: question then a 500-line file, 6 requests; implicit cache on"
 	spOff.mode, spOff.state, spOff.session = "rewrite.stable_prefix", "off", spDesc

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	tu "github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
 )
@@ -49,13 +49,11 @@ func newCCFixture(t *testing.T, opts Options) *ccFixture {
 // proxy and the emulator.
 func newCCFixtureWrapped(t *testing.T, opts Options, wrap func(http.Handler) http.Handler) *ccFixture {
 	t.Helper()
-	emu := emulator.New(emulator.Options{ImplicitCacheMinTokens: 1 << 30})
-	var h http.Handler = emu
+	var wraps []func(http.Handler) http.Handler
 	if wrap != nil {
-		h = wrap(emu)
+		wraps = append(wraps, wrap)
 	}
-	up := httptest.NewServer(h)
-	t.Cleanup(up.Close)
+	emu, up := tu.StartEmulator(t, emulator.Options{ImplicitCacheMinTokens: 1 << 30}, wraps...)
 	opts.Rewrite.Enabled = true
 	opts.Prices = map[string]Price{"gemini-2.5-flash": {Input: 0.30, CachedInput: 0.03, Output: 2.5, Storage: 1}}
 	opts.ContextCache = &ContextCacheOptions{}

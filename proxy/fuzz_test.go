@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gemini-proxy/gemini-proxy/metrics"
+
+	tu "github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 // tapOnce feeds body to a fresh tap in pieces cut at the offsets in cuts
@@ -52,7 +54,7 @@ func FuzzTap(f *testing.F) {
 	f.Add([]byte("[{\"modelVersion\":\"m\"},\r\n{\"usageMetadata\":{\"totalTokenCount\":9}}]"), []byte{1, 1, 1, 1}, false)
 	f.Add([]byte(`{"candidates":[{"content":{"parts":[{"text":"a\"}{b","thought":true},{"text":"\u00e9"}]}}]}`), []byte{2, 3}, false)
 	f.Add([]byte("data: {\"a\":\n\ndata: [DONE]\n\n"), []byte{0, 1}, false)
-	f.Add(gzipBytes(f, []byte(`{"usageMetadata":{"promptTokenCount":1}}`)), []byte{3}, true)
+	f.Add(tu.Gzip([]byte(`{"usageMetadata":{"promptTokenCount":1}}`)), []byte{3}, true)
 	f.Fuzz(func(t *testing.T, body, cuts []byte, gz bool) {
 		enc := ""
 		if gz {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	tu "github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
 )
@@ -124,11 +125,11 @@ type ixFixture struct {
 	store *memStore
 }
 
-func newIxFixture(t *testing.T, eo emulator.Options) *ixFixture {
+// newIxFixture starts the emulator configured by eo, each wrap around its
+// handler, and the proxy with interactions on in front of it.
+func newIxFixture(t *testing.T, eo emulator.Options, wrap ...func(http.Handler) http.Handler) *ixFixture {
 	t.Helper()
-	emu := emulator.New(eo)
-	up := httptest.NewServer(emu)
-	t.Cleanup(up.Close)
+	emu, up := tu.StartEmulator(t, eo, wrap...)
 	store := &memStore{}
 	f := newFixture(t, up.URL, Options{
 		Rewrite:      RewriteOptions{Enabled: true},
@@ -239,11 +240,7 @@ func modelTurn(text string) string {
 // emulator received.
 func lastReceived(t *testing.T, emu *emulator.Server) emulator.Received {
 	t.Helper()
-	rs := emu.Received()
-	if len(rs) == 0 {
-		t.Fatal("emulator received nothing")
-	}
-	return rs[len(rs)-1]
+	return tu.Last(t, "request at the emulator", emu.Received())
 }
 
 type ixBody struct {
@@ -271,9 +268,7 @@ func TestInteractionsConversation(t *testing.T) {
 	for _, path := range []string{genURL, sseURL, arrayURL} {
 		t.Run(path, func(t *testing.T) {
 			f := newIxFixture(t, emulator.Options{})
-			plain := emulator.New(emulator.Options{})
-			direct := httptest.NewServer(plain)
-			defer direct.Close()
+			_, direct := tu.StartEmulator(t, emulator.Options{})
 
 			var turns []string
 			var prevID string
@@ -389,8 +384,7 @@ func TestInteractionsFallback(t *testing.T) {
 			if code != 200 {
 				t.Fatalf("status %d: %s", code, got)
 			}
-			plain := httptest.NewServer(emulator.New(emulator.Options{}))
-			defer plain.Close()
+			_, plain := tu.StartEmulator(t, emulator.Options{})
 			_, want := call(t, plain.URL, tt.path, keyA, body)
 			if diff := cmp.Diff(parseAnswer(t, tt.path, want), parseAnswer(t, tt.path, got), ignoreID); diff != "" {
 				t.Errorf("answer after fallback (-want +got):\n%s", diff)
@@ -697,20 +691,6 @@ func TestInteractionsStreamFinalChunk(t *testing.T) {
 	}
 }
 
-// newIxFixtureWrap is newIxFixture with wrap around the emulator.
-func newIxFixtureWrap(t *testing.T, eo emulator.Options, wrap func(http.Handler) http.Handler) *ixFixture {
-	t.Helper()
-	emu := emulator.New(eo)
-	up := httptest.NewServer(wrap(emu))
-	t.Cleanup(up.Close)
-	store := &memStore{}
-	f := newFixture(t, up.URL, Options{
-		Rewrite:      RewriteOptions{Enabled: true},
-		Interactions: InteractionsOptions{Enabled: true, Store: store},
-	})
-	return &ixFixture{fixture: f, emu: emu, up: up, store: store}
-}
-
 // repeatedDoc is a history whose first user turn's document the new turn
 // re-sends, so that the rewrite changes the body.
 func repeatedDoc() string {
@@ -759,7 +739,7 @@ func TestInteractionsErrorStatuses(t *testing.T) {
 			var mu sync.Mutex
 			calls, faults := 0, 0
 			var last []byte
-			f := newIxFixtureWrap(t, emulator.Options{}, func(next http.Handler) http.Handler {
+			f := newIxFixture(t, emulator.Options{}, func(next http.Handler) http.Handler {
 				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					mu.Lock()
 					calls++

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	tu "github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
 )
@@ -122,7 +123,7 @@ func TestCanaryKeyNotLeakedOnPanic(t *testing.T) {
 				name += "/upstream key"
 			}
 			t.Run(name, func(t *testing.T) {
-				logs := &syncBuffer{}
+				logs := &tu.Buffer{}
 				opts := Options{
 					Upstream: mustURL(t, "http://upstream.invalid"),
 					APIKey:   APIKey(serverKey),

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -21,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	tu "github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
 )
@@ -63,36 +63,14 @@ func (b *backend) requests() []seen {
 
 func (b *backend) last(t *testing.T) seen {
 	t.Helper()
-	r := b.requests()
-	if len(r) == 0 {
-		t.Fatal("backend saw no request")
-	}
-	return r[len(r)-1]
-}
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	return tu.Last(t, "request at the backend", b.requests())
 }
 
 type fixture struct {
 	front *httptest.Server
 	h     *Handler
 	m     *metrics.Metrics
-	logs  *syncBuffer
+	logs  *tu.Buffer
 }
 
 func mustURL(t testing.TB, s string) *url.URL {
@@ -110,7 +88,7 @@ func newFixture(t *testing.T, upstream string, opts Options) *fixture {
 	if opts.Upstream == nil {
 		opts.Upstream = mustURL(t, upstream)
 	}
-	logs := &syncBuffer{}
+	logs := &tu.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m := metrics.New(prometheus.NewRegistry())
 	h, err := New(opts, logger, m)
@@ -129,16 +107,7 @@ func rawClient() *http.Client {
 
 func do(t *testing.T, c *http.Client, req *http.Request) (*http.Response, []byte) {
 	t.Helper()
-	res, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatalf("reading response: %v", err)
-	}
-	return res, body
+	return tu.Do(t, c, req)
 }
 
 // waitFor polls cond for up to 5 s; finish() runs after the response ended.
@@ -386,13 +355,7 @@ func slogValue(v slog.LogValuer) string { return v.LogValue().String() }
 // deadURL returns the URL of a port nothing listens on.
 func deadURL(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "http://" + addr
+	return "http://" + tu.FreeAddr(t)
 }
 
 func TestHeaderHygiene(t *testing.T) {
@@ -428,7 +391,7 @@ func TestHeaderHygiene(t *testing.T) {
 
 func TestGzipPassThroughAndUsage(t *testing.T) {
 	unary := readTestdata(t, "unary.json")
-	gz := gzipBytes(t, unary)
+	gz := tu.Gzip(unary)
 	be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	tu "github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
 )
@@ -325,9 +325,7 @@ func goFile(funcs int) string {
 // rewritten request sampled: the exact original count must equal what the
 // emulator charges for the original request, and the estimate must be close.
 func TestCountTokensSample(t *testing.T) {
-	emu := emulator.New(emulator.Options{})
-	up := httptest.NewServer(emu)
-	t.Cleanup(up.Close)
+	emu, up := tu.StartEmulator(t, emulator.Options{})
 	done := make(chan struct{}, 1)
 	f := newFixture(t, up.URL, Options{
 		Rewrite:               RewriteOptions{Enabled: true},
@@ -438,7 +436,7 @@ func TestEstimateUsageOnly(t *testing.T) {
 		"Add a Sum method.":      "\n// Sum adds up the int values of l.\nfunc (l *List) Sum() (n int) {\n\tfor e := l.Front(); e != nil; e = e.Next() {\n\t\tn += e.Value.(int)\n\t}\n\treturn n\n}\n",
 	}
 	questions := []string{"Explain this file.", "Add a Contains method.", "Is Remove O(1)?", "Add a Clear method.", "What does lazyInit do?", "Add a Sum method.", "Summarise our changes."}
-	emu := emulator.New(emulator.Options{Reply: func(r emulator.ReplyRequest) string {
+	_, up := tu.StartEmulator(t, emulator.Options{Reply: func(r emulator.ReplyRequest) string {
 		q := r.LastUserText()
 		q = q[strings.LastIndexByte(q, '\n')+1:]
 		if e, ok := edits[q]; ok {
@@ -446,8 +444,6 @@ func TestEstimateUsageOnly(t *testing.T) {
 		}
 		return "About " + q + ": it is a doubly linked list."
 	}})
-	up := httptest.NewServer(emu)
-	t.Cleanup(up.Close)
 	var exchanges atomic.Int64
 	f := newFixture(t, up.URL, Options{Rewrite: RewriteOptions{Enabled: true}, OnExchange: func(Exchange) { exchanges.Add(1) }})
 

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"compress/gzip"
 	"io"
 	"os"
 	"strings"
@@ -10,6 +9,8 @@ import (
 	"testing/iotest"
 
 	"github.com/google/go-cmp/cmp"
+
+	tu "github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 // tapResult is what a test compares after feeding a tap.
@@ -61,15 +62,6 @@ func readTestdata(t *testing.T, name string) []byte {
 	return b
 }
 
-func gzipBytes(t testing.TB, b []byte) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	zw.Write(b)
-	zw.Close()
-	return buf.Bytes()
-}
-
 func TestTap(t *testing.T) {
 	streamWant := tapResult{
 		Usage:        &Usage{PromptTokens: 7, CachedTokens: 3, CandidatesTokens: 153, ThoughtsTokens: 45, ToolUsePromptTokens: 5, TotalTokens: 210},
@@ -95,8 +87,8 @@ func TestTap(t *testing.T) {
 		{"sse no final blank line", bytes.TrimSuffix(sse, []byte("\r\n\r\n")), "", streamWant},
 		{"sse with comments and event lines", append([]byte(": keepalive\r\nevent: message\r\n"), sse...), "", streamWant},
 		{"array", readTestdata(t, "stream_array.json"), "", streamWant},
-		{"sse gzip", gzipBytes(t, sse), "gzip", streamWant},
-		{"unary gzip", gzipBytes(t, readTestdata(t, "unary.json")), "gzip", tapResult{
+		{"sse gzip", tu.Gzip(sse), "gzip", streamWant},
+		{"unary gzip", tu.Gzip(readTestdata(t, "unary.json")), "gzip", tapResult{
 			Usage:        &Usage{PromptTokens: 7, CandidatesTokens: 149, ThoughtsTokens: 48, TotalTokens: 204},
 			ModelVersion: "gemini-2.5-flash",
 			Text:         "The sky is blue because of something called **Rayleigh Scattering**. Sunlight looks white but contains every colour; the short blue wavelengths are scattered far more by the tiny molecules of the atmosphere.",
@@ -199,7 +191,7 @@ func BenchmarkTap(b *testing.B) {
 	}{
 		{"sse", body, ""},
 		{"array", array, ""},
-		{"sse_gzip", gzipBytes(b, body), "gzip"},
+		{"sse_gzip", tu.Gzip(body), "gzip"},
 		{"unary_1MB", benchBody(1 << 20), ""},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -14,6 +12,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/upstream"
 )
 
@@ -28,15 +27,7 @@ func post(t *testing.T, url string, body []byte) (int, []byte) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Goog-Api-Key", "k")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, b := testutil.Do(t, nil, req)
 	return res.StatusCode, b
 }
 
@@ -128,9 +119,7 @@ func TestEmulatorRoundTrip(t *testing.T) {
 			// Implicit caching off: the full requests would otherwise report
 			// cached tokens from their own earlier requests at other
 			// thresholds than the interaction history.
-			srv := emulator.New(emulator.Options{ImplicitCacheMinTokens: 1 << 30, StreamChunkBytes: 16})
-			ts := httptest.NewServer(srv)
-			defer ts.Close()
+			_, ts := testutil.StartEmulator(t, emulator.Options{ImplicitCacheMinTokens: 1 << 30, StreamChunkBytes: 16})
 			generate := ts.URL + "/v1beta/models/" + model + ":generateContent"
 			if stream {
 				generate = ts.URL + "/v1beta/models/" + model + ":streamGenerateContent?alt=sse"
@@ -209,8 +198,7 @@ func TestEmulatorRoundTrip(t *testing.T) {
 // a continuation of an interaction the upstream does not know is a 404 in
 // the Interactions error shape, with nothing streamed.
 func TestEmulatorExpiredInteraction(t *testing.T) {
-	ts := httptest.NewServer(emulator.New(emulator.Options{}))
-	defer ts.Close()
+	_, ts := testutil.StartEmulator(t, emulator.Options{})
 	body, ok, err := upstream.ToInteraction([]byte(`{"contents":[{"parts":[{"text":"a"}]},{"role":"model","parts":[{"text":"b"}]},{"parts":[{"text":"c"}]}]}`),
 		model, "v1_gone", 1, true)
 	if err != nil || !ok {

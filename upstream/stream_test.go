@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/genai"
+
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 // interactionSSE is a streamed interaction with a thought, a function call
@@ -199,10 +201,7 @@ func TestStreamTranslatorSDK(t *testing.T) {
 		}
 	}))
 	defer ts.Close()
-	client, err := genai.NewClient(t.Context(), &genai.ClientConfig{Backend: genai.BackendGeminiAPI, APIKey: "k", HTTPOptions: genai.HTTPOptions{BaseURL: ts.URL}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := testutil.NewClient(t, ts.URL, "k")
 	var text, thoughts strings.Builder
 	var calls []string
 	var last *genai.GenerateContentResponse

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/gemini-proxy/gemini-proxy/cache/cachetest"
 	"github.com/gemini-proxy/gemini-proxy/config"
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 const cacheTestModel = "gemini-2.5-flash"
@@ -59,22 +59,8 @@ func startReplica(t *testing.T, c config.Config) replica {
 // startEmulator serves a fresh emulator on loopback.
 func startEmulator(t *testing.T) (*emulator.Server, string) {
 	t.Helper()
-	emu := emulator.New(emulator.Options{})
-	srv := httptest.NewServer(emu)
-	t.Cleanup(srv.Close)
+	emu, srv := testutil.StartEmulator(t, emulator.Options{})
 	return emu, srv.URL
-}
-
-// generated returns the generate requests the emulator received (the
-// proxy may also send countTokens requests of its own).
-func generated(emu *emulator.Server) []emulator.Received {
-	var out []emulator.Received
-	for _, r := range emu.Received() {
-		if r.API == "generateContent" || r.API == "streamGenerateContent" {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // naiveClient flattens its history into one user turn, as N2 clients do.
@@ -86,16 +72,7 @@ type naiveClient struct {
 
 func newNaiveClient(t *testing.T, baseURL, apiKey string) *naiveClient {
 	t.Helper()
-	c, err := genai.NewClient(t.Context(), &genai.ClientConfig{
-		APIKey:      apiKey,
-		Backend:     genai.BackendGeminiAPI,
-		HTTPOptions: genai.HTTPOptions{BaseURL: baseURL},
-		HTTPClient:  &http.Client{},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &naiveClient{t: t, client: c}
+	return &naiveClient{t: t, client: testutil.NewClient(t, baseURL, apiKey)}
 }
 
 // transcript is the flattened request text for the next question.
@@ -163,7 +140,7 @@ func TestCacheUnflattenVerified(t *testing.T) {
 	alice.turn("What does a lighthouse keeper do all day?", true)
 	alice.turn("And at night?", false)
 	// Turn 2 quoted the streamed answer of turn 1.
-	got := generated(emu)
+	got := testutil.GenerateRequests(emu.Received())
 	if r := roles(got[len(got)-1]); r != "user,model,user" {
 		t.Fatalf("turn 2 upstream roles = %s, want user,model,user", r)
 	}
@@ -172,7 +149,7 @@ func TestCacheUnflattenVerified(t *testing.T) {
 	}
 	text := alice.transcript("Is it lonely?")
 	alice.ask(text, false)
-	got = generated(emu)
+	got = testutil.GenerateRequests(emu.Received())
 	if r := roles(got[len(got)-1]); r != "user,model,user,model,user" {
 		t.Errorf("turn 3 upstream roles = %s, want user,model,user,model,user", r)
 	}
@@ -187,7 +164,7 @@ func TestCacheUnflattenVerified(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			newNaiveClient(t, p.url, tt.key).ask(tt.text, false)
-			got := generated(emu)
+			got := testutil.GenerateRequests(emu.Received())
 			last := got[len(got)-1]
 			if r := roles(last); r != "user" {
 				t.Errorf("upstream roles = %s, want user (not promoted)", r)
@@ -290,7 +267,7 @@ func TestCacheRedisReplicas(t *testing.T) {
 		writes[r]++
 		waitMetric(t, reps[r].admin, "gemini_proxy_cache_redis_writes_total", writes[r])
 	}
-	want, got := generated(emu1), generated(emu2)
+	want, got := testutil.GenerateRequests(emu1.Received()), testutil.GenerateRequests(emu2.Received())
 	if len(got) != len(want) {
 		t.Fatalf("upstream requests: %d through two replicas, %d through one", len(got), len(want))
 	}

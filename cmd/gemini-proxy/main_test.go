@@ -7,26 +7,19 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gemini-proxy/gemini-proxy/config"
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 // clearEnv hides GEMINI_PROXY_* variables of the calling environment.
 func clearEnv(t *testing.T) {
 	t.Helper()
-	for _, kv := range os.Environ() {
-		name, val, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, config.EnvPrefix+"_") {
-			t.Setenv(name, val)
-			os.Unsetenv(name)
-		}
-	}
+	testutil.ClearEnv(t, config.EnvPrefix+"_")
 }
 
 func runCmd(t *testing.T, ctx context.Context, args ...string) (stdout, stderr string, err error) {
@@ -90,17 +83,6 @@ func TestConfigCommandRedacts(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestServeGracefulShutdown runs the real serve command against an
 // emulator, holds a slow stream open, cancels the command (as SIGTERM does)
 // and checks that the stream still completes, new connections are refused
@@ -130,7 +112,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 	cancel()
 
 	// While draining: /readyz says 503, and the proxy refuses new connections.
-	waitUnready(t, "http://"+adminAddr+"/readyz", time.Now().Add(5*time.Second))
+	testutil.WaitStatus(t, "http://"+adminAddr+"/readyz", http.StatusServiceUnavailable, time.Now().Add(5*time.Second))
 	// The listener closes right after readiness turns false; from then on
 	// new connections are refused while the stream above keeps running.
 	refused := false
@@ -164,21 +146,6 @@ func TestServeGracefulShutdown(t *testing.T) {
 	if !strings.Contains(errOut.String(), "shutting down") {
 		t.Errorf("log lacks the shutdown line:\n%s", errOut.String())
 	}
-}
-
-func waitReady(t *testing.T, url string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if r, err := http.Get(url); err == nil {
-			r.Body.Close()
-			if r.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s never answered 200", url)
 }
 
 // TestDemo runs the README's first command end to end: emulator, proxy and
@@ -228,24 +195,6 @@ func TestHealthCommand(t *testing.T) {
 	}
 }
 
-// safeBuffer is a bytes.Buffer safe for concurrent use.
-type safeBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestServeShutdownDelay checks server.shutdown_delay: after the shutdown
 // signal /readyz answers 503 at once, while new connections are still
 // accepted and served; once the delay is over the port closes and serve
@@ -258,7 +207,7 @@ func TestServeShutdownDelay(t *testing.T) {
 	cancel()
 	signalled := time.Now()
 
-	waitUnready(t, "http://"+adminAddr+"/readyz", signalled.Add(delay/2))
+	testutil.WaitStatus(t, "http://"+adminAddr+"/readyz", http.StatusServiceUnavailable, signalled.Add(delay/2))
 	// A new connection during the delay is still served.
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	body := `{"contents":[{"role":"user","parts":[{"text":"Still there?"}]}]}`
@@ -296,51 +245,25 @@ func TestServeShutdownDelay(t *testing.T) {
 	}
 }
 
-// waitUnready polls url until it answers 503, failing the test at
-// deadline.
-func waitUnready(t *testing.T, url string, deadline time.Time) {
-	t.Helper()
-	for {
-		r, err := http.Get(url)
-		if err == nil {
-			r.Body.Close()
-			if r.StatusCode == http.StatusServiceUnavailable {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not turn unavailable (last: %v)", url, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // serveEmulated starts an emulator (with fault, when not nil) and the real
 // serve command in front of it, and waits until the proxy is ready. cancel
 // stops serve as SIGTERM does; done receives what serve returned; errOut
 // holds its log.
-func serveEmulated(t *testing.T, fault *emulator.Fault) (proxyAddr, adminAddr string, cancel context.CancelFunc, done <-chan error, errOut *safeBuffer) {
+func serveEmulated(t *testing.T, fault *emulator.Fault) (proxyAddr, adminAddr string, cancel context.CancelFunc, done <-chan error, errOut *testutil.Buffer) {
 	t.Helper()
-	emu := emulator.New(emulator.Options{})
+	emu, emuSrv := testutil.StartEmulator(t, emulator.Options{})
 	if fault != nil {
 		emu.SetFault(*fault)
 	}
-	eln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	emuSrv := &http.Server{Handler: emu}
-	go emuSrv.Serve(eln)
-	t.Cleanup(func() { emuSrv.Close() })
 
-	proxyAddr, adminAddr = freeAddr(t), freeAddr(t)
+	proxyAddr, adminAddr = testutil.FreeAddr(t), testutil.FreeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
-	errOut = new(safeBuffer)
+	errOut = new(testutil.Buffer)
 	ch := make(chan error, 1)
 	go func() {
-		ch <- run(ctx, []string{"serve", "--listen", proxyAddr, "--admin-listen", adminAddr, "--upstream", "http://" + eln.Addr().String()}, io.Discard, errOut)
+		ch <- run(ctx, []string{"serve", "--listen", proxyAddr, "--admin-listen", adminAddr, "--upstream", emuSrv.URL}, io.Discard, errOut)
 	}()
-	waitReady(t, "http://"+adminAddr+"/readyz")
+	testutil.WaitStatus(t, "http://"+adminAddr+"/readyz", http.StatusOK, time.Now().Add(10*time.Second))
 	return proxyAddr, adminAddr, cancel, ch, errOut
 }

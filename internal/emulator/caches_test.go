@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 // TestCacheRules checks the cachedContents rules a proxy relies on: the
@@ -16,7 +17,7 @@ import (
 // model and key.
 func TestCacheRules(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	_, ts := start(t, emulator.Options{
+	_, ts := testutil.StartEmulator(t, emulator.Options{
 		CacheMinTokens:        10,
 		CacheMinTokensByModel: map[string]int{"gemini-2.5-pro": 100000},
 		Now:                   func() time.Time { return now },

@@ -17,17 +17,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 const genPath = "/v1beta/models/gemini-2.5-flash:generateContent"
-
-func start(t *testing.T, opts emulator.Options) (*emulator.Server, *httptest.Server) {
-	t.Helper()
-	srv := emulator.New(opts)
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	return srv, ts
-}
 
 // do sends a raw request; the transport does not decompress (DisableCompression).
 func do(t *testing.T, ts *httptest.Server, method, path, body string, hdr map[string]string) (*http.Response, []byte) {
@@ -109,7 +102,7 @@ func TestValidationErrors(t *testing.T) {
 		{"count both", "/v1beta/models/gemini-2.5-flash:countTokens", `{"contents":[{"parts":[{"text":"a"}]}],"generateContentRequest":{"model":"models/gemini-2.5-flash","contents":[{"parts":[{"text":"a"}]}]}}`, nil, 400, "INVALID_ARGUMENT", "not both"},
 		{"unknown route", "/v1beta/whatever", ok, nil, 404, "NOT_FOUND", "Method not found."},
 	}
-	_, ts := start(t, emulator.Options{ValidKeys: []string{testKey}})
+	_, ts := testutil.StartEmulator(t, emulator.Options{ValidKeys: []string{testKey}})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			resp, body := do(t, ts, http.MethodPost, tt.path, tt.body, tt.hdr)
@@ -160,7 +153,7 @@ func TestAccepted(t *testing.T) {
 		{"v1 and prefix", "/pfx/v1/models/gemini-2.5-flash:generateContent?key=" + testKey, `{"contents":[{"parts":[{"text":"a"}]}]}`},
 		{"count generateContentRequest", "/v1beta/models/gemini-2.5-flash:countTokens", `{"generateContentRequest":{"model":"models/gemini-2.5-flash","contents":[{"parts":[{"text":"a"}]}],"systemInstruction":{"role":"system","parts":[{"text":"s"}]},"generationConfig":{},"safetySettings":[]}}`},
 	}
-	_, ts := start(t, emulator.Options{})
+	_, ts := testutil.StartEmulator(t, emulator.Options{})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			resp, body := do(t, ts, http.MethodPost, tt.path, tt.body, nil)
@@ -170,7 +163,7 @@ func TestAccepted(t *testing.T) {
 		})
 	}
 	t.Run("lenient", func(t *testing.T) {
-		_, ts := start(t, emulator.Options{Lenient: true})
+		_, ts := testutil.StartEmulator(t, emulator.Options{Lenient: true})
 		resp, body := do(t, ts, http.MethodPost, genPath, `{"contents":[{"parts":[{"text":"a"}]}],"foo":1}`, nil)
 		if resp.StatusCode != 200 {
 			t.Errorf("lenient unknown field: %d %s", resp.StatusCode, body)
@@ -179,7 +172,7 @@ func TestAccepted(t *testing.T) {
 }
 
 func TestTooLarge(t *testing.T) {
-	_, ts := start(t, emulator.Options{})
+	_, ts := testutil.StartEmulator(t, emulator.Options{})
 	big := `{"contents":[{"parts":[{"text":"` + strings.Repeat("a", emulator.MaxBodyBytes) + `"}]}]}`
 	resp, _ := do(t, ts, http.MethodPost, genPath, big, nil)
 	if resp.StatusCode != 413 {
@@ -188,7 +181,7 @@ func TestTooLarge(t *testing.T) {
 }
 
 func TestSSEFraming(t *testing.T) {
-	_, ts := start(t, emulator.Options{Reply: func(emulator.ReplyRequest) string { return strings.Repeat("word ", 60) }})
+	_, ts := testutil.StartEmulator(t, emulator.Options{Reply: func(emulator.ReplyRequest) string { return strings.Repeat("word ", 60) }})
 	resp, body := do(t, ts, http.MethodPost, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
 		`{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":40}}`, nil)
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
@@ -237,7 +230,7 @@ func TestSSEFraming(t *testing.T) {
 }
 
 func TestJSONArrayStream(t *testing.T) {
-	_, ts := start(t, emulator.Options{})
+	_, ts := testutil.StartEmulator(t, emulator.Options{})
 	resp, body := do(t, ts, http.MethodPost, "/v1beta/models/gemini-2.5-flash:streamGenerateContent", `{"contents":[{"parts":[{"text":"hi"}]}]}`, nil)
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json; charset=UTF-8" {
 		t.Errorf("Content-Type = %q", ct)
@@ -257,7 +250,7 @@ func TestJSONArrayStream(t *testing.T) {
 }
 
 func TestVertex(t *testing.T) {
-	_, ts := start(t, emulator.Options{})
+	_, ts := testutil.StartEmulator(t, emulator.Options{})
 	path := "/v1beta1/projects/p1/locations/us-central1/publishers/google/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
 	resp, body := do(t, ts, http.MethodPost, path, `{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"labels":{"team":"x"}}`,
 		map[string]string{"x-goog-api-key": "", "Authorization": "Bearer tok"})
@@ -281,7 +274,7 @@ func TestVertex(t *testing.T) {
 }
 
 func TestGzip(t *testing.T) {
-	_, ts := start(t, emulator.Options{})
+	_, ts := testutil.StartEmulator(t, emulator.Options{})
 	resp, body := do(t, ts, http.MethodPost, genPath, `{"contents":[{"parts":[{"text":"hi"}]}]}`, map[string]string{"Accept-Encoding": "gzip"})
 	if resp.Header.Get("Content-Encoding") != "gzip" {
 		t.Fatalf("Content-Encoding = %q", resp.Header.Get("Content-Encoding"))
@@ -304,7 +297,7 @@ func TestImplicitCaching(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	srv, ts := start(t, emulator.Options{ImplicitCacheMinTokens: 100, Now: clock})
+	srv, ts := testutil.StartEmulator(t, emulator.Options{ImplicitCacheMinTokens: 100, Now: clock})
 	big := strings.Repeat("stable context sentence. ", 100)
 	turn := func(texts ...string) string {
 		var cs []string
@@ -354,7 +347,7 @@ func TestImplicitCaching(t *testing.T) {
 }
 
 func TestFaults(t *testing.T) {
-	srv, ts := start(t, emulator.Options{})
+	srv, ts := testutil.StartEmulator(t, emulator.Options{})
 	body := `{"contents":[{"parts":[{"text":"hi"}]}]}`
 	srv.SetFault(emulator.Fault{Status: 429, RetryAfter: "7", Times: 1})
 	resp, b := do(t, ts, http.MethodPost, genPath, body, nil)
@@ -401,7 +394,7 @@ func TestFaults(t *testing.T) {
 }
 
 func TestDisconnectMidStream(t *testing.T) {
-	srv, ts := start(t, emulator.Options{})
+	srv, ts := testutil.StartEmulator(t, emulator.Options{})
 	srv.SetFault(emulator.Fault{DisconnectAfterChunks: 2})
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, ts.URL+"/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
 		strings.NewReader(`{"contents":[{"parts":[{"text":"hi"}]}]}`))
@@ -427,7 +420,7 @@ func TestDisconnectMidStream(t *testing.T) {
 }
 
 func TestDisconnectUnary(t *testing.T) {
-	_, ts := start(t, emulator.Options{})
+	_, ts := testutil.StartEmulator(t, emulator.Options{})
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, ts.URL+genPath, strings.NewReader(`{"contents":[{"parts":[{"text":"hi"}]}]}`))
 	req.Header.Set("x-goog-api-key", testKey)
 	req.Header.Set("X-Emulator-Fault", "disconnect-after=1")
@@ -442,7 +435,7 @@ func TestDisconnectUnary(t *testing.T) {
 }
 
 func TestUploadOffsets(t *testing.T) {
-	_, ts := start(t, emulator.Options{})
+	_, ts := testutil.StartEmulator(t, emulator.Options{})
 	resp, _ := do(t, ts, http.MethodPost, "/upload/v1beta/files", `{"file":{"displayName":"a.txt"}}`, map[string]string{
 		"X-Goog-Upload-Protocol": "resumable", "X-Goog-Upload-Command": "start",
 		"X-Goog-Upload-Header-Content-Type": "text/plain", "X-Goog-Upload-Header-Content-Length": "6"})
@@ -476,7 +469,7 @@ func TestUploadOffsets(t *testing.T) {
 }
 
 func TestConcurrency(t *testing.T) {
-	srv, ts := start(t, emulator.Options{ImplicitCacheMinTokens: 10})
+	srv, ts := testutil.StartEmulator(t, emulator.Options{ImplicitCacheMinTokens: 10})
 	var wg sync.WaitGroup
 	for i := range 16 {
 		wg.Go(func() {

@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 // TestImplicitPrefixInsideContent checks that the implicit-cache model
 // matches a prompt prefix, not whole contents: shared leading parts count,
 // and so do the shared runs of the first text part that differs.
 func TestImplicitPrefixInsideContent(t *testing.T) {
-	srv, ts := start(t, emulator.Options{ImplicitCacheMinTokens: 100})
+	srv, ts := testutil.StartEmulator(t, emulator.Options{ImplicitCacheMinTokens: 100})
 	doc := strings.Repeat("stable context sentence. ", 100)
 	body := func(parts ...string) string {
 		var ps []map[string]any

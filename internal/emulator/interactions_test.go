@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 const interactionsPath = "/v1beta/interactions"
@@ -25,7 +26,7 @@ func TestInteractionPrevious(t *testing.T) {
 
 	for _, status := range []int{0, 404, 400} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
-			srv, ts := start(t, emulator.Options{Now: clock, InteractionRetention: time.Hour, UnknownPreviousStatus: status})
+			srv, ts := testutil.StartEmulator(t, emulator.Options{Now: clock, InteractionRetention: time.Hour, UnknownPreviousStatus: status})
 			wantStatus, wantCode := 404, "not_found"
 			if status == 400 {
 				wantStatus, wantCode = 400, "invalid_request"

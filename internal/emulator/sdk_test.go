@@ -3,7 +3,6 @@ package emulator_test
 import (
 	"bytes"
 	"context"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/genai/interactions/models/operations"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 const testKey = "test-key"
@@ -22,18 +22,8 @@ const testKey = "test-key"
 // newSDK starts an emulator and a real genai client pointed at it.
 func newSDK(t *testing.T, opts emulator.Options) (*emulator.Server, *genai.Client) {
 	t.Helper()
-	srv := emulator.New(opts)
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	client, err := genai.NewClient(t.Context(), &genai.ClientConfig{
-		Backend:     genai.BackendGeminiAPI,
-		APIKey:      testKey,
-		HTTPOptions: genai.HTTPOptions{BaseURL: ts.URL},
-	})
-	if err != nil {
-		t.Fatalf("NewClient: %v", err)
-	}
-	return srv, client
+	srv, ts := testutil.StartEmulator(t, opts)
+	return srv, testutil.NewClient(t, ts.URL, testKey)
 }
 
 func TestSDKGenerateContent(t *testing.T) {
@@ -305,19 +295,7 @@ func TestSDKInteractions(t *testing.T) {
 	ctx := t.Context()
 	create := func(input string, prev string, stream bool) *operations.CreateInteractionResponse {
 		t.Helper()
-		in := interactions.NewInteractionsInput(input)
-		body := interactions.CreateModelInteraction{Model: interactions.ModelGemini3FlashPreview, Input: &in}
-		if prev != "" {
-			body.PreviousInteractionID = &prev
-		}
-		if stream {
-			body.Stream = genai.Ptr(true)
-		}
-		res, err := client.Interactions.Create(ctx, operations.CreateInteractionRequest{Body: operations.NewCreateInteractionRequestBody(body)})
-		if err != nil {
-			t.Fatalf("Create(%q): %v", input, err)
-		}
-		return res
+		return testutil.CreateInteraction(t, client, input, prev, stream)
 	}
 	first := create("hello", "", false).Interaction
 	if first == nil || first.ID == nil || first.Status != interactions.InteractionStatusCompleted || len(first.Steps) != 1 {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gemini-proxy/gemini-proxy/cache/cachetest"
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 var responseIDRE = regexp.MustCompile(`"responseId": ?"[a-z0-9]+"`)
@@ -115,14 +116,7 @@ func TestUpstreamTimeouts(t *testing.T) {
 			if got.Err != nil {
 				t.Fatal(got.Err)
 			}
-			var e struct {
-				Error struct {
-					Code    int    `json:"code"`
-					Message string `json:"message"`
-					Status  string `json:"status"`
-				} `json:"error"`
-			}
-			if err := json.Unmarshal(got.Body, &e); err != nil || got.Status != 504 || e.Error.Code != 504 || e.Error.Status != "DEADLINE_EXCEEDED" || e.Error.Message == "" {
+			if code, status, msg := geminiError(t, got.Body); got.Status != 504 || code != 504 || status != "DEADLINE_EXCEEDED" || msg == "" {
 				t.Errorf("%s: got %d %s, want a Gemini-shaped 504 DEADLINE_EXCEEDED", path, got.Status, got.Body)
 			}
 			if ct := got.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
@@ -300,7 +294,7 @@ func TestUpstreamUnreachableAndTLS(t *testing.T) {
 	tlsSrv.StartTLS()
 	defer tlsSrv.Close()
 	for _, tc := range []struct{ name, upstream, kind string }{
-		{"unreachable", "http://" + freeAddr(t), "unreachable"},
+		{"unreachable", "http://" + testutil.FreeAddr(t), "unreachable"},
 		{"tls", tlsSrv.URL, "tls"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

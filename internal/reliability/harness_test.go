@@ -1,22 +1,18 @@
 package reliability
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +23,7 @@ import (
 	"time"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 // canaryKey is the API key every test uses, so that TestMain can search
@@ -105,18 +102,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	proxyBin = filepath.Join(dir, "gemini-proxy")
-	args := []string{"build", "-o", proxyBin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	cmd := exec.Command(goBin, append(args, "./cmd/gemini-proxy")...)
-	cmd.Dir = filepath.Join("..", "..")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+	if err := testutil.BuildProxy(context.Background(), proxyBin, raceEnabled); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -206,32 +193,12 @@ type stack struct {
 	cmd       *exec.Cmd
 	proxyURL  string
 	adminURL  string
-	logs      *syncBuffer
+	logs      *testutil.Buffer
 	exited    chan struct{}
 	waitErr   error
 	stopOnce  sync.Once
 	allowExit bool // the test stops the process itself and checks the result
 }
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Clone(s.b.Bytes())
-}
-
-var listeningRE = regexp.MustCompile(`listener"?[=:]"?(proxy|admin)"?[ ,]"?addr"?[=:]"?([0-9.:\[\]]+)`)
 
 // startStack runs `gemini-proxy serve` in front of upstreamURL on loopback
 // ports the kernel picks, with env (GEMINI_PROXY_* settings) on top of a
@@ -260,10 +227,10 @@ func startStack(t testing.TB, upstreamURL string, env ...string) *stack {
 	quiet := slices.Contains(env, "GEMINI_PROXY_LOG_LEVEL=warn") || slices.Contains(env, "GEMINI_PROXY_LOG_LEVEL=error")
 	var fixed [2]string
 	if quiet {
-		fixed = [2]string{freeAddr(t), freeAddr(t)}
+		fixed = [2]string{testutil.FreeAddr(t), testutil.FreeAddr(t)}
 		cmd.Env = append(cmd.Env, "GEMINI_PROXY_SERVER_LISTEN="+fixed[0], "GEMINI_PROXY_ADMIN_LISTEN="+fixed[1])
 	}
-	s := &stack{t: t, cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
+	s := &stack{t: t, cmd: cmd, logs: &testutil.Buffer{}, exited: make(chan struct{})}
 	pr, pw := io.Pipe()
 	cmd.Stderr = io.MultiWriter(s.logs, pw)
 	cmd.Stdout = s.logs
@@ -275,48 +242,32 @@ func startStack(t testing.TB, upstreamURL string, env ...string) *stack {
 		pw.Close()
 		close(s.exited)
 	}()
-	addrs := make(chan [2]string, 2)
-	go func() {
-		var p, a string
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
-				if m[1] == "proxy" {
-					p = m[2]
-				} else {
-					a = m[2]
-				}
-				if p != "" && a != "" {
-					addrs <- [2]string{p, a}
-					break
-				}
-			}
-		}
-		io.Copy(io.Discard, pr)
-	}()
+	addrs := testutil.Listening(pr)
 	t.Cleanup(s.cleanup)
+	ready := make(chan [2]string, 1)
 	if quiet {
 		go func() {
 			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 				if r, err := http.Get("http://" + fixed[1] + "/readyz"); err == nil {
 					r.Body.Close()
 					if r.StatusCode == http.StatusOK {
-						addrs <- fixed
+						ready <- fixed
 						return
 					}
 				}
 			}
 		}()
 	}
+	var a [2]string
 	select {
-	case a := <-addrs:
-		s.proxyURL, s.adminURL = "http://"+a[0], "http://"+a[1]
+	case a = <-addrs:
+	case a = <-ready:
 	case <-s.exited:
 		t.Fatalf("gemini-proxy exited at start: %v\n%s", s.waitErr, s.logs.Bytes())
 	case <-time.After(20 * time.Second):
 		t.Fatalf("gemini-proxy did not log its addresses:\n%s", s.logs.Bytes())
 	}
+	s.proxyURL, s.adminURL = "http://"+a[0], "http://"+a[1]
 	return s
 }
 
@@ -357,15 +308,7 @@ func (s *stack) cleanup() {
 // metrics scrapes the admin listener and collects the text.
 func (s *stack) metrics(t testing.TB) string {
 	t.Helper()
-	res, err := http.Get(s.adminURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, b := testutil.Get(t, s.adminURL+"/metrics")
 	collect("/metrics", b)
 	return string(b)
 }
@@ -499,15 +442,4 @@ const (
 // prompt returns a small valid generate body whose text includes s.
 func prompt(s string) []byte {
 	return []byte(`{"contents":[{"role":"user","parts":[{"text":"Please write a short story about ` + s + `."}]}]}`)
-}
-
-// freeAddr returns a loopback address nobody listened on a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

@@ -3,7 +3,6 @@ package reliability
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 // contents builds a generate body from user/model texts, alternating
@@ -29,14 +29,6 @@ func contents(texts ...string) []byte {
 	}
 	b, _ := json.Marshal(map[string]any{"contents": cs})
 	return b
-}
-
-func gzipped(b []byte) []byte {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	zw.Write(b)
-	zw.Close()
-	return buf.Bytes()
 }
 
 // TestBadInput sends each awkward request straight to the emulator and
@@ -82,7 +74,7 @@ func TestBadInput(t *testing.T) {
 		{name: "empty body", body: []byte{}},
 		{name: "text/plain content type", header: http.Header{"Content-Type": {"text/plain"}}, body: prompt("a cat")},
 		{name: "no content type", header: http.Header{}, body: prompt("a dog")},
-		{name: "gzip body", header: jsonHeader("Content-Encoding", "gzip"), body: gzipped(contents(doc, "ok", doc)), report: "skipped"},
+		{name: "gzip body", header: jsonHeader("Content-Encoding", "gzip"), body: testutil.Gzip(contents(doc, "ok", doc)), report: "skipped"},
 		{name: "over the rewrite limit", body: contents(strings.Repeat(doc, 40), "ok", strings.Repeat(doc, 40)), report: "skipped"},
 		{name: "over the hard limit", body: contents(strings.Repeat("x", 1100000)), wantStatus: 413},
 		{name: "10,000 parts", body: manyParts()},

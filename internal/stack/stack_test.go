@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -27,7 +26,9 @@ import (
 
 	"google.golang.org/genai"
 
+	"github.com/gemini-proxy/gemini-proxy/cache/cachetest"
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 const (
@@ -76,7 +77,7 @@ func TestStack(t *testing.T) {
 	up := httptest.NewServer(rec)
 	t.Cleanup(up.Close)
 
-	proxyAddr, adminAddr := startProxy(t, ctx, bin, up.URL, startRedis(t, ctx))
+	proxyAddr, adminAddr := startProxy(t, ctx, bin, up.URL, startRedis(t))
 	prom := startPrometheus(t, ctx, adminAddr)
 
 	// The naive workload, twice straight to the emulator for the naive
@@ -325,17 +326,11 @@ func scrapedFamilies(t *testing.T, ctx context.Context, adminAddr string) map[st
 // buildProxy builds the gemini-proxy binary into a temporary directory.
 func buildProxy(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
 	bin := filepath.Join(t.TempDir(), "gemini-proxy")
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "./cmd/gemini-proxy")
-	cmd.Dir = filepath.Join("..", "..")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := testutil.BuildProxy(ctx, bin, false); err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
@@ -372,43 +367,12 @@ func startProxy(t *testing.T, ctx context.Context, bin, upstream, redisURL strin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
 		done := make(chan struct{})
 		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
+		testutil.Stop(cmd.Process, done, os.Interrupt, 5*time.Second)
 	})
-	addrs := make(chan [2]string, 1)
-	go func() {
-		sent := false
-		var p, a string
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var rec struct {
-				Msg      string `json:"msg"`
-				Listener string `json:"listener"`
-				Addr     string `json:"addr"`
-			}
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "listening" {
-				switch rec.Listener {
-				case "proxy":
-					p = rec.Addr
-				case "admin":
-					a = rec.Addr
-				}
-				if p != "" && a != "" && !sent {
-					addrs <- [2]string{p, a}
-					sent = true
-				}
-			}
-		}
-	}()
 	select {
-	case a := <-addrs:
+	case a := <-testutil.Listening(stderr):
 		return a[0], a[1]
 	case <-time.After(15 * time.Second):
 		t.Fatal("gemini-proxy did not log its listening addresses")
@@ -420,60 +384,16 @@ func startProxy(t *testing.T, ctx context.Context, bin, upstream, redisURL strin
 // dashboard's shared-mode panels have data, and returns its URL; without
 // redis-server it returns "" (those panels are then only parsed), except
 // in CI, where it is installed.
-func startRedis(t *testing.T, ctx context.Context) string {
+func startRedis(t *testing.T) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
+	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("redis-server is required in CI: %v", err)
 		}
 		t.Log("redis-server not installed: the Redis panels are only parsed")
 		return ""
 	}
-	addr := freeAddr(t)
-	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.CommandContext(ctx, bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			continue
-		}
-		c.SetDeadline(time.Now().Add(time.Second))
-		io.WriteString(c, "PING\r\n")
-		buf := make([]byte, 7)
-		n, _ := io.ReadFull(c, buf)
-		c.Close()
-		if string(buf[:n]) == "+PONG\r\n" {
-			return "redis://" + addr + "/0"
-		}
-	}
-	t.Fatal("redis-server did not answer PING")
-	return ""
-}
-
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return cachetest.StartRedis(t).URL()
 }
 
 // startPrometheus runs Prometheus on a free loopback port, scraping
@@ -500,7 +420,7 @@ scrape_configs:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	var logs bytes.Buffer
 	cmd := exec.CommandContext(ctx, prometheusBin,
 		"--config.file="+cfgPath,
@@ -516,13 +436,7 @@ scrape_configs:
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
+		testutil.Stop(cmd.Process, exited, os.Interrupt, 5*time.Second)
 		if t.Failed() {
 			t.Logf("prometheus log:\n%s", lastLines(logs.String(), 30))
 		}
@@ -704,13 +618,7 @@ var questions = []string{
 func (w *workload) run(ctx context.Context, base string, emu *emulator.Server) {
 	t := w.t
 	w.requests, w.unpriced = 0, 0
-	client, err := genai.NewClient(ctx, &genai.ClientConfig{
-		APIKey: "stack-key", Backend: genai.BackendGeminiAPI,
-		HTTPOptions: genai.HTTPOptions{BaseURL: base}, HTTPClient: &http.Client{},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := testutil.NewClient(t, base, "stack-key")
 	// Conversation 1: the Go SDK, gemini-2.5-flash, alternating unary and
 	// streaming calls; the model edits the file three times.
 	file := w.file
