@@ -18,13 +18,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gemini-proxy/gemini-proxy/config"
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
 // stallHelperEnv marks the test binary re-executed as the proxy process.
@@ -54,25 +54,7 @@ func TestStallHelperProcess(t *testing.T) {
 type stallProxy struct {
 	cmd         *exec.Cmd
 	addr, admin string
-	log         *stallLog
-}
-
-// stallLog is the helper's log, written by exec's copying goroutine.
-type stallLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *stallLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *stallLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	log         *testutil.Buffer // written by exec's copying goroutine
 }
 
 // startStallProxy runs the serve command in a child process in front of
@@ -80,7 +62,7 @@ func (l *stallLog) String() string {
 // ready.
 func startStallProxy(t *testing.T, upstream string) *stallProxy {
 	t.Helper()
-	p := &stallProxy{addr: stallFreeAddr(t), admin: stallFreeAddr(t), log: new(stallLog)}
+	p := &stallProxy{addr: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), log: new(testutil.Buffer)}
 	p.cmd = exec.Command(os.Args[0], "-test.run=^TestStallHelperProcess$", "--",
 		"serve", "--listen", p.addr, "--admin-listen", p.admin, "--upstream", upstream)
 	for _, kv := range os.Environ() {
@@ -183,16 +165,6 @@ func stallMetric(page, name string) float64 {
 		}
 	}
 	return -1
-}
-
-func stallFreeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // stallRequest is a generateContent request, raw, as a client writes it.
