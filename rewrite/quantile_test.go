@@ -77,3 +77,17 @@ func BenchmarkQuantile(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScanInline scans a body with a 1 MB inlineData part, whose
+// base64 string the scanner only validates.
+func BenchmarkScanInline(b *testing.B) {
+	data := make([]byte, 750<<10)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	body, err := json.Marshal(map[string]any{"contents": []any{map[string]any{"parts": []any{map[string]any{"inlineData": map[string]any{"mimeType": "image/png", "data": data}}}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchScan(b, body)
+}
