@@ -164,8 +164,9 @@ type Report struct {
 	// from their bytes.
 	Media bool
 	// ConversationID identifies the conversation by the raw JSON bytes of
-	// the original request's first content: their hex SHA-256 up to 4 KiB,
-	// else the SHA-256 of the first and last 2 KiB and the length.
+	// the original request's first content: their hex SHA-256 up to 512
+	// bytes, else the SHA-256 of the first and last 256 bytes and the
+	// length, so that its cost does not grow with the body.
 	// Requests of one conversation re-send that content unchanged, so they
 	// share the id.
 	ConversationID string

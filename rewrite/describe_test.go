@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,9 +101,18 @@ func TestConversationID(t *testing.T) {
 	if got := conversationID(small); got != hex.EncodeToString(sum[:]) {
 		t.Errorf("small content: %s, want its SHA-256", got)
 	}
+	edge := bytes.Repeat([]byte("e"), 512) // hashed whole, up to 2*convEdge
+	sum = sha256.Sum256(edge)
+	if got := conversationID(edge); got != hex.EncodeToString(sum[:]) {
+		t.Errorf("512-byte content: %s, want its SHA-256", got)
+	}
 	big := bytes.Repeat([]byte("abcdefgh"), 2048) // 16 KiB
+	sum = sha256.Sum256(slices.Concat(big[:256], big[len(big)-256:], binary.BigEndian.AppendUint64(nil, uint64(len(big)))))
+	if got := conversationID(big); got != hex.EncodeToString(sum[:]) {
+		t.Errorf("large content: %s, want the SHA-256 of its edges and length", got)
+	}
 	middle := bytes.Clone(big)
-	middle[8000] = 'X' // outside both 2 KiB edges
+	middle[300] = 'X' // outside both 256-byte edges
 	end := bytes.Clone(big)
 	end[len(end)-1] = 'X'
 	longer := append(bytes.Clone(big), 'a')
@@ -115,6 +126,7 @@ func TestConversationID(t *testing.T) {
 		{"middle differs (documented: shares statistics)", middle, true},
 		{"last byte differs", end, false},
 		{"one byte longer", longer, false},
+		{"first byte differs", append([]byte("X"), big[1:]...), false},
 	} {
 		if got := conversationID(tc.raw) == id; got != tc.same {
 			t.Errorf("%s: same id = %v, want %v", tc.name, got, tc.same)

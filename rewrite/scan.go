@@ -304,15 +304,9 @@ func (s *scanner) str() (span, bool, error) {
 	esc := false
 	b := s.b
 	for i := s.pos; i < len(b); {
-		// Skip eight ordinary bytes at a time; stop at the first '"', '\\'
-		// or control byte.
-		for i+8 <= len(b) {
-			m := special(binary.LittleEndian.Uint64(b[i:]))
-			if m != 0 {
-				i += bits.TrailingZeros64(m) >> 3
-				break
-			}
-			i += 8
+		i = skipPlain(b, i)
+		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
+			i++ // the last few bytes of b
 		}
 		if i >= len(b) {
 			break
@@ -363,13 +357,9 @@ func (s *scanner) shortText() (sp span, esc bool, size int, ok bool, err error) 
 	limit := min(len(b), start+s.small)
 	shrink := 0 // raw bytes minus decoded bytes so far
 	for i := start; i < limit; {
-		for i+8 <= limit {
-			m := special(binary.LittleEndian.Uint64(b[i:]))
-			if m != 0 {
-				i += bits.TrailingZeros64(m) >> 3
-				break
-			}
-			i += 8
+		i = skipPlain(b[:limit], i)
+		for i < limit && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
+			i++ // the last few bytes before limit
 		}
 		if i >= limit {
 			break
@@ -433,6 +423,7 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 	// eight-byte stores at n stay inside the arena whenever the eight-byte
 	// load at i stays inside the body.
 	out, n, nls := s.arena, s.n, s.nls
+	bp, op := unsafe.Pointer(unsafe.SliceData(b)), unsafe.Pointer(unsafe.SliceData(out))
 	d := decoded{off: n, nlOff: len(nls), markOff: len(s.marks)}
 	esc := false
 	next := markEvery
@@ -456,9 +447,12 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 	for {
 		// Copy eight ordinary bytes at a time; stop at the first '"', '\\'
 		// or control byte (bytes stored past it are overwritten later).
-		for i+8 <= len(b) {
-			w := binary.LittleEndian.Uint64(b[i:])
-			binary.LittleEndian.PutUint64(out[n:], w)
+		// Words are read and written through pointers, the loop condition
+		// checking the bounds of both, as in skipPlain; written out here,
+		// because a call per escape costs more than it saves.
+		for end := min(len(b)-i, len(out)-n) - 8; end >= 0; end -= 8 {
+			w := binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(bp, i))[:])
+			binary.LittleEndian.PutUint64((*[8]byte)(unsafe.Add(op, n))[:], w)
 			if m := special(w); m != 0 {
 				t := bits.TrailingZeros64(m) >> 3
 				i += t
@@ -559,6 +553,22 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 			return span{}, false, d, errSyntax
 		}
 	}
+}
+
+// skipPlain returns the position of the first '"', '\\' or control byte
+// of b from i, or of one of its last seven bytes. It reads words through
+// pointers, its loop condition checking each word's bounds: slicing b[i:]
+// for each word made the loop half as long again (issue 3). It scans keys,
+// short texts and inlineData strings (megabytes of base64).
+func skipPlain(b []byte, i int) int {
+	bp := unsafe.Pointer(unsafe.SliceData(b))
+	for i+8 <= len(b) {
+		if m := special(binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(bp, i))[:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+		i += 8
+	}
+	return i
 }
 
 // resume finds, among the recent texts, the one that shares the longest
