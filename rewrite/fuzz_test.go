@@ -113,3 +113,15 @@ func fuzzCheck(t *testing.T, body []byte, opts Options) {
 		t.Fatalf("small-request path differs (err %v)\nin:   %q\nfast: %q %s\nslow: %q %s\n%s", err, body, out, renderReport(rep, nil), slow, renderReport(slowRep, nil), cmp.Diff(rep, slowRep))
 	}
 }
+
+// FuzzSegReuse checks that segmenting a text after others it may begin
+// like finds the blocks of a fresh segmentation.
+func FuzzSegReuse(f *testing.F) {
+	for i, a := range segSamples {
+		f.Add(a, segTails[i%len(segTails)], uint16(len(a)/2))
+	}
+	f.Fuzz(func(t *testing.T, a, tail string, k uint16) {
+		cut := int(k) % (len(a) + 1)
+		checkSegReuse(t, []string{a, a[:cut] + tail, a + tail, a[:cut/2] + tail + a[cut:]})
+	})
+}

@@ -3,6 +3,7 @@ package rewrite
 import (
 	"encoding/base64"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"unsafe"
@@ -102,7 +103,8 @@ type state struct {
 	parts    []part
 	// The buffers of findRuns: per-line flags, free-line flags per part,
 	// free-line hashes and where each part's end, and the hash table.
-	blocks  []block // the blocks of every part, back to back
+	blocks  []block   // the blocks of every part, back to back
+	segs    []segMark // their segmentation marks, back to back (analyse)
 	tparts  []textPart
 	occs    []occ
 	slab    []bool
@@ -180,9 +182,9 @@ func (st *state) reset() {
 	if cap(st.tparts) > maxPooled/int(unsafe.Sizeof(textPart{})) || cap(st.occs) > maxPooled/int(unsafe.Sizeof(occ{})) {
 		st.tparts, st.occs = nil, nil
 	}
-	st.blocks = st.blocks[:0]
-	if cap(st.blocks) > maxPooled/int(unsafe.Sizeof(block{})) {
-		st.blocks = nil
+	st.blocks, st.segs = st.blocks[:0], st.segs[:0]
+	if cap(st.blocks) > maxPooled/int(unsafe.Sizeof(block{})) || cap(st.segs) > maxPooled/int(unsafe.Sizeof(segMark{})) {
+		st.blocks, st.segs = nil, nil
 	}
 	if cap(st.slab) > maxPooled || cap(st.tbl.keys) > maxPooled/16 {
 		st.slab, st.free, st.hashes, st.hashEnd, st.tbl = nil, nil, nil, nil, lineTable{}
@@ -337,6 +339,7 @@ func (e *engine) analyse() {
 	}
 	var texts []string
 	var found [][]block
+	var sr segReuse
 	for ti := range e.req.contents {
 		c := &e.req.contents[ti]
 		var memoed [][]block
@@ -362,7 +365,7 @@ func (e *engine) analyse() {
 					blocks = memoed[len(e.parts)-first]
 				} else {
 					n := len(e.st.blocks)
-					e.st.blocks = appendBlocks(e.st.blocks, ls, tags)
+					sr.segment(e.st, ls, tags)
 					blocks = e.st.blocks[n:len(e.st.blocks):len(e.st.blocks)]
 				}
 				e.parts = append(e.parts, textPart{turn: ti, part: pi, p: p, text: d.text, marks: d.marks, lines: ls, blocks: blocks})
@@ -639,4 +642,58 @@ func (e *engine) decide() {
 			o.replace = e.reference(o)
 		}
 	}
+}
+
+// segReuse segments the texts of one request into st.blocks, starting
+// each text where the segmentation of a recent text with the same first
+// bytes leaves off (a file re-sent ahead of a new question): the blocks
+// before the last segMark inside the shared prefix are copied, not found
+// again. The blocks are exactly those of a fresh segmentation (segMark).
+type segReuse struct {
+	recent  [4]segText
+	nrecent int
+}
+
+// segText is a text segmented earlier: its lines, and its blocks and
+// marks in st.blocks and st.segs.
+type segText struct {
+	l                            lines
+	blockOff, markOff, markCount int
+}
+
+// segment appends the blocks of the text l to st.blocks and returns the
+// mark it resumed at (the zero mark: none).
+func (sr *segReuse) segment(st *state, l lines, tags []string) segMark {
+	if len(l.text) < 8 {
+		return segMark{}
+	}
+	var from segMark
+	var src *segText
+	shared := 0
+	for j := range min(sr.nrecent, len(sr.recent)) {
+		r := &sr.recent[j]
+		if r.l.text[0] != l.text[0] {
+			continue
+		}
+		if c := commonPrefix(unsafe.Slice(unsafe.StringData(r.l.text), len(r.l.text)), unsafe.Slice(unsafe.StringData(l.text), len(l.text))); c > shared {
+			src, shared = r, c
+		}
+	}
+	n, m := len(st.blocks), len(st.segs)
+	if src != nil {
+		// The last mark whose lines up to hz, "\n" included, are shared.
+		marks := st.segs[src.markOff : src.markOff+src.markCount]
+		k := sort.Search(len(marks), func(k int) bool { return int(src.l.nl[marks[k].hz]) >= shared })
+		if k > 0 {
+			from = marks[k-1]
+			st.blocks = append(st.blocks, st.blocks[src.blockOff:src.blockOff+int(from.nblocks)]...)
+			st.segs = append(st.segs, marks[:k]...)
+		}
+	}
+	st.blocks = appendBlocksFrom(st.blocks, l, tags, from, &st.segs)
+	if len(st.segs) > m {
+		sr.recent[sr.nrecent%len(sr.recent)] = segText{l: l, blockOff: n, markOff: m, markCount: len(st.segs) - m}
+		sr.nrecent++
+	}
+	return from
 }
