@@ -251,6 +251,7 @@ type occ struct {
 	img      *part
 	sha      string
 	ref      string
+	refEsc   bool // ref holds a byte that JSON escapes (set with ref)
 	refBytes int
 	from     loc // a run: the part and line where its earlier copy starts
 }
@@ -670,13 +671,21 @@ func (sr *segReuse) segment(st *state, l lines, tags []string) segMark {
 	var from segMark
 	var src *segText
 	shared := 0
+	// Newest first. Only the bytes up to the line of a text's last mark
+	// matter, and a text sharing all of them gives all its blocks: stop
+	// there.
 	for j := range min(sr.nrecent, len(sr.recent)) {
-		r := &sr.recent[j]
-		if r.l.text[0] != l.text[0] {
+		r := &sr.recent[(sr.nrecent-1-j)%len(sr.recent)]
+		need := min(int(r.l.nl[st.segs[r.markOff+r.markCount-1].hz])+1, len(r.l.text))
+		if r.l.text[0] != l.text[0] || need <= shared {
 			continue
 		}
-		if c := commonPrefix(unsafe.Slice(unsafe.StringData(r.l.text), len(r.l.text)), unsafe.Slice(unsafe.StringData(l.text), len(l.text))); c > shared {
+		c := commonPrefix(unsafe.Slice(unsafe.StringData(r.l.text), need), unsafe.Slice(unsafe.StringData(l.text), len(l.text)))
+		if c > shared {
 			src, shared = r, c
+		}
+		if c == need {
+			break
 		}
 	}
 	n, m := len(st.blocks), len(st.segs)
