@@ -74,7 +74,11 @@ func (e *engine) reference(o *occ) bool {
 	if size < e.opts.MinBlockBytes || size < 2*len("[unchanged:  sha256:123456789abc]") {
 		return false
 	}
-	o.sha = e.sha(content)
+	if o.copyOf > 0 && e.occs[o.copyOf-1].sha != "" {
+		o.sha = e.occs[o.copyOf-1].sha // the same span
+	} else {
+		o.sha = e.sha(content)
+	}
 	o.ref = e.refText(o)
 	o.refBytes = len(o.ref)
 	if o.b.kind == kindImage {

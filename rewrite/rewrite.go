@@ -103,15 +103,18 @@ type state struct {
 	parts    []part
 	// The buffers of findRuns: per-line flags, free-line flags per part,
 	// free-line hashes and where each part's end, and the hash table.
-	blocks  []block   // the blocks of every part, back to back
-	segs    []segMark // their segmentation marks, back to back (analyse)
-	tparts  []textPart
-	occs    []occ
-	slab    []bool
-	free    [][]bool
-	hashes  []lineHash
-	hashEnd []int
-	tbl     lineTable
+	blocks []block   // the blocks of every part, back to back
+	segs   []segMark // their segmentation marks, back to back (analyse)
+	// copyOf holds, for each of blocks, the block it was copied from by
+	// segReuse (-1: none), and occOf the occurrence made of it.
+	copyOf, occOf []int32
+	tparts        []textPart
+	occs          []occ
+	slab          []bool
+	free          [][]bool
+	hashes        []lineHash
+	hashEnd       []int
+	tbl           lineTable
 	// The engine's identity maps and documents, cleared after each
 	// request (engine.ids, versions, byText, byName, shaMemo, docs).
 	ids      map[string]int32
@@ -182,9 +185,9 @@ func (st *state) reset() {
 	if cap(st.tparts) > maxPooled/int(unsafe.Sizeof(textPart{})) || cap(st.occs) > maxPooled/int(unsafe.Sizeof(occ{})) {
 		st.tparts, st.occs = nil, nil
 	}
-	st.blocks, st.segs = st.blocks[:0], st.segs[:0]
-	if cap(st.blocks) > maxPooled/int(unsafe.Sizeof(block{})) || cap(st.segs) > maxPooled/int(unsafe.Sizeof(segMark{})) {
-		st.blocks, st.segs = nil, nil
+	st.blocks, st.segs, st.copyOf, st.occOf = st.blocks[:0], st.segs[:0], st.copyOf[:0], st.occOf[:0]
+	if cap(st.blocks) > maxPooled/int(unsafe.Sizeof(block{})) || cap(st.segs) > maxPooled/int(unsafe.Sizeof(segMark{})) || cap(st.copyOf) > maxPooled/4 {
+		st.blocks, st.segs, st.copyOf, st.occOf = nil, nil, nil, nil
 	}
 	if cap(st.slab) > maxPooled || cap(st.tbl.keys) > maxPooled/16 {
 		st.slab, st.free, st.hashes, st.hashEnd, st.tbl = nil, nil, nil, nil, lineTable{}
@@ -229,6 +232,7 @@ type textPart struct {
 	marks      []mark // unescaped → raw offsets, when the string has escapes
 	lines      lines
 	blocks     []block
+	blockOff   int    // blocks[0] is state.blocks[blockOff]; -1: not there
 	gone       []bool // lines replaced by a run reference
 }
 
@@ -240,8 +244,11 @@ type occ struct {
 	b       block
 	content string // identity content: the block's content with CRLF → LF
 	cid     int32  // content's id: equal ids, equal contents (engine.ids)
-	doc     int
-	next    int32 // the document's next occurrence; -1 for none
+	// copyOf is one plus the index of the occurrence whose block segReuse
+	// copied as this one's (the same span and content); 0 for none.
+	copyOf int32
+	doc    int
+	next   int32 // the document's next occurrence; -1 for none
 	// decision
 	replace  bool
 	rule     Rule
@@ -362,14 +369,15 @@ func (e *engine) analyse() {
 				d := &p.dec
 				ls := lines{text: d.text, nl: d.nl}
 				var blocks []block
+				off := -1
 				if hit {
 					blocks = memoed[len(e.parts)-first]
 				} else {
-					n := len(e.st.blocks)
+					off = len(e.st.blocks)
 					sr.segment(e.st, ls, tags)
-					blocks = e.st.blocks[n:len(e.st.blocks):len(e.st.blocks)]
+					blocks = e.st.blocks[off:len(e.st.blocks):len(e.st.blocks)]
 				}
-				e.parts = append(e.parts, textPart{turn: ti, part: pi, p: p, text: d.text, marks: d.marks, lines: ls, blocks: blocks})
+				e.parts = append(e.parts, textPart{turn: ti, part: pi, p: p, text: d.text, marks: d.marks, lines: ls, blocks: blocks, blockOff: off})
 			}
 		}
 		if tm != nil && !hit {
@@ -382,7 +390,11 @@ func (e *engine) analyse() {
 	}
 	e.findRuns()
 	// Occurrences in request order: parts in order, blocks in order, images
-	// interleaved by their position.
+	// interleaved by their position. A block that segReuse copied has the
+	// content of the block it copied: its occurrence shares that string
+	// and content id instead of normalising and hashing it again.
+	st := e.st
+	st.occOf = slices.Grow(st.occOf[:0], len(st.blocks))[:len(st.blocks)]
 	k := 0
 	for ti := range e.req.contents {
 		c := &e.req.contents[ti]
@@ -391,13 +403,26 @@ func (e *engine) analyse() {
 			switch p.kind {
 			case partText:
 				tp := &e.parts[k]
-				for _, b := range tp.blocks {
-					e.add(occ{tp: k, turn: ti, part: pi, b: b, content: normalize(tp.text[b.cstart:b.cend])})
+				for j, b := range tp.blocks {
+					o := occ{tp: k, turn: ti, part: pi, b: b, cid: -1}
+					if tp.blockOff >= 0 {
+						if src := st.copyOf[tp.blockOff+j]; src >= 0 {
+							q := &e.occs[st.occOf[src]]
+							o.content, o.cid, o.copyOf = q.content, q.cid, st.occOf[src]+1
+						}
+					}
+					if o.cid < 0 {
+						o.content = normalize(tp.text[b.cstart:b.cend])
+					}
+					e.add(o)
+					if tp.blockOff >= 0 {
+						st.occOf[tp.blockOff+j] = int32(len(e.occs) - 1)
+					}
 				}
 				k++
 			case partInline:
 				if data, ok := decodeBase64(e.body[p.str.start:p.str.end], p.esc); ok {
-					e.add(occ{tp: -1, turn: ti, part: pi, b: block{kind: kindImage, name: p.mime}, content: data, img: p})
+					e.add(occ{tp: -1, turn: ti, part: pi, b: block{kind: kindImage, name: p.mime}, content: data, img: p, cid: -1})
 				}
 			}
 		}
@@ -432,15 +457,18 @@ func decodeBase64(raw []byte, esc bool) (string, bool) {
 	return string(b), true
 }
 
-// add assigns an occurrence to a document (DESIGN §3 "Identity").
+// add assigns an occurrence to a document (DESIGN §3 "Identity"). o.cid
+// is the id of o.content when known, else -1.
 func (e *engine) add(o occ) {
-	id, ok := e.ids[o.content]
-	if !ok {
-		id = int32(len(e.ids))
-		e.ids[o.content] = id
-		e.byText = append(e.byText, -1)
+	if o.cid < 0 {
+		id, ok := e.ids[o.content]
+		if !ok {
+			id = int32(len(e.ids))
+			e.ids[o.content] = id
+			e.byText = append(e.byText, -1)
+		}
+		o.cid = id
 	}
-	o.cid = id
 	o.doc = e.identify(&o)
 	o.next = -1
 	d := e.docs[o.doc]
@@ -689,6 +717,9 @@ func (sr *segReuse) segment(st *state, l lines, tags []string) segMark {
 		}
 	}
 	n, m := len(st.blocks), len(st.segs)
+	for len(st.copyOf) < n {
+		st.copyOf = append(st.copyOf, -1)
+	}
 	if src != nil {
 		// The last mark whose lines up to hz, "\n" included, are shared.
 		marks := st.segs[src.markOff : src.markOff+src.markCount]
@@ -697,9 +728,15 @@ func (sr *segReuse) segment(st *state, l lines, tags []string) segMark {
 			from = marks[k-1]
 			st.blocks = append(st.blocks, st.blocks[src.blockOff:src.blockOff+int(from.nblocks)]...)
 			st.segs = append(st.segs, marks[:k]...)
+			for j := range int(from.nblocks) {
+				st.copyOf = append(st.copyOf, int32(src.blockOff+j))
+			}
 		}
 	}
 	st.blocks = appendBlocksFrom(st.blocks, l, tags, from, &st.segs)
+	for len(st.copyOf) < len(st.blocks) {
+		st.copyOf = append(st.copyOf, -1)
+	}
 	if len(st.segs) > m {
 		sr.recent[sr.nrecent%len(sr.recent)] = segText{l: l, blockOff: n, markOff: m, markCount: len(st.segs) - m}
 		sr.nrecent++

@@ -30,29 +30,25 @@ func (e *engine) findRuns() {
 		fr := slab[:l.n():l.n()]
 		tp.gone = slab[l.n() : 2*l.n() : 2*l.n()]
 		slab = slab[2*l.n():]
-		// Lines outside every block are free: the gaps between blocks,
-		// found by binary search rather than by visiting every line.
+		// Lines outside every block are free, except references: the
+		// gaps between blocks, found by binary search rather than by
+		// visiting every line, in order.
+		gap := func(from, to int) {
+			for i := from; i < to; i++ {
+				if s := l.at(i); !isRefLine(s) {
+					fr[i] = true
+					if !blank(s) {
+						hashes = append(hashes, lineHash{int32(i), hashLine(s)})
+					}
+				}
+			}
+		}
 		from := 0
 		for _, b := range tp.blocks {
-			first := lineAt(l, b.start)
-			for i := from; i < first; i++ {
-				fr[i] = true
-			}
+			gap(from, lineAt(l, b.start))
 			from = max(from, min(lineAt(l, b.end)+1, l.n()))
 		}
-		for i := from; i < l.n(); i++ {
-			fr[i] = true
-		}
-		for i, f := range fr {
-			if !f {
-				continue
-			}
-			if s := l.at(i); isRefLine(s) {
-				fr[i] = false
-			} else if !blank(s) {
-				hashes = append(hashes, lineHash{int32(i), hashLine(s)})
-			}
-		}
+		gap(from, l.n())
 		free = append(free, fr)
 		hashEnd = append(hashEnd, len(hashes))
 	}
