@@ -125,3 +125,17 @@ func FuzzSegReuse(f *testing.F) {
 		checkSegReuse(t, []string{a, a[:cut] + tail, a + tail, a[:cut/2] + tail + a[cut:]})
 	})
 }
+
+// FuzzPlainLine checks that no banner or secondary block starts at a line
+// that plainLine passes.
+func FuzzPlainLine(f *testing.F) {
+	f.Add("Answer 1: fine.", "\n|-- a\n|-- b\n|-- c\n")
+	f.Add("app/", "\n├── a\n├── b\n└── c\n")
+	f.Add("Open tabs:", "\n- a.go\n- b.go\n")
+	f.Fuzz(func(t *testing.T, line, rest string) {
+		if strings.Contains(line, "\n") {
+			return
+		}
+		checkPlainLine(t, line+rest)
+	})
+}

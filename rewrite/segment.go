@@ -170,11 +170,11 @@ func (sg *segmenter) run(out []block, i int) []block {
 		case strings.HasPrefix(trimIndent(line), "<"):
 			b, next, ok = sg.tag(i)
 		}
-		if !ok {
+		if !ok && !plainLine(line) {
 			b, next, ok = sg.banner(i)
-		}
-		if !ok {
-			b, next, ok = sg.secondary(i)
+			if !ok {
+				b, next, ok = sg.secondary(i)
+			}
 		}
 		if !ok {
 			i++
@@ -957,6 +957,38 @@ func (sg *segmenter) secondary(i int) (block, int, bool) {
 	}
 	return block{kind: kindTree, name: "project tree", start: l.s(i), end: l.e(k - 1), cstart: l.s(i), cend: l.e(k - 1)}, k, true
 }
+
+// plainLine reports, from its first and last bytes, that neither banner
+// nor secondary finds a block at a line (as most lines of prose): a
+// banner starts with "=", "-", "[" or a comment marker, a tab list with a
+// byte of tabsFirst, a tree with "|", "+", "`", "." or a line holding a
+// box-drawing character or ending with "/". Any byte above 0x7F at
+// either end may be Unicode white space that strings.TrimSpace drops, so
+// it leaves the decision to them.
+func plainLine(line string) bool {
+	u := trimIndent(line)
+	if u == "" {
+		return true
+	}
+	if c := u[0]; c >= 0x80 || blockFirst[c] || strings.IndexByte(u, 0xE2) >= 0 {
+		return false
+	}
+	e := len(u)
+	for e > 0 && (u[e-1] == ' ' || u[e-1] == '\t' || u[e-1] == '\r' || u[e-1] == '\v' || u[e-1] == '\f') {
+		e--
+	}
+	return e > 0 && u[e-1] != '/' && u[e-1] < 0x80
+}
+
+// blockFirst marks the bytes after the indent that may start a banner or
+// secondary block (see plainLine): tabsFirst and more.
+var blockFirst = func() (t [256]bool) {
+	t = tabsFirst
+	for _, c := range []byte("=-[/#;|+`.") {
+		t[c] = true
+	}
+	return t
+}()
 
 // commentByte marks the bytes commentBanner skips after the indent.
 var commentByte = [256]bool{'/': true, '#': true, '-': true, ';': true, '*': true, ' ': true, '\t': true}

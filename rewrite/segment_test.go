@@ -236,3 +236,41 @@ func TestSegReuse(t *testing.T) {
 		t.Errorf("second copy resumed at %+v, want line 4 after 1 block", got)
 	}
 }
+
+// checkPlainLine fails when plainLine says that no banner or secondary
+// block starts at the first line of text and one does.
+func checkPlainLine(t *testing.T, text string) {
+	t.Helper()
+	sg := segmenter{l: splitLines(text), tags: DefaultOptions().DocumentTags}
+	line := sg.l.at(0)
+	if !plainLine(line) {
+		return
+	}
+	if b, _, ok := sg.banner(0); ok {
+		t.Errorf("plainLine(%q) but banner finds %+v in %q", line, b, text)
+	}
+	if b, _, ok := sg.secondary(0); ok {
+		t.Errorf("plainLine(%q) but secondary finds %+v in %q", line, b, text)
+	}
+}
+
+func TestPlainLine(t *testing.T) {
+	lines := []string{"", " ", "\t\r", "Answer 1: fine.", "Here is my code:", "app/", "app/ ", ".", " . ", "src\u00a0",
+		"--- a.go ---", "=====", "[CONTEXT FILE] a.go", "// File: a.go", "# file: a.py", "Open tabs:", "open files", "\vOpen tabs",
+		"\u00a0--- a.go ---", "\u2003// File: a.go", "|-- a", "+-- b", "`-- c", "x ├── a", "│ a", "└ a", "a.go", "Visible Files",
+		"**Open tabs**", "\u0085app/"}
+	tails := []string{"", "\nx\n", "\n- a.go\n- b.go\n", "\n|-- a\n|-- b\n|-- c\n", "\n├── a\n├── b\n└── c\n", "\nFILE: a.go\n=====\nx\n=====",
+		"\nx\n--- End of content ---", "\ncode\n[CONTEXT FILE] b.go"}
+	plain := 0
+	for _, l := range lines {
+		for _, tail := range tails {
+			checkPlainLine(t, l+tail)
+		}
+		if plainLine(l) {
+			plain++
+		}
+	}
+	if plain < 3 {
+		t.Errorf("plainLine holds for %d lines, want prose lines to pass", plain)
+	}
+}
