@@ -24,8 +24,9 @@ func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 }
 
 // request1 is Request; fast enables the path for requests whose texts are
-// all too short to hold a replaceable block, which tests turn off to
-// check that it changes nothing.
+// all too short to hold a replaceable block and the other shortcuts (see
+// engine.exhaustive), which tests turn off to check that they change
+// nothing.
 func request1(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report, error) {
 	st := states.Get().(*state)
 	defer st.release()
@@ -67,6 +68,7 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 		return body, rep, nil
 	}
 	e := newEngine(body, req, &opts, st)
+	e.exhaustive = !fast
 	if m, ok := v.(Memo); ok {
 		e.memo = m
 	}
@@ -301,6 +303,9 @@ type engine struct {
 	// chunkScan is what is left of the bytes that the retrieval-chunk
 	// test of a named block may still scan (see identify).
 	chunkScan int
+	// exhaustive turns off the shortcuts that must change nothing (the
+	// segmentation reuse, the run pre-test), for tests to compare.
+	exhaustive bool
 }
 
 // newEngine returns an engine for req that keeps its maps and documents in
@@ -347,7 +352,7 @@ func (e *engine) analyse() {
 	}
 	var texts []string
 	var found [][]block
-	var sr segReuse
+	sr := segReuse{off: e.exhaustive}
 	for ti := range e.req.contents {
 		c := &e.req.contents[ti]
 		var memoed [][]block
@@ -681,6 +686,7 @@ func (e *engine) decide() {
 type segReuse struct {
 	recent  [4]segText
 	nrecent int
+	off     bool // segment every text afresh
 }
 
 // segText is a text segmented earlier: its lines, and its blocks and
@@ -737,7 +743,7 @@ func (sr *segReuse) segment(st *state, l lines, tags []string) segMark {
 	for len(st.copyOf) < len(st.blocks) {
 		st.copyOf = append(st.copyOf, -1)
 	}
-	if len(st.segs) > m {
+	if len(st.segs) > m && !sr.off {
 		sr.recent[sr.nrecent%len(sr.recent)] = segText{l: l, blockOff: n, markOff: m, markCount: len(st.segs) - m}
 		sr.nrecent++
 	}

@@ -12,6 +12,9 @@ package rewrite
 // linear in the text, plus at most one bounded comparison per line.
 func (e *engine) findRuns() {
 	minBytes := max(e.opts.MinBlockBytes, 1)
+	if !e.exhaustive && !e.mayRun(minBytes) {
+		return
+	}
 	st := e.st
 	// One slab for the per-line flags of every part and one for the
 	// hashes of their free lines: a few allocations per request instead of
@@ -125,6 +128,31 @@ func (e *engine) findRuns() {
 			}
 		}
 	}
+}
+
+// mayRun reports whether a run of minBytes may be found: a part after the
+// first turn has lines outside its blocks that span minBytes in one gap
+// between blocks, where a run lies (most requests have only a sentence or
+// two around their blocks).
+func (e *engine) mayRun(minBytes int) bool {
+	for k := range e.parts {
+		tp := &e.parts[k]
+		if tp.turn == e.parts[0].turn {
+			continue // nothing earlier to repeat
+		}
+		l := &tp.lines
+		from := 0
+		for _, b := range tp.blocks {
+			if first := lineAt(l, b.start); first > from && l.e(first-1)-l.s(from) >= minBytes {
+				return true
+			}
+			from = max(from, min(lineAt(l, b.end)+1, l.n()))
+		}
+		if from < l.n() && l.e(l.n()-1)-l.s(from) >= minBytes {
+			return true
+		}
+	}
+	return false
 }
 
 // lineHash is the hash of one free, non-blank line.
