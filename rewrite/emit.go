@@ -117,26 +117,28 @@ func (e *engine) refText(o *occ) string {
 	switch {
 	case o.b.kind == kindImage:
 		b = append(b, "[same "...)
-		b = append(b, name...)
-		b = append(b, " sha256:"...)
-		b = append(b, h...)
-		b = append(b, " as "...)
 	case o.super:
 		b = append(b, "[superseded: "...)
-		b = append(b, name...)
-		b = append(b, " sha256:"...)
-		b = append(b, h...)
-		b = append(b, ", replaced by the version "...)
 	default:
 		b = append(b, "[unchanged: "...)
-		b = append(b, name...)
-		b = append(b, " sha256:"...)
-		b = append(b, h...)
+	}
+	at := len(b) - n
+	b = append(b, name...)
+	b = append(b, " sha256:"...)
+	b = append(b, h...)
+	switch {
+	case o.b.kind == kindImage:
+		b = append(b, " as "...)
+	case o.super:
+		b = append(b, ", replaced by the version "...)
+	default:
 		b = append(b, ", identical to the copy "...)
 	}
 	b = e.appendWhere(b, o)
 	e.strs = append(b, ']')
-	return e.str(n)
+	ref := e.str(n)
+	o.refName = ref[at : at+len(name)] // in e.strs, as report needs
+	return ref
 }
 
 // where says where the full copy is: "in turn N", "in your previous reply"
@@ -342,12 +344,16 @@ func (e *engine) report(reps []*occ) []Replacement {
 		if o.b.kind == kindImage {
 			size = o.img.obj.end - o.img.obj.start
 		}
-		// The name may view the pooled decoding arena: copy it.
-		name := displayName(e.name(o))
-		e.grow(len(name))
-		n := len(e.strs)
-		e.strs = append(e.strs, name...)
-		out[i] = Replacement{Rule: o.rule, Turn: o.turn, Part: o.part, Document: e.str(n),
+		name := o.refName
+		if name == "" {
+			// The name may view the pooled decoding arena: copy it.
+			name = displayName(e.name(o))
+			e.grow(len(name))
+			n := len(e.strs)
+			e.strs = append(e.strs, name...)
+			name = e.str(n)
+		}
+		out[i] = Replacement{Rule: o.rule, Turn: o.turn, Part: o.part, Document: name,
 			SHA256: o.sha, Bytes: size, RefBytes: o.refBytes, Target: o.target, Reference: o.ref}
 	}
 	return out

@@ -260,7 +260,8 @@ type occ struct {
 	img      *part
 	sha      string
 	ref      string
-	refEsc   bool // ref holds a byte that JSON escapes (set with ref)
+	refEsc   bool   // ref holds a byte that JSON escapes (set with ref)
+	refName  string // the name inside ref, when refText made it
 	refBytes int
 	from     loc // a run: the part and line where its earlier copy starts
 }

@@ -74,7 +74,7 @@ func Elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, []
 		}
 		o.sha, o.target, o.rule = h, -1, RuleUnchanged
 		name := displayName(e.name(o))
-		o.refEsc = needsEscape(name)
+		o.refEsc, o.refName = needsEscape(name), "" // name may view the arena
 		if o.b.kind == kindImage {
 			o.rule = RuleImage
 			o.ref = "[same " + name + " sha256:" + h[:12] + " as " + SessionWhere + "]"
