@@ -729,8 +729,15 @@ func (sr *segReuse) segment(st *state, l lines, tags []string) segMark {
 	}
 	if src != nil {
 		// The last mark whose lines up to hz, "\n" included, are shared.
+		// The line ends are compared too: the scanner's depend on the raw
+		// escapes (it does not count a "\u000a" as one), not on the
+		// text alone.
 		marks := st.segs[src.markOff : src.markOff+src.markCount]
-		k := sort.Search(len(marks), func(k int) bool { return int(src.l.nl[marks[k].hz]) >= shared })
+		a, b := src.l.nl, l.nl
+		n := min(len(a), len(b), int(marks[len(marks)-1].hz)+1)
+		same := commonPrefix(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(a))), 4*n), unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(b))), 4*n)) / 4
+		same = sort.Search(same, func(j int) bool { return int(a[j]) >= shared }) // lines ending inside the shared bytes
+		k := sort.Search(len(marks), func(k int) bool { return int(marks[k].hz) >= same })
 		if k > 0 {
 			from = marks[k-1]
 			st.blocks = append(st.blocks, st.blocks[src.blockOff:src.blockOff+int(from.nblocks)]...)

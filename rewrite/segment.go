@@ -104,7 +104,8 @@ type segmenter struct {
 // reports the last line it looked at, and one that reached the end of the
 // text (an unclosed fence, a banner or list running to the end) reports
 // the last line. A text whose bytes up to and including the "\n" ending
-// line hz are the same therefore has the same lines 0..hz, at the same
+// line hz are the same, with the same line ends (which the scanner derives
+// from the raw escapes), therefore has the same lines 0..hz, at the same
 // offsets, and at least one line after them, so every step up to the mark
 // decides alike and finds the same blocks. The segmenter's other state,
 // noClose and closeAt, only caches searches whose answers do not depend on
