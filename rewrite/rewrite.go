@@ -103,20 +103,20 @@ type state struct {
 	// (request.contents, scanner.parts).
 	contents []content
 	parts    []part
-	// The buffers of findRuns: per-line flags, free-line flags per part,
-	// free-line hashes and where each part's end, and the hash table.
-	blocks []block   // the blocks of every part, back to back
-	segs   []segMark // their segmentation marks, back to back (analyse)
+	blocks   []block   // the blocks of every part, back to back
+	segs     []segMark // their segmentation marks, back to back (segReuse)
 	// copyOf holds, for each of blocks, the block it was copied from by
 	// segReuse (-1: none), and occOf the occurrence made of it.
 	copyOf, occOf []int32
 	tparts        []textPart
 	occs          []occ
-	slab          []bool
-	free          [][]bool
-	hashes        []lineHash
-	hashEnd       []int
-	tbl           lineTable
+	// The buffers of findRuns: per-line flags, free-line flags per part,
+	// free-line hashes and where each part's end, and the hash table.
+	slab    []bool
+	free    [][]bool
+	hashes  []lineHash
+	hashEnd []int
+	tbl     lineTable
 	// The engine's identity maps and documents, cleared after each
 	// request (engine.ids, versions, byText, byName, shaMemo, docs).
 	ids      map[string]int32
