@@ -30,7 +30,10 @@
 // text whose raw bytes begin like one of the few texts decoded just before
 // it (a naive client re-sending a file ahead of a new question) copies
 // their decoded form up to the last checkpoint inside the shared prefix
-// instead of decoding it again.
+// instead of decoding it again. Segmentation does the same: such a text
+// takes over the blocks of the earlier one that lie wholly in the shared
+// prefix (with their content ids and hashes) and is segmented only after
+// them (segment.go, segMark).
 //
 // A request whose texts are all shorter than Options.MinBlockBytes, and
 // that has no inlineData part to analyse, cannot change: such texts are

@@ -53,7 +53,7 @@ func (e *engine) str(n int) string {
 // out.
 func (e *engine) grow(n int) {
 	if cap(e.strs)-len(e.strs) < n {
-		e.strs = make([]byte, 0, max(n, 2*cap(e.strs), 512))
+		e.strs = make([]byte, 0, max(n, 2*cap(e.strs), 1024))
 	}
 }
 
@@ -74,13 +74,35 @@ func (e *engine) reference(o *occ) bool {
 	if size < e.opts.MinBlockBytes || size < 2*len("[unchanged:  sha256:123456789abc]") {
 		return false
 	}
-	o.sha = e.sha(content)
+	if o.copyOf > 0 && e.occs[o.copyOf-1].sha != "" {
+		o.sha = e.occs[o.copyOf-1].sha // the same span
+	} else {
+		o.sha = e.sha(content)
+	}
 	o.ref = e.refText(o)
 	o.refBytes = len(o.ref)
 	if o.b.kind == kindImage {
-		o.refBytes = len(`{"text":""}`) + len(appendEscaped(nil, o.ref))
+		o.refBytes = len(`{"text":""}`) + o.refJSONLen()
 	}
 	return o.refBytes*2 <= size
+}
+
+// refJSONLen returns the length of o.ref escaped as JSON string contents.
+func (o *occ) refJSONLen() int {
+	if !o.refEsc {
+		return len(o.ref)
+	}
+	return escapedLen(o.ref)
+}
+
+// needsEscape reports whether s holds a byte that a JSON string escapes.
+func needsEscape(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
+			return true
+		}
+	}
+	return false
 }
 
 // refText renders the reference that replaces o (see doc.go for the format).
@@ -89,30 +111,34 @@ func (e *engine) refText(o *occ) string {
 	n := len(e.strs)
 	b := e.strs
 	name := displayName(e.name(o))
+	// The rest of a reference is ASCII that JSON does not escape.
+	o.refEsc = needsEscape(name)
 	h := o.sha[:12]
 	switch {
 	case o.b.kind == kindImage:
 		b = append(b, "[same "...)
-		b = append(b, name...)
-		b = append(b, " sha256:"...)
-		b = append(b, h...)
-		b = append(b, " as "...)
 	case o.super:
 		b = append(b, "[superseded: "...)
-		b = append(b, name...)
-		b = append(b, " sha256:"...)
-		b = append(b, h...)
-		b = append(b, ", replaced by the version "...)
 	default:
 		b = append(b, "[unchanged: "...)
-		b = append(b, name...)
-		b = append(b, " sha256:"...)
-		b = append(b, h...)
+	}
+	at := len(b) - n
+	b = append(b, name...)
+	b = append(b, " sha256:"...)
+	b = append(b, h...)
+	switch {
+	case o.b.kind == kindImage:
+		b = append(b, " as "...)
+	case o.super:
+		b = append(b, ", replaced by the version "...)
+	default:
 		b = append(b, ", identical to the copy "...)
 	}
 	b = e.appendWhere(b, o)
 	e.strs = append(b, ']')
-	return e.str(n)
+	ref := e.str(n)
+	o.refName = ref[at : at+len(name)] // in e.strs, as report needs
+	return ref
 }
 
 // where says where the full copy is: "in turn N", "in your previous reply"
@@ -167,12 +193,14 @@ func (e *engine) name(o *occ) string {
 // displayName makes a name safe and short for a reference: control
 // characters and brackets become spaces, and it is cut to maxNameBytes.
 func displayName(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == '[' || r == ']' || r == utf8.RuneError {
-			return ' '
-		}
-		return r
-	}, s)
+	if !plainName(s) {
+		s = strings.Map(func(r rune) rune {
+			if r < 0x20 || r == 0x7f || r == '[' || r == ']' || r == utf8.RuneError {
+				return ' '
+			}
+			return r
+		}, s)
+	}
 	s = strings.TrimSpace(s)
 	if len(s) > maxNameBytes {
 		cut := maxNameBytes - 3
@@ -185,6 +213,17 @@ func displayName(s string) string {
 		s = "block"
 	}
 	return s
+}
+
+// plainName reports whether displayName maps no byte of s: s is printable
+// ASCII without brackets (strings.Map returns such a string unchanged).
+func plainName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '[' || c == ']' {
+			return false
+		}
+	}
+	return true
 }
 
 // final returns every replacement in request order.
@@ -211,6 +250,7 @@ type cut struct {
 	start, end int
 	ref        string
 	img        bool
+	esc        bool // ref holds a byte that JSON escapes
 }
 
 // emit stitches the unchanged byte ranges of the body around the replaced
@@ -226,7 +266,7 @@ func (e *engine) emit(reps []*occ) []byte {
 	for i := 0; i < len(reps); {
 		o := reps[i]
 		if o.b.kind == kindImage {
-			cuts = append(cuts, cut{o.img.obj.start, o.img.obj.end, o.ref, true})
+			cuts = append(cuts, cut{o.img.obj.start, o.img.obj.end, o.ref, true, o.refEsc})
 			i++
 			continue
 		}
@@ -244,14 +284,17 @@ func (e *engine) emit(reps []*occ) []byte {
 			rawOffsets(raw, offs, tp.marks)
 		}
 		for k, r := range reps[i:j] {
-			cuts = append(cuts, cut{tp.p.str.start + offs[2*k], tp.p.str.start + offs[2*k+1], r.ref, false})
+			cuts = append(cuts, cut{tp.p.str.start + offs[2*k], tp.p.str.start + offs[2*k+1], r.ref, false, r.refEsc})
 		}
 		i = j
 	}
 	e.st.cuts, e.st.offs = cuts, offs
 	n := len(e.body)
 	for _, c := range cuts {
-		n += escapedLen(c.ref) - (c.end - c.start)
+		n += len(c.ref) - (c.end - c.start)
+		if c.esc {
+			n += escapedLen(c.ref) - len(c.ref)
+		}
 		if c.img {
 			n += len(textOpen) + len(textClose)
 		}
@@ -263,7 +306,11 @@ func (e *engine) emit(reps []*occ) []byte {
 		if c.img {
 			out = append(out, textOpen...)
 		}
-		out = appendEscaped(out, c.ref)
+		if c.esc {
+			out = appendEscaped(out, c.ref)
+		} else {
+			out = append(out, c.ref...)
+		}
 		if c.img {
 			out = append(out, textClose...)
 		}
@@ -297,12 +344,16 @@ func (e *engine) report(reps []*occ) []Replacement {
 		if o.b.kind == kindImage {
 			size = o.img.obj.end - o.img.obj.start
 		}
-		// The name may view the pooled decoding arena: copy it.
-		name := displayName(e.name(o))
-		e.grow(len(name))
-		n := len(e.strs)
-		e.strs = append(e.strs, name...)
-		out[i] = Replacement{Rule: o.rule, Turn: o.turn, Part: o.part, Document: e.str(n),
+		name := o.refName
+		if name == "" {
+			// The name may view the pooled decoding arena: copy it.
+			name = displayName(e.name(o))
+			e.grow(len(name))
+			n := len(e.strs)
+			e.strs = append(e.strs, name...)
+			name = e.str(n)
+		}
+		out[i] = Replacement{Rule: o.rule, Turn: o.turn, Part: o.part, Document: name,
 			SHA256: o.sha, Bytes: size, RefBytes: o.refBytes, Target: o.target, Reference: o.ref}
 	}
 	return out

@@ -107,9 +107,36 @@ func fuzzCheck(t *testing.T, body []byte, opts Options) {
 	if !bytes.Equal(out, out2) {
 		t.Fatalf("not deterministic")
 	}
-	// The path for requests too small to change must change nothing.
+	// The path for requests too small to change, and the other shortcuts
+	// (segmentation reuse, run pre-test), must change nothing.
 	slow, slowRep, err := request1(body, opts, nil, false)
 	if err != nil || !bytes.Equal(slow, out) || renderReport(slowRep, nil) != renderReport(rep, nil) || !reflect.DeepEqual(slowRep, rep) {
 		t.Fatalf("small-request path differs (err %v)\nin:   %q\nfast: %q %s\nslow: %q %s\n%s", err, body, out, renderReport(rep, nil), slow, renderReport(slowRep, nil), cmp.Diff(rep, slowRep))
 	}
+}
+
+// FuzzSegReuse checks that segmenting a text after others it may begin
+// like finds the blocks of a fresh segmentation.
+func FuzzSegReuse(f *testing.F) {
+	for i, a := range segSamples {
+		f.Add(a, segTails[i%len(segTails)], uint16(len(a)/2))
+	}
+	f.Fuzz(func(t *testing.T, a, tail string, k uint16) {
+		cut := int(k) % (len(a) + 1)
+		checkSegReuse(t, []string{a, a[:cut] + tail, a + tail, a[:cut/2] + tail + a[cut:]})
+	})
+}
+
+// FuzzPlainLine checks that no banner or secondary block starts at a line
+// that plainLine passes.
+func FuzzPlainLine(f *testing.F) {
+	f.Add("Answer 1: fine.", "\n|-- a\n|-- b\n|-- c\n")
+	f.Add("app/", "\n├── a\n├── b\n└── c\n")
+	f.Add("Open tabs:", "\n- a.go\n- b.go\n")
+	f.Fuzz(func(t *testing.T, line, rest string) {
+		if strings.Contains(line, "\n") {
+			return
+		}
+		checkPlainLine(t, line+rest)
+	})
 }

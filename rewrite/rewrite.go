@@ -3,6 +3,7 @@ package rewrite
 import (
 	"encoding/base64"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"unsafe"
@@ -23,8 +24,9 @@ func Request(body []byte, opts Options, v Verifier) ([]byte, *Report, error) {
 }
 
 // request1 is Request; fast enables the path for requests whose texts are
-// all too short to hold a replaceable block, which tests turn off to
-// check that it changes nothing.
+// all too short to hold a replaceable block and the other shortcuts (see
+// engine.exhaustive), which tests turn off to check that they change
+// nothing.
 func request1(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report, error) {
 	st := states.Get().(*state)
 	defer st.release()
@@ -66,6 +68,7 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 		return body, rep, nil
 	}
 	e := newEngine(body, req, &opts, st)
+	e.exhaustive = !fast
 	if m, ok := v.(Memo); ok {
 		e.memo = m
 	}
@@ -100,11 +103,15 @@ type state struct {
 	// (request.contents, scanner.parts).
 	contents []content
 	parts    []part
+	blocks   []block   // the blocks of every part, back to back
+	segs     []segMark // their segmentation marks, back to back (segReuse)
+	// copyOf holds, for each of blocks, the block it was copied from by
+	// segReuse (-1: none), and occOf the occurrence made of it.
+	copyOf, occOf []int32
+	tparts        []textPart
+	occs          []occ
 	// The buffers of findRuns: per-line flags, free-line flags per part,
 	// free-line hashes and where each part's end, and the hash table.
-	blocks  []block // the blocks of every part, back to back
-	tparts  []textPart
-	occs    []occ
 	slab    []bool
 	free    [][]bool
 	hashes  []lineHash
@@ -180,9 +187,9 @@ func (st *state) reset() {
 	if cap(st.tparts) > maxPooled/int(unsafe.Sizeof(textPart{})) || cap(st.occs) > maxPooled/int(unsafe.Sizeof(occ{})) {
 		st.tparts, st.occs = nil, nil
 	}
-	st.blocks = st.blocks[:0]
-	if cap(st.blocks) > maxPooled/int(unsafe.Sizeof(block{})) {
-		st.blocks = nil
+	st.blocks, st.segs, st.copyOf, st.occOf = st.blocks[:0], st.segs[:0], st.copyOf[:0], st.occOf[:0]
+	if cap(st.blocks) > maxPooled/int(unsafe.Sizeof(block{})) || cap(st.segs) > maxPooled/int(unsafe.Sizeof(segMark{})) || cap(st.copyOf) > maxPooled/4 {
+		st.blocks, st.segs, st.copyOf, st.occOf = nil, nil, nil, nil
 	}
 	if cap(st.slab) > maxPooled || cap(st.tbl.keys) > maxPooled/16 {
 		st.slab, st.free, st.hashes, st.hashEnd, st.tbl = nil, nil, nil, nil, lineTable{}
@@ -227,6 +234,7 @@ type textPart struct {
 	marks      []mark // unescaped → raw offsets, when the string has escapes
 	lines      lines
 	blocks     []block
+	blockOff   int    // blocks[0] is state.blocks[blockOff]; -1: not there
 	gone       []bool // lines replaced by a run reference
 }
 
@@ -238,8 +246,11 @@ type occ struct {
 	b       block
 	content string // identity content: the block's content with CRLF → LF
 	cid     int32  // content's id: equal ids, equal contents (engine.ids)
-	doc     int
-	next    int32 // the document's next occurrence; -1 for none
+	// copyOf is one plus the index of the occurrence whose block segReuse
+	// copied as this one's (the same span and content); 0 for none.
+	copyOf int32
+	doc    int
+	next   int32 // the document's next occurrence; -1 for none
 	// decision
 	replace  bool
 	rule     Rule
@@ -249,6 +260,8 @@ type occ struct {
 	img      *part
 	sha      string
 	ref      string
+	refEsc   bool   // ref holds a byte that JSON escapes (set with ref)
+	refName  string // the name inside ref, when refText made it
 	refBytes int
 	from     loc // a run: the part and line where its earlier copy starts
 }
@@ -291,6 +304,9 @@ type engine struct {
 	// chunkScan is what is left of the bytes that the retrieval-chunk
 	// test of a named block may still scan (see identify).
 	chunkScan int
+	// exhaustive turns off the shortcuts that must change nothing (the
+	// segmentation reuse, the run pre-test), for tests to compare.
+	exhaustive bool
 }
 
 // newEngine returns an engine for req that keeps its maps and documents in
@@ -337,6 +353,7 @@ func (e *engine) analyse() {
 	}
 	var texts []string
 	var found [][]block
+	sr := segReuse{off: e.exhaustive}
 	for ti := range e.req.contents {
 		c := &e.req.contents[ti]
 		var memoed [][]block
@@ -358,14 +375,15 @@ func (e *engine) analyse() {
 				d := &p.dec
 				ls := lines{text: d.text, nl: d.nl}
 				var blocks []block
+				off := -1
 				if hit {
 					blocks = memoed[len(e.parts)-first]
 				} else {
-					n := len(e.st.blocks)
-					e.st.blocks = appendBlocks(e.st.blocks, ls, tags)
-					blocks = e.st.blocks[n:len(e.st.blocks):len(e.st.blocks)]
+					off = len(e.st.blocks)
+					sr.segment(e.st, ls, tags)
+					blocks = e.st.blocks[off:len(e.st.blocks):len(e.st.blocks)]
 				}
-				e.parts = append(e.parts, textPart{turn: ti, part: pi, p: p, text: d.text, marks: d.marks, lines: ls, blocks: blocks})
+				e.parts = append(e.parts, textPart{turn: ti, part: pi, p: p, text: d.text, marks: d.marks, lines: ls, blocks: blocks, blockOff: off})
 			}
 		}
 		if tm != nil && !hit {
@@ -378,7 +396,11 @@ func (e *engine) analyse() {
 	}
 	e.findRuns()
 	// Occurrences in request order: parts in order, blocks in order, images
-	// interleaved by their position.
+	// interleaved by their position. A block that segReuse copied has the
+	// content of the block it copied: its occurrence shares that string
+	// and content id instead of normalising and hashing it again.
+	st := e.st
+	st.occOf = slices.Grow(st.occOf[:0], len(st.blocks))[:len(st.blocks)]
 	k := 0
 	for ti := range e.req.contents {
 		c := &e.req.contents[ti]
@@ -387,13 +409,26 @@ func (e *engine) analyse() {
 			switch p.kind {
 			case partText:
 				tp := &e.parts[k]
-				for _, b := range tp.blocks {
-					e.add(occ{tp: k, turn: ti, part: pi, b: b, content: normalize(tp.text[b.cstart:b.cend])})
+				for j, b := range tp.blocks {
+					o := occ{tp: k, turn: ti, part: pi, b: b, cid: -1}
+					if tp.blockOff >= 0 {
+						if src := st.copyOf[tp.blockOff+j]; src >= 0 {
+							q := &e.occs[st.occOf[src]]
+							o.content, o.cid, o.copyOf = q.content, q.cid, st.occOf[src]+1
+						}
+					}
+					if o.cid < 0 {
+						o.content = normalize(tp.text[b.cstart:b.cend])
+					}
+					e.add(o)
+					if tp.blockOff >= 0 {
+						st.occOf[tp.blockOff+j] = int32(len(e.occs) - 1)
+					}
 				}
 				k++
 			case partInline:
 				if data, ok := decodeBase64(e.body[p.str.start:p.str.end], p.esc); ok {
-					e.add(occ{tp: -1, turn: ti, part: pi, b: block{kind: kindImage, name: p.mime}, content: data, img: p})
+					e.add(occ{tp: -1, turn: ti, part: pi, b: block{kind: kindImage, name: p.mime}, content: data, img: p, cid: -1})
 				}
 			}
 		}
@@ -428,15 +463,18 @@ func decodeBase64(raw []byte, esc bool) (string, bool) {
 	return string(b), true
 }
 
-// add assigns an occurrence to a document (DESIGN §3 "Identity").
+// add assigns an occurrence to a document (DESIGN §3 "Identity"). o.cid
+// is the id of o.content when known, else -1.
 func (e *engine) add(o occ) {
-	id, ok := e.ids[o.content]
-	if !ok {
-		id = int32(len(e.ids))
-		e.ids[o.content] = id
-		e.byText = append(e.byText, -1)
+	if o.cid < 0 {
+		id, ok := e.ids[o.content]
+		if !ok {
+			id = int32(len(e.ids))
+			e.ids[o.content] = id
+			e.byText = append(e.byText, -1)
+		}
+		o.cid = id
 	}
-	o.cid = id
 	o.doc = e.identify(&o)
 	o.next = -1
 	d := e.docs[o.doc]
@@ -639,4 +677,83 @@ func (e *engine) decide() {
 			o.replace = e.reference(o)
 		}
 	}
+}
+
+// segReuse segments the texts of one request into st.blocks, starting
+// each text where the segmentation of a recent text with the same first
+// bytes leaves off (a file re-sent ahead of a new question): the blocks
+// before the last segMark inside the shared prefix are copied, not found
+// again. The blocks are exactly those of a fresh segmentation (segMark).
+type segReuse struct {
+	recent  [4]segText
+	nrecent int
+	off     bool // segment every text afresh
+}
+
+// segText is a text segmented earlier: its lines, and its blocks and
+// marks in st.blocks and st.segs.
+type segText struct {
+	l                            lines
+	blockOff, markOff, markCount int
+}
+
+// segment appends the blocks of the text l to st.blocks and returns the
+// mark it resumed at (the zero mark: none).
+func (sr *segReuse) segment(st *state, l lines, tags []string) segMark {
+	if len(l.text) < 8 {
+		return segMark{}
+	}
+	var from segMark
+	var src *segText
+	shared := 0
+	// Newest first. Only the bytes up to the line of a text's last mark
+	// matter, and a text sharing all of them gives all its blocks: stop
+	// there.
+	for j := range min(sr.nrecent, len(sr.recent)) {
+		r := &sr.recent[(sr.nrecent-1-j)%len(sr.recent)]
+		need := min(int(r.l.nl[st.segs[r.markOff+r.markCount-1].hz])+1, len(r.l.text))
+		if r.l.text[0] != l.text[0] || need <= shared {
+			continue
+		}
+		c := commonPrefix(unsafe.Slice(unsafe.StringData(r.l.text), need), unsafe.Slice(unsafe.StringData(l.text), len(l.text)))
+		if c > shared {
+			src, shared = r, c
+		}
+		if c == need {
+			break
+		}
+	}
+	n, m := len(st.blocks), len(st.segs)
+	for len(st.copyOf) < n {
+		st.copyOf = append(st.copyOf, -1)
+	}
+	if src != nil {
+		// The last mark whose lines up to hz, "\n" included, are shared.
+		// The line ends are compared too: the scanner's depend on the raw
+		// escapes (it does not count a "\u000a" as one), not on the
+		// text alone.
+		marks := st.segs[src.markOff : src.markOff+src.markCount]
+		a, b := src.l.nl, l.nl
+		n := min(len(a), len(b), int(marks[len(marks)-1].hz)+1)
+		same := commonPrefix(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(a))), 4*n), unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(b))), 4*n)) / 4
+		same = sort.Search(same, func(j int) bool { return int(a[j]) >= shared }) // lines ending inside the shared bytes
+		k := sort.Search(len(marks), func(k int) bool { return int(marks[k].hz) >= same })
+		if k > 0 {
+			from = marks[k-1]
+			st.blocks = append(st.blocks, st.blocks[src.blockOff:src.blockOff+int(from.nblocks)]...)
+			st.segs = append(st.segs, marks[:k]...)
+			for j := range int(from.nblocks) {
+				st.copyOf = append(st.copyOf, int32(src.blockOff+j))
+			}
+		}
+	}
+	st.blocks = appendBlocksFrom(st.blocks, l, tags, from, &st.segs)
+	for len(st.copyOf) < len(st.blocks) {
+		st.copyOf = append(st.copyOf, -1)
+	}
+	if len(st.segs) > m && !sr.off {
+		sr.recent[sr.nrecent%len(sr.recent)] = segText{l: l, blockOff: n, markOff: m, markCount: len(st.segs) - m}
+		sr.nrecent++
+	}
+	return from
 }

@@ -12,6 +12,9 @@ package rewrite
 // linear in the text, plus at most one bounded comparison per line.
 func (e *engine) findRuns() {
 	minBytes := max(e.opts.MinBlockBytes, 1)
+	if !e.exhaustive && !e.mayRun(minBytes) {
+		return
+	}
 	st := e.st
 	// One slab for the per-line flags of every part and one for the
 	// hashes of their free lines: a few allocations per request instead of
@@ -30,29 +33,25 @@ func (e *engine) findRuns() {
 		fr := slab[:l.n():l.n()]
 		tp.gone = slab[l.n() : 2*l.n() : 2*l.n()]
 		slab = slab[2*l.n():]
-		// Lines outside every block are free: the gaps between blocks,
-		// found by binary search rather than by visiting every line.
+		// Lines outside every block are free, except references: the
+		// gaps between blocks, found by binary search rather than by
+		// visiting every line, in order.
+		gap := func(from, to int) {
+			for i := from; i < to; i++ {
+				if s := l.at(i); !isRefLine(s) {
+					fr[i] = true
+					if !blank(s) {
+						hashes = append(hashes, lineHash{int32(i), hashLine(s)})
+					}
+				}
+			}
+		}
 		from := 0
 		for _, b := range tp.blocks {
-			first := lineAt(l, b.start)
-			for i := from; i < first; i++ {
-				fr[i] = true
-			}
+			gap(from, lineAt(l, b.start))
 			from = max(from, min(lineAt(l, b.end)+1, l.n()))
 		}
-		for i := from; i < l.n(); i++ {
-			fr[i] = true
-		}
-		for i, f := range fr {
-			if !f {
-				continue
-			}
-			if s := l.at(i); isRefLine(s) {
-				fr[i] = false
-			} else if !blank(s) {
-				hashes = append(hashes, lineHash{int32(i), hashLine(s)})
-			}
-		}
+		gap(from, l.n())
 		free = append(free, fr)
 		hashEnd = append(hashEnd, len(hashes))
 	}
@@ -129,6 +128,31 @@ func (e *engine) findRuns() {
 			}
 		}
 	}
+}
+
+// mayRun reports whether a run of minBytes may be found: a part after the
+// first turn has lines outside its blocks that span minBytes in one gap
+// between blocks, where a run lies (most requests have only a sentence or
+// two around their blocks).
+func (e *engine) mayRun(minBytes int) bool {
+	for k := range e.parts {
+		tp := &e.parts[k]
+		if tp.turn == e.parts[0].turn {
+			continue // nothing earlier to repeat
+		}
+		l := &tp.lines
+		from := 0
+		for _, b := range tp.blocks {
+			if first := lineAt(l, b.start); first > from && l.e(first-1)-l.s(from) >= minBytes {
+				return true
+			}
+			from = max(from, min(lineAt(l, b.end)+1, l.n()))
+		}
+		if from < l.n() && l.e(l.n()-1)-l.s(from) >= minBytes {
+			return true
+		}
+	}
+	return false
 }
 
 // lineHash is the hash of one free, non-blank line.

@@ -89,7 +89,42 @@ type segmenter struct {
 	// closeAt remembers, per tag, where the last search for its closing
 	// tag started and what it found (-1: none), for the same reason.
 	closeAt map[string][2]int
+	// hz is the last line the blocks found so far depend on (see segMark);
+	// marks, when set, receives a segMark after each block found.
+	hz    int
+	marks *[]segMark
+	base  int // len(out) when this text's blocks began
 }
+
+// segMark records the segmenter after a step that found a block, so that
+// the segmentation of another text with the same first bytes can start
+// there (replayable).
+//
+// The steps of run up to a mark read nothing past line hz: each detector
+// reports the last line it looked at, and one that reached the end of the
+// text (an unclosed fence, a banner or list running to the end) reports
+// the last line. A text whose bytes up to and including the "\n" ending
+// line hz are the same, with the same line ends (which the scanner derives
+// from the raw escapes), therefore has the same lines 0..hz, at the same
+// offsets, and at least one line after them, so every step up to the mark
+// decides alike and finds the same blocks. The segmenter's other state,
+// noClose and closeAt, only caches searches whose answers do not depend on
+// it, so a run resumed with them empty finds what a full run finds.
+type segMark struct {
+	line    int32 // the line the next step starts at; also the first free line
+	nblocks int32 // blocks of the text found up to the mark
+	hz      int32
+}
+
+// touch records that the blocks found depend on line j.
+func (sg *segmenter) touch(j int) {
+	if j > sg.hz {
+		sg.hz = j
+	}
+}
+
+// touchEnd records that the blocks found depend on where the text ends.
+func (sg *segmenter) touchEnd() { sg.touch(sg.l.n() - 1) }
 
 // segment returns the blocks of text in order, which never overlap, and the
 // text's lines.
@@ -106,17 +141,26 @@ func segmentLines(l lines, tags []string) []block {
 // appendBlocks appends the blocks of a text already split into lines to
 // dst, so that the parts of a request can share one buffer.
 func appendBlocks(dst []block, l lines, tags []string) []block {
+	return appendBlocksFrom(dst, l, tags, segMark{}, nil)
+}
+
+// appendBlocksFrom is appendBlocks resumed at mark from, a mark of another
+// text whose blocks up to it dst already ends with (see segMark; the zero
+// mark starts at the beginning). When marks is not nil, a segMark is
+// appended to it after each block found.
+func appendBlocksFrom(dst []block, l lines, tags []string, from segMark, marks *[]segMark) []block {
 	if len(l.text) < 8 {
 		return dst
 	}
-	sg := segmenter{l: l, tags: tags}
-	return sg.run(dst)
+	sg := segmenter{l: l, tags: tags, hz: int(from.hz), marks: marks, base: len(dst) - int(from.nblocks)}
+	return sg.run(dst, int(from.line))
 }
 
-func (sg *segmenter) run(out []block) []block {
+func (sg *segmenter) run(out []block, i int) []block {
 	l := &sg.l
-	free := 0 // first line not consumed by a block
-	for i := 0; i < l.n(); {
+	free := i // first line not consumed by a block
+	for i < l.n() {
+		sg.touch(i)
 		line := l.at(i)
 		var b block
 		var next int
@@ -127,11 +171,11 @@ func (sg *segmenter) run(out []block) []block {
 		case strings.HasPrefix(trimIndent(line), "<"):
 			b, next, ok = sg.tag(i)
 		}
-		if !ok {
+		if !ok && !plainLine(line) {
 			b, next, ok = sg.banner(i)
-		}
-		if !ok {
-			b, next, ok = sg.secondary(i)
+			if !ok {
+				b, next, ok = sg.secondary(i)
+			}
 		}
 		if !ok {
 			i++
@@ -145,6 +189,9 @@ func (sg *segmenter) run(out []block) []block {
 			out = append(out, b)
 		}
 		i, free = next, next
+		if sg.marks != nil {
+			*sg.marks = append(*sg.marks, segMark{int32(next), int32(len(out) - sg.base), int32(sg.hz)})
+		}
 	}
 	return out
 }
@@ -205,6 +252,7 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 		}
 	}
 	if i+1 >= l.n() {
+		sg.touchEnd()
 		return block{}, 0, false
 	}
 	b.cstart = l.s(i + 1)
@@ -246,10 +294,12 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 			if b.cend > b.cstart {
 				b.cend-- // the "\n" before the closing fence
 			}
+			sg.touch(j)
 			return b, j + 1, true
 		}
 		flags(line)
 	}
+	sg.touchEnd()
 	memo.from, memo.n = i, n
 	// No closing fence. A naive template may have glued it to the last code
 	// line ("}```"); otherwise the fence was left open by truncation.
@@ -584,8 +634,12 @@ func (sg *segmenter) banner(i int) (block, int, bool) {
 	first := i + 1 // first content line
 	start := i     // first line of the span
 	var stop func(t string) bool
+	rule := isRule(t)
+	if rule {
+		sg.touch(min(i+2, l.n()-1))
+	}
 	switch {
-	case isRule(t) && i+2 < l.n() && isRule(l.at(i+2)):
+	case rule && i+2 < l.n() && isRule(l.at(i+2)):
 		u := strings.TrimSpace(l.at(i + 1))
 		if k := strings.IndexByte(u, ':'); k > 0 && strings.EqualFold(u[:k], "file") {
 			name = strings.TrimSpace(u[k+1:])
@@ -602,7 +656,11 @@ func (sg *segmenter) banner(i int) (block, int, bool) {
 		name = commentBanner(t)
 		stop = func(t string) bool { return commentBanner(t) != "" || isFenceCandidate(t) }
 	}
-	if name == "" || !pathish(name) || first >= l.n() || isFenceCandidate(l.at(first)) {
+	if name == "" || !pathish(name) {
+		return block{}, 0, false
+	}
+	sg.touch(min(first, l.n()-1))
+	if first >= l.n() || isFenceCandidate(l.at(first)) {
 		// A banner right above a fence names the fence; fence() takes it.
 		return block{}, 0, false
 	}
@@ -613,6 +671,7 @@ func (sg *segmenter) banner(i int) (block, int, bool) {
 			break
 		}
 	}
+	sg.touch(min(j+2, l.n()-1))
 	next := j
 	last := j - 1 // last content line
 	if j < l.n() {
@@ -678,6 +737,12 @@ func (sg *segmenter) tag(i int) (block, int, bool) {
 	off := l.s(i) + len(line) - len(trimIndent(line))
 	rest := l.text[off+1:]
 	var name string
+	long := 0
+	for _, tg := range sg.tags {
+		long = max(long, len(tg))
+	}
+	// The name test reads up to the byte after the longest tag.
+	sg.touch(lineAt(l, min(off+1+long, len(l.text))))
 	for _, tg := range sg.tags {
 		if len(rest) > len(tg) && strings.EqualFold(rest[:len(tg)], tg) {
 			if c := rest[len(tg)]; c == ' ' || c == '>' || c == '\t' {
@@ -706,6 +771,7 @@ func (sg *segmenter) tag(i int) (block, int, bool) {
 		b.name = childName(body, k)
 	}
 	if k < 0 {
+		sg.touchEnd()
 		if b.name == "" {
 			return block{}, 0, false
 		}
@@ -722,6 +788,7 @@ func (sg *segmenter) tag(i int) (block, int, bool) {
 	if b.cend > b.cstart && l.text[b.cend-1] == '\n' {
 		b.cend--
 	}
+	sg.touch(lineAt(l, b.end))
 	next := lineAfter(l, b.end)
 	return b, next, true
 }
@@ -869,6 +936,7 @@ func (sg *segmenter) secondary(i int) (block, int, bool) {
 		for j < l.n() && listItem(l.at(j)) {
 			j++
 		}
+		sg.touch(min(j, l.n()-1))
 		if j == i+1 {
 			return block{}, 0, false
 		}
@@ -884,11 +952,44 @@ func (sg *segmenter) secondary(i int) (block, int, bool) {
 	for k < l.n() && treeLine(l.at(k)) {
 		k++
 	}
+	sg.touch(min(k, l.n()-1))
 	if k-j < 3 {
 		return block{}, 0, false
 	}
 	return block{kind: kindTree, name: "project tree", start: l.s(i), end: l.e(k - 1), cstart: l.s(i), cend: l.e(k - 1)}, k, true
 }
+
+// plainLine reports, from its first and last bytes, that neither banner
+// nor secondary finds a block at a line (as most lines of prose): a
+// banner starts with "=", "-", "[" or a comment marker, a tab list with a
+// byte of tabsFirst, a tree with "|", "+", "`", "." or a line holding a
+// box-drawing character or ending with "/". Any byte above 0x7F at
+// either end may be Unicode white space that strings.TrimSpace drops, so
+// it leaves the decision to them.
+func plainLine(line string) bool {
+	u := trimIndent(line)
+	if u == "" {
+		return true
+	}
+	if c := u[0]; c >= 0x80 || blockFirst[c] || strings.IndexByte(u, 0xE2) >= 0 {
+		return false
+	}
+	e := len(u)
+	for e > 0 && (u[e-1] == ' ' || u[e-1] == '\t' || u[e-1] == '\r' || u[e-1] == '\v' || u[e-1] == '\f') {
+		e--
+	}
+	return e > 0 && u[e-1] != '/' && u[e-1] < 0x80
+}
+
+// blockFirst marks the bytes after the indent that may start a banner or
+// secondary block (see plainLine): tabsFirst and more.
+var blockFirst = func() (t [256]bool) {
+	t = tabsFirst
+	for _, c := range []byte("=-[/#;|+`.") {
+		t[c] = true
+	}
+	return t
+}()
 
 // commentByte marks the bytes commentBanner skips after the indent.
 var commentByte = [256]bool{'/': true, '#': true, '-': true, ';': true, '*': true, ' ': true, '\t': true}

@@ -161,3 +161,116 @@ func TestNextField(t *testing.T) {
 		}
 	}
 }
+
+// segSamples are texts for every detector, each with blocks that end
+// before the text does and blocks that run to its end.
+var segSamples = []string{
+	"Here:\n```go a.go\nfunc a() {}\nfunc b() {}\n```\nWhy?",
+	"```go\nx\n```\n```\ny\n```\ntail ```\n````\n",
+	"Look:\n```go\nfunc a() {}\n}```\nWhy?\n~~~\nz\n~~~",
+	"src/a.go\n```\nx\n```\n\nFile: b.go\n```go\ny\n```\n",
+	"<file path=\"a.go\">\nx\n</file>\nq\n<document>\n<source>b.md</source>\ny\n</document>\n<file>\nopen",
+	"--- a.py ---\nx\n--- End of content ---\nq\n--- b.py ---\ny\n\nWhat does this code do here?",
+	"=====\nFILE: a.go\n=====\nx\n=====\nFILE: b.go\n=====\nz\n=====\n",
+	"[CONTEXT FILE] lib/b.py\nx\n[CONTEXT FILE] lib/c.py\ny\n",
+	"// File: a.ts\nx()\n// File: b.ts\ny()\n```ts\n// File: c.ts\nx()\n\n// File: d.ts\ny()\n```\n",
+	"Structure:\napp/\n├── a.go\n├── b.go\n└── c.go\nq\nOpen tabs:\n- a.go\n- b.go\n\nq",
+	"```\n[unchanged: a.go sha256:0123456789ab, identical to the copy in turn 1]\n```\nx\n```go\r\ny\r\n```\r\n",
+	"    ```go\ncode\n<file path=a>\nx\n</file> trailing\n|-- a\n|-- b\n|-- c\n",
+}
+
+// segTails end a copy of a sample cut anywhere: closing what the cut left
+// open, opening something new, or nothing.
+var segTails = []string{"", "\n", "x", "```\n", "\n```\n", "~~~\n", "\nQuestion?", "</file>\n", "</document>\n",
+	"--- End of content ---\n", "=====\n", "\n|-- a\n|-- b\n|-- c\n", "- c.go\n", "```go\nmore\n```\n", "// File: e.ts\n"}
+
+// checkSegReuse segments texts in order as analyse does and reports a
+// text whose blocks differ from a fresh segmentation; it returns how many
+// texts resumed at a mark.
+func checkSegReuse(t *testing.T, texts []string) int {
+	t.Helper()
+	tags := DefaultOptions().DocumentTags
+	st := &state{}
+	var sr segReuse
+	resumed := 0
+	for _, text := range texts {
+		n := len(st.blocks)
+		if sr.segment(st, splitLines(text), tags).line > 0 {
+			resumed++
+		}
+		got := st.blocks[n:]
+		want := appendBlocks(nil, splitLines(text), tags)
+		if !cmp.Equal(want, got, cmp.AllowUnexported(block{}), cmpopts.EquateEmpty()) {
+			t.Fatalf("blocks of %q after %q differ from a fresh segmentation:\n%s", text, texts, cmp.Diff(want, got, cmp.AllowUnexported(block{}), cmpopts.EquateEmpty()))
+		}
+	}
+	return resumed
+}
+
+// TestSegReuse checks that a text segmented after one it begins like has
+// the blocks of a fresh segmentation, wherever the shared prefix ends.
+func TestSegReuse(t *testing.T) {
+	resumed := 0
+	for _, a := range segSamples {
+		for k := 0; k <= len(a); k++ {
+			for _, tail := range segTails {
+				resumed += checkSegReuse(t, []string{a, a[:k] + tail})
+			}
+		}
+	}
+	for _, a := range segSamples {
+		for _, b := range segSamples {
+			resumed += checkSegReuse(t, []string{a, b, a + b, b, a + "\n" + b, a[:len(a)/2] + b})
+		}
+	}
+	if resumed == 0 {
+		t.Error("no text resumed at a mark")
+	}
+	// A naive re-sent file: the second copy resumes after the fence.
+	file := "Here is my code:\n```go a.go\nfunc a() {}\n```\n"
+	tags := DefaultOptions().DocumentTags
+	st := &state{}
+	var sr segReuse
+	sr.segment(st, splitLines(file+"Question 1?"), tags)
+	if got := sr.segment(st, splitLines(file+"Question 2?"), tags); got.line != 4 || got.nblocks != 1 {
+		t.Errorf("second copy resumed at %+v, want line 4 after 1 block", got)
+	}
+}
+
+// checkPlainLine fails when plainLine says that no banner or secondary
+// block starts at the first line of text and one does.
+func checkPlainLine(t *testing.T, text string) {
+	t.Helper()
+	sg := segmenter{l: splitLines(text), tags: DefaultOptions().DocumentTags}
+	line := sg.l.at(0)
+	if !plainLine(line) {
+		return
+	}
+	if b, _, ok := sg.banner(0); ok {
+		t.Errorf("plainLine(%q) but banner finds %+v in %q", line, b, text)
+	}
+	if b, _, ok := sg.secondary(0); ok {
+		t.Errorf("plainLine(%q) but secondary finds %+v in %q", line, b, text)
+	}
+}
+
+func TestPlainLine(t *testing.T) {
+	lines := []string{"", " ", "\t\r", "Answer 1: fine.", "Here is my code:", "app/", "app/ ", ".", " . ", "src\u00a0",
+		"--- a.go ---", "=====", "[CONTEXT FILE] a.go", "// File: a.go", "# file: a.py", "Open tabs:", "open files", "\vOpen tabs",
+		"\u00a0--- a.go ---", "\u2003// File: a.go", "|-- a", "+-- b", "`-- c", "x ├── a", "│ a", "└ a", "a.go", "Visible Files",
+		"**Open tabs**", "\u0085app/"}
+	tails := []string{"", "\nx\n", "\n- a.go\n- b.go\n", "\n|-- a\n|-- b\n|-- c\n", "\n├── a\n├── b\n└── c\n", "\nFILE: a.go\n=====\nx\n=====",
+		"\nx\n--- End of content ---", "\ncode\n[CONTEXT FILE] b.go"}
+	plain := 0
+	for _, l := range lines {
+		for _, tail := range tails {
+			checkPlainLine(t, l+tail)
+		}
+		if plainLine(l) {
+			plain++
+		}
+	}
+	if plain < 3 {
+		t.Errorf("plainLine holds for %d lines, want prose lines to pass", plain)
+	}
+}

@@ -74,10 +74,11 @@ func Elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, []
 		}
 		o.sha, o.target, o.rule = h, -1, RuleUnchanged
 		name := displayName(e.name(o))
+		o.refEsc, o.refName = needsEscape(name), "" // name may view the arena
 		if o.b.kind == kindImage {
 			o.rule = RuleImage
 			o.ref = "[same " + name + " sha256:" + h[:12] + " as " + SessionWhere + "]"
-			o.refBytes = len(`{"text":""}`) + len(appendEscaped(nil, o.ref))
+			o.refBytes = len(`{"text":""}`) + o.refJSONLen()
 		} else {
 			o.ref = "[unchanged: " + name + " sha256:" + h[:12] + ", identical to the copy " + SessionWhere + "]"
 			o.refBytes = len(o.ref)
