@@ -729,9 +729,9 @@ func (sr *segReuse) segment(st *state, l lines, tags []string) segMark {
 	}
 	if src != nil {
 		// The last mark whose lines up to hz, "\n" included, are shared.
-		// The line ends are compared too: the scanner's depend on the raw
-		// escapes (it does not count a "\u000a" as one), not on the
-		// text alone.
+		// The line ends are compared too, although the scanner records
+		// one for every decoded "\n" however it was escaped: the copy is
+		// only as right as the lines it is made from.
 		marks := st.segs[src.markOff : src.markOff+src.markCount]
 		a, b := src.l.nl, l.nl
 		n := min(len(a), len(b), int(marks[len(marks)-1].hz)+1)

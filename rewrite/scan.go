@@ -540,6 +540,9 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 					}
 				}
 				r, k := decodeEscape(b[i:])
+				if r == '\n' { // "\u000a" ends a line as "\n" does
+					nls = append(nls, int32(n-d.off))
+				}
 				n += utf8.EncodeRune(out[n:], r)
 				i += k
 			} else {

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -371,4 +372,58 @@ func FuzzScanSmall(f *testing.F) {
 			t.Fatalf("small = %v, want %v", got.small, wantSmall)
 		}
 	})
+}
+
+// uEscapeNewlines rewrites every "\n" escape of a JSON document as
+// "\u000a", which decodes to the same text.
+func uEscapeNewlines(raw []byte) []byte {
+	var out []byte
+	for i := 0; i < len(raw); i++ {
+		if raw[i] == '\\' && i+1 < len(raw) {
+			if raw[i+1] == 'n' {
+				out = append(out, `\u000a`...)
+			} else {
+				out = append(out, raw[i], raw[i+1])
+			}
+			i++
+			continue
+		}
+		out = append(out, raw[i])
+	}
+	return out
+}
+
+// TestUnicodeEscapedNewlines checks that a newline written as "\u000a"
+// ends a line as "\n" does: the same session, escaped either way, gets the
+// same replacements and decodes to the same rewritten request.
+func TestUnicodeEscapedNewlines(t *testing.T) {
+	plain := session(9, 120)
+	u := uEscapeNewlines(plain)
+	if bytes.Equal(u, plain) {
+		t.Fatal("the test body has no \\n escape")
+	}
+	decode := func(b []byte) any {
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	outP, repP, err := Request(plain, DefaultOptions(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outU, repU, err := Request(u, DefaultOptions(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(repP.Replacements) == 0 {
+		t.Fatal("nothing replaced in the plain session")
+	}
+	if len(repU.Replacements) != len(repP.Replacements) {
+		t.Errorf("%d replacements with \\u000a, %d with \\n", len(repU.Replacements), len(repP.Replacements))
+	}
+	if diff := cmp.Diff(decode(outP), decode(outU)); diff != "" {
+		t.Errorf("rewritten requests differ (-\\n +\\u000a):\n%s", diff)
+	}
 }
