@@ -36,7 +36,7 @@ func benchScan(b *testing.B, body []byte) {
 		t0 := time.Now()
 		sha256.Sum256(body)
 		t1 := time.Now()
-		if _, err := scanWith(body, st, small); err != nil {
+		if _, err := scanWith(body, st, small, limits{}); err != nil {
 			b.Fatal(err)
 		}
 		shaT = append(shaT, t1.Sub(t0))
@@ -47,41 +47,6 @@ func benchScan(b *testing.B, body []byte) {
 	sha, scan := shaT[len(shaT)/20], scanT[len(scanT)/20]
 	b.ReportMetric(float64(scan)/float64(sha), "scan/sha")
 	b.ReportMetric(float64(scan.Nanoseconds()), "scan-ns")
-}
-
-// BenchmarkQuantile is BenchmarkRequest's ratio for the 10 KB and 100 KB
-// cells from the fifth percentiles of the per-call times of SHA-256 and
-// Request: on a loaded machine a preempted call of a few microseconds
-// skews sums, and so the ratio of BenchmarkRequest, by tens of percent.
-func BenchmarkQuantile(b *testing.B) {
-	for _, size := range []int{10 << 10, 100 << 10} {
-		for _, turns := range []int{2, 10, 50} {
-			quantileCell(b, size, turns)
-		}
-	}
-}
-
-func quantileCell(b *testing.B, size, turns int) {
-	body := sizedSession(size, turns)
-	b.Run(fmt.Sprintf("size=%dKB/turns=%d", size>>10, turns), func(b *testing.B) {
-		opts := DefaultOptions()
-		var shaT, rwT []time.Duration
-		for b.Loop() {
-			t0 := time.Now()
-			sha256.Sum256(body)
-			t1 := time.Now()
-			if _, _, err := Request(body, opts, nil); err != nil {
-				b.Fatal(err)
-			}
-			shaT = append(shaT, t1.Sub(t0))
-			rwT = append(rwT, time.Since(t1))
-		}
-		slices.Sort(shaT)
-		slices.Sort(rwT)
-		sha, rw := shaT[len(shaT)/20], rwT[len(rwT)/20]
-		b.ReportMetric(float64(sha)/float64(rw), "p5-ratio")
-		b.ReportMetric(float64(rw.Nanoseconds()), "rewrite-ns")
-	})
 }
 
 // BenchmarkScanInline scans a body with a 1 MB inlineData part, whose
