@@ -104,6 +104,12 @@ type Rewrite struct {
 	Unflatten string `mapstructure:"unflatten"`
 	// MaxBodyBytes: larger bodies are streamed through without rewriting.
 	MaxBodyBytes ByteSize `mapstructure:"max_body_bytes"`
+	// MaxParts, MaxLines and MaxBlocks bound the rewriter's memory for one
+	// request (rewrite.Options): a request with more parts, lines or
+	// blocks is forwarded unchanged. 0 means no limit.
+	MaxParts  int `mapstructure:"max_parts"`
+	MaxLines  int `mapstructure:"max_lines"`
+	MaxBlocks int `mapstructure:"max_blocks"`
 	// DocumentTags are the XML-like tag names treated as document wrappers.
 	DocumentTags []string `mapstructure:"document_tags"`
 	// Labels extends the built-in transcript label lexicon.
@@ -285,6 +291,9 @@ func Default() Config {
 			CompactSuperseded: rw.CompactSuperseded,
 			Unflatten:         string(rw.Unflatten),
 			MaxBodyBytes:      32 << 20,
+			MaxParts:          rw.MaxParts,
+			MaxLines:          rw.MaxLines,
+			MaxBlocks:         rw.MaxBlocks,
 			DocumentTags:      rw.DocumentTags,
 			Labels:            Labels{User: []string{}, Model: []string{}},
 			StablePrefix:      rw.StablePrefix,

@@ -249,6 +249,14 @@ func (c Config) Validate() error {
 	} else if c.Rewrite.MaxBodyBytes > c.Server.MaxBodyBytes {
 		bad("rewrite.max_body_bytes", "must not exceed server.max_body_bytes")
 	}
+	for _, l := range []struct {
+		key string
+		n   int
+	}{{"rewrite.max_parts", c.Rewrite.MaxParts}, {"rewrite.max_lines", c.Rewrite.MaxLines}, {"rewrite.max_blocks", c.Rewrite.MaxBlocks}} {
+		if l.n < 0 {
+			bad(l.key, "must be 0 (no limit) or positive")
+		}
+	}
 	for _, tag := range c.Rewrite.DocumentTags {
 		if tag == "" || strings.ContainsAny(tag, " <>/\"'=") {
 			bad("rewrite.document_tags", "%q is not a tag name", tag)

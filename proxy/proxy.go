@@ -345,6 +345,10 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 	send := buf
 	res, rep, rerr := h.runRewrite(buf, st.tenant)
 	switch {
+	case errors.Is(rerr, rewrite.ErrTooComplex):
+		// Over rewrite.max_parts, max_lines or max_blocks: a limit, not
+		// a failure. The original body goes out as it came.
+		st.outcome, st.repHeader = metrics.OutcomeSkipped, "skipped"
 	case rerr != nil:
 		h.m.RewriteErrors.Inc()
 		st.outcome = metrics.OutcomeError

@@ -56,6 +56,9 @@ func TestRewrite(t *testing.T) {
 		{"off", false, changed, "OFF", "", origBody, "mode=off", metrics.ModeOff, metrics.OutcomeSkipped, 0},
 		{"disabled", true, changed, "", "", origBody, "mode=disabled", metrics.ModeDisabled, metrics.OutcomeSkipped, 0},
 		{"gzip request body not rewritten", false, changed, "", "gzip", origBody, "skipped", metrics.ModeOn, metrics.OutcomeSkipped, 0},
+		{"over the rewriter's limits", false, func([]byte, rewrite.Options, rewrite.Verifier) ([]byte, *rewrite.Report, error) {
+			return nil, nil, rewrite.ErrTooComplex
+		}, "", "", origBody, "skipped", metrics.ModeOn, metrics.OutcomeSkipped, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -65,6 +65,17 @@ type Options struct {
 	// ahead of the text before them, so that Gemini's implicit cache can
 	// match them as a prefix (see stable.go). False keeps part order.
 	StablePrefix bool
+	// MaxParts, MaxLines and MaxBlocks bound the memory of one request:
+	// a request with more parts in its contents, more lines in its decoded
+	// texts or more blocks found in them is not rewritten (ErrTooComplex).
+	// The analysis keeps about 200 bytes of records per part and line and
+	// about a kilobyte per block, so a body of tiny parts, short lines or
+	// tiny blocks would otherwise need tens of times its size. Parts and
+	// lines are counted while scanning, blocks before any per-block record
+	// is made. Zero means no limit.
+	MaxParts  int
+	MaxLines  int
+	MaxBlocks int
 }
 
 // DefaultOptions returns the documented defaults (DESIGN §3).
@@ -76,8 +87,22 @@ func DefaultOptions() Options {
 		Unflatten:         UnflattenVerified,
 		DocumentTags:      []string{"file", "document", "source", "context", "currentFileContent", "selected", "file_contents"},
 		StablePrefix:      true,
+		MaxParts:          DefaultMaxParts,
+		MaxLines:          DefaultMaxLines,
+		MaxBlocks:         DefaultMaxBlocks,
 	}
 }
+
+// The default limits of Options.MaxParts, MaxLines and MaxBlocks. Gemini
+// takes at most a few thousand images per prompt, 250,000 lines of text
+// are millions of tokens, more than any model's context window, and
+// 25,000 blocks are a thousand files re-sent 25 times. At these limits one
+// request's analysis allocates at most about 50 MB (TestLimitsBoundMemory).
+const (
+	DefaultMaxParts  = 20_000
+	DefaultMaxLines  = 250_000
+	DefaultMaxBlocks = 25_000
+)
 
 // Verifier reports whether a flattened transcript segment is a response this
 // proxy served to the same tenant. Implementations must be safe for
@@ -243,6 +268,11 @@ func (r *Report) Header() string {
 
 // ErrNoContents is returned for a request without a contents array.
 var ErrNoContents = errors.New("rewrite: request has no contents")
+
+// ErrTooComplex is returned for a request with more parts, lines or
+// blocks than Options.MaxParts, MaxLines or MaxBlocks allow. The caller forwards the
+// original body, as for any error.
+var ErrTooComplex = errors.New("rewrite: request has too many parts, lines or blocks")
 
 // ErrInvalidJSON is returned when the body is not a JSON object.
 var ErrInvalidJSON = errors.New("rewrite: body is not a valid JSON object")

@@ -2,7 +2,9 @@ package rewrite
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -30,8 +32,12 @@ func TestPathologicalLinear(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := map[string]any{"role": "user", "parts": []any{map[string]any{"text": text}}}
 			body, _ := json.Marshal(map[string]any{"contents": []any{c, c, c}})
+			// Without the limits on parts, lines and blocks, which would
+			// refuse some of these: the analysis itself must stay linear.
+			opts := DefaultOptions()
+			opts.MaxParts, opts.MaxLines, opts.MaxBlocks = 0, 0, 0
 			start := time.Now()
-			if _, _, err := Request(body, DefaultOptions(), nil); err != nil {
+			if _, _, err := Request(body, opts, nil); err != nil {
 				t.Fatal(err)
 			}
 			if d := time.Since(start); d > 30*time.Second {
@@ -111,5 +117,69 @@ func TestFlatRunLinear(t *testing.T) {
 	t1, t8 := fastest(small), fastest(big)
 	if t8 > 24*t1 {
 		t.Errorf("%d bytes took %v, %d bytes %v: %.1f× the time for %.1f× the bytes", len(small), t1, len(big), t8, float64(t8)/float64(t1), float64(len(big))/float64(len(small)))
+	}
+}
+
+// TestLimitsBoundMemory checks what Options.MaxParts, MaxLines and
+// MaxBlocks are for: the shapes whose records cost many times their bytes
+// (tiny parts, short lines, tiny blocks), at 90% of the default limit that
+// binds them, are rewritten within the memory DefaultMaxBlocks promises;
+// at twice that they are refused with ErrTooComplex, having allocated
+// little more than the body and the records up to the limit.
+func TestLimitsBoundMemory(t *testing.T) {
+	const contents = 3
+	text := func(unit string, n int) func(int) []any {
+		return func(scale int) []any {
+			var b strings.Builder
+			for i := range n * scale / contents {
+				fmt.Fprintf(&b, unit, i)
+			}
+			return []any{map[string]any{"text": b.String()}}
+		}
+	}
+	lines := DefaultMaxLines * 9 / 10
+	blocks := DefaultMaxBlocks * 9 / 10
+	shapes := map[string]func(scale int) []any{
+		"tiny parts": func(scale int) []any {
+			ps := make([]any, DefaultMaxParts*9/10*scale/contents)
+			for i := range ps {
+				ps[i] = map[string]any{"text": "x"}
+			}
+			return ps
+		},
+		"short lines":     text("%d\n", lines),
+		"tiny fences":     text("```\n%d\n```\n", blocks),
+		"banners":         text("--- a%d.go ---\nx\n", blocks),
+		"same banners":    text("--- a.go ---\n%d\n", blocks),
+		"unclosed fences": text("````\n%dx```\n````\n", blocks),
+		"tags":            text("<file path=\"a%d\">\nx\n</file>\n", blocks),
+	}
+	alloc := func(body []byte) (uint64, error) {
+		var m0, m1 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
+		_, _, err := Request(body, DefaultOptions(), nil)
+		runtime.ReadMemStats(&m1)
+		return m1.TotalAlloc - m0.TotalAlloc, err
+	}
+	for name, parts := range shapes {
+		t.Run(name, func(t *testing.T) {
+			for _, scale := range []int{1, 2} {
+				c := map[string]any{"role": "user", "parts": parts(scale)}
+				body, _ := json.Marshal(map[string]any{"contents": []any{c, c, c}})
+				n, err := alloc(body)
+				t.Logf("×%d: %d bytes, %.1f MB allocated, %v", scale, len(body), float64(n)/1e6, err)
+				switch {
+				case scale == 1 && err != nil:
+					t.Fatalf("under the limits: %v", err)
+				case scale == 1 && n > 50<<20:
+					t.Errorf("under the limits: %.1f MB allocated for %d bytes", float64(n)/1e6, len(body))
+				case scale == 2 && !errors.Is(err, ErrTooComplex):
+					t.Fatalf("over the limits: err %v, want ErrTooComplex", err)
+				case scale == 2 && n > uint64(2*len(body))+32<<20:
+					t.Errorf("refused, but %.1f MB allocated for %d bytes", float64(n)/1e6, len(body))
+				}
+			}
+		})
 	}
 }

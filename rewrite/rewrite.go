@@ -42,7 +42,7 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 	if fast && opts.MinBlockBytes > 0 {
 		small = opts.MinBlockBytes
 	}
-	req, err := scanWith(body, st, small)
+	req, err := scanWith(body, st, small, limitsOf(&opts))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -55,7 +55,7 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 		if nb, turns := unflattenRequest(body, req, &opts, v); turns > 0 {
 			rep.UnflattenedTurns = turns
 			body = nb
-			if req, err = scanWith(body, st, small); err != nil {
+			if req, err = scanWith(body, st, small, limitsOf(&opts)); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -72,7 +72,9 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 	if m, ok := v.(Memo); ok {
 		e.memo = m
 	}
-	e.analyse()
+	if err := e.analyse(); err != nil {
+		return nil, nil, err
+	}
 	reps := e.coalesce(e.final())
 	out := e.emit(reps)
 	if opts.StablePrefix {
@@ -332,7 +334,7 @@ func (e *engine) role(i int) string {
 	return "user"
 }
 
-func (e *engine) analyse() {
+func (e *engine) analyse() error {
 	tags := e.opts.DocumentTags
 	n := 0
 	for ti := range e.req.contents {
@@ -394,6 +396,17 @@ func (e *engine) analyse() {
 			tm.set(ti, texts, found)
 		}
 	}
+	// Each block costs about a kilobyte of records from here on (its
+	// occurrence, identity and document): bound them before they exist.
+	if max := e.opts.MaxBlocks; max > 0 {
+		nb := 0
+		for k := range e.parts {
+			nb += len(e.parts[k].blocks)
+		}
+		if nb > max {
+			return ErrTooComplex
+		}
+	}
 	e.findRuns()
 	// Occurrences in request order: parts in order, blocks in order, images
 	// interleaved by their position. A block that segReuse copied has the
@@ -434,6 +447,7 @@ func (e *engine) analyse() {
 		}
 	}
 	e.decide()
+	return nil
 }
 
 // normalize returns s with CRLF line endings turned into LF, for comparison

@@ -102,6 +102,20 @@ type scanner struct {
 	// bytes copies instead of decoding again (see resume).
 	recent  [4]recentText
 	nrecent int
+	// lim bounds the parts and line ends the scan may record.
+	lim limits
+}
+
+// limits is Options.MaxParts and Options.MaxLines (0: no limit).
+type limits struct{ parts, lines int }
+
+func limitsOf(o *Options) limits { return limits{o.MaxParts, o.MaxLines} }
+
+// over reports whether the scan has recorded more parts or line ends than
+// its limits allow. It is checked after every part, so what the scan
+// allocates stays within one part of the limits.
+func (s *scanner) over() bool {
+	return (s.lim.parts > 0 && len(s.parts) > s.lim.parts) || (s.lim.lines > 0 && len(s.nls) > s.lim.lines)
 }
 
 // recentText is a text decoded earlier in the same body.
@@ -114,7 +128,7 @@ var errSyntax = ErrInvalidJSON
 
 // scan validates body as one JSON object and locates the parts of contents.
 func scan(body []byte) (*request, error) {
-	return scanWith(body, &state{}, 0)
+	return scanWith(body, &state{}, 0, limits{})
 }
 
 // scanWith is scan with the arena and line ends of st, which the returned
@@ -125,8 +139,8 @@ func scan(body []byte) (*request, error) {
 // are validated and measured (decoded.size) but left undecoded, because a
 // request without a text as long as the smallest replaceable block is
 // never changed (issue 3: per-part cost at small bodies).
-func scanWith(body []byte, st *state, small int) (*request, error) {
-	s := &scanner{b: body, st: st, parts: st.parts[:0], small: small}
+func scanWith(body []byte, st *state, small int, lim limits) (*request, error) {
+	s := &scanner{b: body, st: st, parts: st.parts[:0], small: small, lim: lim}
 	req := &request{contents: st.contents[:0]}
 	s.ws()
 	if s.pos >= len(s.b) || s.b[s.pos] != '{' {
@@ -179,6 +193,9 @@ func scanWith(body []byte, st *state, small int) (*request, error) {
 					return nil, err
 				}
 				p.dec, p.lazy = d, false
+				if s.over() {
+					return nil, ErrTooComplex
+				}
 			}
 		}
 	}
@@ -786,6 +803,9 @@ func (s *scanner) contents(req *request) error {
 					p, err := s.part()
 					s.parts = append(s.parts, p)
 					c.pEnd = len(s.parts)
+					if err == nil && s.over() {
+						err = ErrTooComplex
+					}
 					return err
 				})
 			}

@@ -302,7 +302,7 @@ func TestScanSmall(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := scanWith(body, &state{}, 100)
+			got, err := scanWith(body, &state{}, 100, limits{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -333,7 +333,7 @@ func TestScanSmall(t *testing.T) {
 			body = []byte(`{"contents":[{"parts":[{"text":"abc`)
 		}
 		_, err1 := scan(body)
-		_, err2 := scanWith(body, &state{}, 100)
+		_, err2 := scanWith(body, &state{}, 100, limits{})
 		if err1 == nil || !errors.Is(err2, err1) {
 			t.Errorf("%q: short scan %v, scan %v", bad, err2, err1)
 		}
@@ -352,7 +352,7 @@ func FuzzScanSmall(f *testing.F) {
 		small = 1 + small&1023
 		body := []byte(`{"contents":[{"parts":[{"text":"` + raw + `"}]},{"parts":[{"text":"` + strings.Repeat("x", small%7) + `"}]}]}`)
 		want, wantErr := scan(body)
-		got, err := scanWith(body, &state{}, small)
+		got, err := scanWith(body, &state{}, small, limits{})
 		if (err == nil) != (wantErr == nil) || !errors.Is(err, wantErr) {
 			t.Fatalf("scan error %v, with small %d: %v", wantErr, small, err)
 		}

@@ -31,7 +31,7 @@ const SessionWhere = "earlier in this session"
 func Elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, []Replacement, error) {
 	st := states.Get().(*state)
 	defer st.release()
-	req, err := scanWith(body, st, 0)
+	req, err := scanWith(body, st, 0, limitsOf(&opts))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -39,7 +39,9 @@ func Elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, []
 		return nil, nil, ErrNoContents
 	}
 	e := newEngine(body, req, &opts, st)
-	e.analyse()
+	if err := e.analyse(); err != nil {
+		return nil, nil, err
+	}
 	last := len(req.contents) - 1
 	// Spans already replaced in a part, so that nested blocks (a fence
 	// inside a document tag) are never replaced twice.
@@ -109,7 +111,7 @@ func Elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, []
 func SessionBlocks(body []byte, opts Options) ([]Block, error) {
 	st := states.Get().(*state)
 	defer st.release()
-	req, err := scanWith(body, st, 0)
+	req, err := scanWith(body, st, 0, limitsOf(&opts))
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +119,8 @@ func SessionBlocks(body []byte, opts Options) ([]Block, error) {
 		return nil, ErrNoContents
 	}
 	e := newEngine(body, req, &opts, st)
-	e.analyse()
+	if err := e.analyse(); err != nil {
+		return nil, err
+	}
 	return e.newTurnBlocks(), nil
 }
