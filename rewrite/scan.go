@@ -1043,7 +1043,7 @@ func rawOffsets(raw []byte, offs []int, marks []mark) {
 			out[k] = i
 			k++
 		}
-		if i == len(raw) {
+		if i == len(raw) || k == len(offs) {
 			break
 		}
 		if raw[i] != '\\' {
