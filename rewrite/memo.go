@@ -11,7 +11,7 @@ import (
 // holds. It is part of every memo key: bump it whenever segmentLines (or
 // anything it calls) may find different blocks for the same text, so that
 // results stored by an older build are never used.
-const analysisVersion = 1
+const analysisVersion = 2
 
 // memoFormat is the first byte of every memo value.
 const memoFormat = 1

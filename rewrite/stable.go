@@ -116,7 +116,10 @@ func (e *engine) stableAt(tp *textPart, in []*occ, minMoved int) (int, bool) {
 	s := tp.lines.s(lineAt(&tp.lines, b0.start))
 	lead := text[:s]
 	rest := text[bn.end:]
-	if strings.TrimSpace(lead) == "" || strings.TrimSpace(rest) != "" || !strings.Contains(rest, "\n") {
+	// The moved text must end a line: its trailing blanks and tabs must
+	// hold a line break, or the lead would join its last line ("\n\v"
+	// after the last block is white space, but ends no line).
+	if strings.TrimSpace(lead) == "" || strings.TrimSpace(rest) != "" || !strings.Contains(rest[len(strings.TrimRight(rest, " \t\r\n")):], "\n") {
 		return 0, false
 	}
 	moved := len(text) - s

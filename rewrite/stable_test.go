@@ -227,6 +227,7 @@ func TestStablePrefixKeeps(t *testing.T) {
 		{"following", []string{"Check the Following for races.\n" + file}},
 		{"question after the file", []string{file + "\nWhy does F3 return 3?"}},
 		{"no line break after the file", []string{"Why?\n" + strings.TrimSuffix(file, "\n")}},
+		{"vertical tab after the file", []string{"Why?\n" + file + "\v"}},
 		{"small file", []string{"Why?\n" + small}},
 		{"blob of files in one fence", []string{"Why?\n```ts\n// File: a.ts\n" + bigFile("a") + "// File: b.ts\n" + bigFile("b") + "```\n"}},
 		{"blob in a fence left open", []string{"Why?\n```ts\n// File: a.ts\n" + bigFile("a") + "// File: b.ts\n" + bigFile("b")}},
