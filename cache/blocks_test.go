@@ -48,7 +48,7 @@ func TestBlockIndex(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.RecordBlocks(tenant, rep.ConversationID, rep.Blocks)
+		s.RecordBlocks(tenant, rep.ConversationID(), rep.Blocks)
 	}
 	// Conversation 1: the file in turn 1, then again (twice) with a
 	// document in turn 3; the history's copy of turn 1 does not count.

@@ -73,7 +73,7 @@
 // Store.RecordBlocks queues the blocks the rewriter found in a request's
 // new turn (rewrite.Report.Blocks: fenced code, documents, project trees
 // and tab lists, repeated runs, images, each with its SHA-256 and size) and
-// the request's rewrite.Report.ConversationID; a background worker counts
+// the request's rewrite.Report.ConversationID(); a background worker counts
 // each block of at least MinBlockBytes: size, first seen, requests seen in,
 // and conversations seen in (a conversation is identified by its first
 // content). Only the new turn is counted, since the earlier turns were the

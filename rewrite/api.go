@@ -188,13 +188,9 @@ type Report struct {
 	// file data or refers to a cachedContent, whose tokens do not follow
 	// from their bytes.
 	Media bool
-	// ConversationID identifies the conversation by the raw JSON bytes of
-	// the original request's first content: their hex SHA-256 up to 512
-	// bytes, else the SHA-256 of the first and last 256 bytes and the
-	// length, so that its cost does not grow with the body.
-	// Requests of one conversation re-send that content unchanged, so they
-	// share the id.
-	ConversationID string
+	// first is the raw JSON of the original request's first content, a
+	// slice of the body passed to Request (see ConversationID).
+	first []byte
 	// Blocks lists the distinct blocks (at least Options.MinBlockBytes)
 	// of the last content of the rewritten request, the new turn, in the
 	// order found; the earlier turns were the new turn of earlier requests.
@@ -215,6 +211,23 @@ type Block struct {
 	// list), "run" (lines repeating an earlier turn) or "image" (an
 	// inlineData part).
 	Kind string
+}
+
+// ConversationID identifies the conversation by the raw JSON bytes of
+// the original request's first content: their hex SHA-256 up to 512
+// bytes, else the SHA-256 of the first and last 256 bytes and the length,
+// so that its cost does not grow with the body. Requests of one
+// conversation re-send that content unchanged, so they share the id; it
+// only groups the block index's statistics (cache.Store.RecordBlocks).
+// It is "" for a request without contents. It is computed on each call,
+// not by Request: most requests never need it, and those that do need it
+// after the response (the Report keeps a reference to those bytes of the
+// request body).
+func (r *Report) ConversationID() string {
+	if r.first == nil {
+		return ""
+	}
+	return conversationID(r.first)
 }
 
 // Changed reports whether the rewrite changed the request.

@@ -240,8 +240,8 @@ func checkDescription(in, out []byte, rep *Report) error {
 		}
 		wantConv = hex.EncodeToString(sum[:])
 	}
-	if rep.ConversationID != wantConv {
-		return fmt.Errorf("ConversationID %q, want %q", rep.ConversationID, wantConv)
+	if got := rep.ConversationID(); got != wantConv {
+		return fmt.Errorf("ConversationID %q, want %q", got, wantConv)
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(out, &top); err != nil {

@@ -49,7 +49,7 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 	rep := &Report{BytesBefore: len(body)}
 	if len(req.contents) > 0 {
 		c := req.contents[0].obj
-		rep.ConversationID = conversationID(body[c.start:c.end])
+		rep.first = body[c.start:c.end:c.end]
 	}
 	if opts.Unflatten == UnflattenVerified && v != nil {
 		if nb, turns := unflattenRequest(body, req, &opts, v); turns > 0 {

@@ -75,9 +75,10 @@ func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, star
 			return
 		}
 		store.RecordServed(ex.Tenant, ex.Text, ex.TextTruncated)
-		if ex.Report != nil {
-			// The rewriter already hashed the new turn's blocks.
-			store.RecordBlocks(ex.Tenant, ex.Report.ConversationID, ex.Report.Blocks)
+		if ex.Report != nil && len(ex.Report.Blocks) > 0 {
+			// The rewriter already hashed the new turn's blocks; the
+			// conversation's id is hashed here, after the response.
+			store.RecordBlocks(ex.Tenant, ex.Report.ConversationID(), ex.Report.Blocks)
 		}
 	}
 	h, err := proxy.New(opts, logger, m)
