@@ -264,6 +264,24 @@ func serveEmulated(t *testing.T, fault *emulator.Fault) (proxyAddr, adminAddr st
 	go func() {
 		ch <- run(ctx, []string{"serve", "--listen", proxyAddr, "--admin-listen", adminAddr, "--upstream", emuSrv.URL}, io.Discard, errOut)
 	}()
-	testutil.WaitStatus(t, "http://"+adminAddr+"/readyz", http.StatusOK, time.Now().Add(10*time.Second))
-	return proxyAddr, adminAddr, cancel, ch, errOut
+	// Ready, or the reason serve gave up (a port taken meanwhile by a
+	// test of another package running in parallel, say), whichever comes
+	// first; 30s because CI runs the packages in parallel under -race.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if r, err := http.Get("http://" + adminAddr + "/readyz"); err == nil {
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK {
+				return proxyAddr, adminAddr, cancel, ch, errOut
+			}
+		}
+		select {
+		case err := <-ch:
+			t.Fatalf("serve returned before it was ready: %v\n%s", err, errOut.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("proxy never ready; log:\n%s", errOut.String())
+		}
+	}
 }
