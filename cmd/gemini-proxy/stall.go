@@ -128,7 +128,14 @@ func (c *stallClock) tick(now time.Time) {
 // stall (or up to slack after it), or inside the one the process is
 // resuming from right now, which the clock has not ticked after yet. The
 // new deadline adds the stall's length, and is at least slack from now.
-func (c *stallClock) extend(deadline, now time.Time) (time.Time, time.Duration, bool) {
+//
+// set is when the deadline was set (zero: unknown). A deadline set after
+// the stall began (a tick period later: the process ran then) was not cut
+// short by it and is not extended: without this, a deadline set right
+// after resuming from a long stall the clock has not ticked after yet
+// would get the whole stall added. So an extension gives back at most
+// what was left of the time-out when the stall began, or slack.
+func (c *stallClock) extend(deadline, set, now time.Time) (time.Time, time.Duration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.last.IsZero() {
@@ -139,6 +146,9 @@ func (c *stallClock) extend(deadline, now time.Time) (time.Time, time.Duration, 
 		start, end = c.last, now
 	}
 	if end.IsZero() || !deadline.After(start) || deadline.After(end.Add(c.slack)) {
+		return time.Time{}, 0, false
+	}
+	if !set.IsZero() && set.After(start.Add(c.period)) {
 		return time.Time{}, 0, false
 	}
 	length := end.Sub(start)
@@ -183,6 +193,7 @@ type stallConn struct {
 
 	mu       sync.Mutex
 	deadline time.Time // the read deadline last set by the user
+	set      time.Time // when it was set
 	extended bool      // whether deadline was extended already
 }
 
@@ -210,7 +221,7 @@ func (c *stallConn) grace(err error) bool {
 	// another meanwhile (http.Server's abortPendingRead sets one in 1970
 	// to interrupt this Read), that one decides, and a past one is never
 	// extended.
-	d, stall, ok := c.l.clock.extend(c.deadline, time.Now())
+	d, stall, ok := c.l.clock.extend(c.deadline, c.set, time.Now())
 	if ok {
 		ok = c.TCPConn.SetReadDeadline(d) == nil
 		c.extended = ok
@@ -227,7 +238,7 @@ func (c *stallConn) grace(err error) bool {
 func (c *stallConn) SetReadDeadline(t time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.deadline, c.extended = t, false
+	c.deadline, c.set, c.extended = t, time.Now(), false
 	return c.TCPConn.SetReadDeadline(t)
 }
 
@@ -236,6 +247,6 @@ func (c *stallConn) SetReadDeadline(t time.Time) error {
 func (c *stallConn) SetDeadline(t time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.deadline, c.extended = t, false
+	c.deadline, c.set, c.extended = t, time.Now(), false
 	return c.TCPConn.SetDeadline(t)
 }

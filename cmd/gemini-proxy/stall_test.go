@@ -30,6 +30,7 @@ func TestStallClockExtend(t *testing.T) {
 		name       string
 		ticks      []int
 		deadline   time.Time
+		set        time.Time // when the deadline was set (zero: unknown)
 		now        int
 		want       int // the new deadline, in ms
 		wantLength time.Duration
@@ -39,6 +40,10 @@ func TestStallClockExtend(t *testing.T) {
 		{name: "after stall", ticks: ticks(3500, 3600), deadline: at(2000), now: 3650, want: 4650, wantLength: 2500 * time.Millisecond},
 		{name: "after stall, long deadline", ticks: ticks(3500), deadline: at(3400), now: 3500, want: 5900, wantLength: 2500 * time.Millisecond},
 		{name: "just after stall", ticks: ticks(3500, 3600, 3700, 3800, 3900, 4000, 4100, 4200, 4300, 4400), deadline: at(4400), now: 4400, want: 6900, wantLength: 2500 * time.Millisecond},
+		// A 1.5 s time-out with 100 ms left when an hour's stall began:
+		// the client gets those 100 ms, or slack, after the resume.
+		{name: "long stall", ticks: ticks(), deadline: at(1100), set: at(-400), now: 3_601_000, want: 3_602_000, wantLength: 3_600_000 * time.Millisecond},
+		{name: "set in the last tick before the stall", ticks: ticks(), deadline: at(1500), set: at(1050), now: 3500, want: 4500, wantLength: 2500 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,7 +51,7 @@ func TestStallClockExtend(t *testing.T) {
 			for _, ms := range tt.ticks {
 				c.tick(at(ms))
 			}
-			got, length, ok := c.extend(tt.deadline, at(tt.now))
+			got, length, ok := c.extend(tt.deadline, tt.set, at(tt.now))
 			if !ok || !got.Equal(at(tt.want)) || length != tt.wantLength {
 				t.Errorf("extend(%v, %v) = %v, %v, %v; want %v, %v, true",
 					tt.deadline.Sub(base), tt.now, got.Sub(base), length, ok, time.Duration(tt.want)*time.Millisecond, tt.wantLength)
@@ -63,6 +68,7 @@ func TestStallClockNoExtend(t *testing.T) {
 		name     string
 		ticks    []int
 		deadline time.Time
+		set      time.Time
 		now      int
 	}{
 		{name: "stopped", ticks: nil, deadline: at(900), now: 3500},
@@ -73,6 +79,10 @@ func TestStallClockNoExtend(t *testing.T) {
 		{name: "before stall", ticks: ticks, deadline: at(999), now: 3500},
 		{name: "gap below minimum", ticks: append(ticks, 1400), deadline: at(1200), now: 1400},
 		{name: "after stall", ticks: append(ticks, 3500, 3600, 3700, 3800, 3900, 4000, 4100, 4200, 4300, 4400, 4500, 4600), deadline: at(4600), now: 4600},
+		// Resuming from an hour's stall the clock has not ticked after: a
+		// deadline the server set after the resume (with a short
+		// time-out) was not cut short by the stall.
+		{name: "set after the stall", ticks: ticks, deadline: at(3_601_500), set: at(3_601_000), now: 3_601_600},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,7 +90,7 @@ func TestStallClockNoExtend(t *testing.T) {
 			for _, ms := range tt.ticks {
 				c.tick(at(ms))
 			}
-			if got, length, ok := c.extend(tt.deadline, at(tt.now)); ok {
+			if got, length, ok := c.extend(tt.deadline, tt.set, at(tt.now)); ok {
 				t.Errorf("extend(%v, %v) = %v, %v, true; want false", tt.deadline.Sub(base), tt.now, got.Sub(base), length)
 			}
 		})
@@ -113,7 +123,7 @@ func TestStallClockRun(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if _, _, ok := c.extend(start.Add(time.Millisecond), time.Now()); ok {
+	if _, _, ok := c.extend(start.Add(time.Millisecond), time.Time{}, time.Now()); ok {
 		t.Error("extend granted a deadline on a running clock")
 	}
 	stop2()
@@ -201,10 +211,13 @@ func TestStallConnOnce(t *testing.T) {
 	if got := graced.Load(); got != 1 {
 		t.Errorf("graced %d times, want 1", got)
 	}
-	// A new deadline is a new promise.
+	// A new deadline is a new promise: set, then the process runs (a
+	// tick) and stalls again before it expires.
 	if err := conn.SetReadDeadline(time.Now().Add(10 * time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
+	conn.l.clock.tick(time.Now())
+	time.Sleep(150 * time.Millisecond)
 	if _, err := conn.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("Read = %v, want a time-out", err)
 	}
