@@ -65,14 +65,16 @@ type Options struct {
 	// ahead of the text before them, so that Gemini's implicit cache can
 	// match them as a prefix (see stable.go). False keeps part order.
 	StablePrefix bool
-	// MaxParts, MaxLines and MaxBlocks bound the memory of one request:
-	// a request with more parts in its contents, more lines in its decoded
-	// texts or more blocks found in them is not rewritten (ErrTooComplex).
-	// The analysis keeps about 200 bytes of records per part and line and
-	// about a kilobyte per block, so a body of tiny parts, short lines or
-	// tiny blocks would otherwise need tens of times its size. Parts and
-	// lines are counted while scanning, blocks before any per-block record
-	// is made. Zero means no limit.
+	// MaxParts, MaxLines and MaxBlocks bound the analysis records of one
+	// request: a request with more parts in its contents, more lines in
+	// its decoded texts or more blocks found in them is not rewritten
+	// (ErrTooComplex). The analysis keeps about 200 bytes of records per
+	// part and line and about a kilobyte per block, so a body of tiny
+	// parts, short lines or tiny blocks would otherwise need tens of times
+	// its size. Parts are counted as they are scanned, lines as they are
+	// decoded and blocks as they are found, so a request over a limit
+	// stops there, before its per-block records and its memo entries are
+	// made. Zero means no limit.
 	MaxParts  int
 	MaxLines  int
 	MaxBlocks int
@@ -96,8 +98,10 @@ func DefaultOptions() Options {
 // The default limits of Options.MaxParts, MaxLines and MaxBlocks. Gemini
 // takes at most a few thousand images per prompt, 250,000 lines of text
 // are millions of tokens, more than any model's context window, and
-// 25,000 blocks are a thousand files re-sent 25 times. At these limits one
-// request's analysis allocates at most about 50 MB (TestLimitsBoundMemory).
+// 25,000 blocks are a thousand files re-sent 25 times. At these limits the
+// records of one request take at most about 40 MB; the decoded text, the
+// output and decoded inline data add one to three times the body
+// (TestLimitsBoundMemory).
 const (
 	DefaultMaxParts  = 20_000
 	DefaultMaxLines  = 250_000
@@ -188,9 +192,11 @@ type Report struct {
 	// file data or refers to a cachedContent, whose tokens do not follow
 	// from their bytes.
 	Media bool
-	// first is the raw JSON of the original request's first content, a
-	// slice of the body passed to Request (see ConversationID).
-	first []byte
+	// conv holds what ConversationID hashes (at most 520 bytes, copied:
+	// the Report keeps nothing of the body); hasConv is false without
+	// contents.
+	conv    convInput
+	hasConv bool
 	// Blocks lists the distinct blocks (at least Options.MinBlockBytes)
 	// of the last content of the rewritten request, the new turn, in the
 	// order found; the earlier turns were the new turn of earlier requests.
@@ -219,15 +225,14 @@ type Block struct {
 // so that its cost does not grow with the body. Requests of one
 // conversation re-send that content unchanged, so they share the id; it
 // only groups the block index's statistics (cache.Store.RecordBlocks).
-// It is "" for a request without contents. It is computed on each call,
-// not by Request: most requests never need it, and those that do need it
-// after the response (the Report keeps a reference to those bytes of the
-// request body).
+// It is "" for a request without contents. Request only copies the bytes
+// to hash; the hash is computed on each call: most requests never need
+// it, and those that do need it after the response.
 func (r *Report) ConversationID() string {
-	if r.first == nil {
+	if !r.hasConv {
 		return ""
 	}
-	return conversationID(r.first)
+	return r.conv.id()
 }
 
 // Changed reports whether the rewrite changed the request.

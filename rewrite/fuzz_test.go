@@ -111,7 +111,7 @@ func fuzzCheck(t *testing.T, body []byte, opts Options) {
 	// (segmentation reuse, run pre-test), must change nothing.
 	slow, slowRep, err := request1(body, opts, nil, false)
 	if err != nil || !bytes.Equal(slow, out) || renderReport(slowRep, nil) != renderReport(rep, nil) || !reflect.DeepEqual(slowRep, rep) {
-		t.Fatalf("small-request path differs (err %v)\nin:   %q\nfast: %q %s\nslow: %q %s\n%s", err, body, out, renderReport(rep, nil), slow, renderReport(slowRep, nil), cmp.Diff(rep, slowRep, cmp.AllowUnexported(Report{})))
+		t.Fatalf("small-request path differs (err %v)\nin:   %q\nfast: %q %s\nslow: %q %s\n%s", err, body, out, renderReport(rep, nil), slow, renderReport(slowRep, nil), cmp.Diff(rep, slowRep, cmp.AllowUnexported(Report{}, convInput{})))
 	}
 }
 

@@ -115,8 +115,8 @@ func TestGolden(t *testing.T) {
 			in = bytes.TrimSuffix(in, []byte("\n"))
 			out, rep, err := Request(in, opts, v)
 			gotReport := renderReport(rep, err)
-			if slow, slowRep, slowErr := request1(in, opts, v, false); !bytes.Equal(slow, out) || !errors.Is(slowErr, err) || !cmp.Equal(slowRep, rep, cmp.AllowUnexported(Report{})) {
-				t.Errorf("without the small-request path: %q, %v, %s", slow, slowErr, cmp.Diff(rep, slowRep, cmp.AllowUnexported(Report{})))
+			if slow, slowRep, slowErr := request1(in, opts, v, false); !bytes.Equal(slow, out) || !errors.Is(slowErr, err) || !cmp.Equal(slowRep, rep, cmp.AllowUnexported(Report{}, convInput{})) {
+				t.Errorf("without the small-request path: %q, %v, %s", slow, slowErr, cmp.Diff(rep, slowRep, cmp.AllowUnexported(Report{}, convInput{})))
 			}
 			var gotJSON []byte
 			if err == nil {
@@ -215,8 +215,8 @@ func TestStateReuse(t *testing.T) {
 			st.reset()
 			for range 2 {
 				got, rep, err := st.rewrite(body, opts, nil, true)
-				if err != nil || !bytes.Equal(got, want) || !cmp.Equal(rep, wantRep, cmp.AllowUnexported(Report{})) {
-					t.Fatalf("after reset: %v, output equal %v, report %s", err, bytes.Equal(got, want), cmp.Diff(wantRep, rep, cmp.AllowUnexported(Report{})))
+				if err != nil || !bytes.Equal(got, want) || !cmp.Equal(rep, wantRep, cmp.AllowUnexported(Report{}, convInput{})) {
+					t.Fatalf("after reset: %v, output equal %v, report %s", err, bytes.Equal(got, want), cmp.Diff(wantRep, rep, cmp.AllowUnexported(Report{}, convInput{})))
 				}
 				st.reset()
 			}

@@ -91,15 +91,33 @@ const convEdge = 256
 // It depends on the bytes alone (no seed), so that replicas sharing a
 // block index agree.
 func conversationID(raw []byte) string {
-	var buf [2*convEdge + 8]byte
-	in := raw
-	if len(raw) > 2*convEdge {
-		copy(buf[:], raw[:convEdge])
-		copy(buf[convEdge:], raw[len(raw)-convEdge:])
-		binary.BigEndian.PutUint64(buf[2*convEdge:], uint64(len(raw)))
-		in = buf[:]
+	var c convInput
+	c.set(raw)
+	return c.id()
+}
+
+// convInput is what conversationID hashes, kept so that a Report can
+// hash it later without holding on to the request body.
+type convInput struct {
+	buf [2*convEdge + 8]byte
+	n   int
+}
+
+// set copies the bytes of raw that conversationID hashes.
+func (c *convInput) set(raw []byte) {
+	if len(raw) <= 2*convEdge {
+		c.n = copy(c.buf[:], raw)
+		return
 	}
-	sum := sha256.Sum256(in)
+	copy(c.buf[:], raw[:convEdge])
+	copy(c.buf[convEdge:], raw[len(raw)-convEdge:])
+	binary.BigEndian.PutUint64(c.buf[2*convEdge:], uint64(len(raw)))
+	c.n = len(c.buf)
+}
+
+// id returns the hex SHA-256 of the bytes set.
+func (c *convInput) id() string {
+	sum := sha256.Sum256(c.buf[:c.n])
 	var out [2 * sha256.Size]byte
 	hex.Encode(out[:], sum[:])
 	return string(out[:])

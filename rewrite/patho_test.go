@@ -153,12 +153,16 @@ func TestLimitsBoundMemory(t *testing.T) {
 		"same banners":    text("--- a.go ---\n%d\n", blocks),
 		"unclosed fences": text("````\n%dx```\n````\n", blocks),
 		"tags":            text("<file path=\"a%d\">\nx\n</file>\n", blocks),
+		"empty fences":    text("```%d\n```\n", blocks),
+		"one-line tags":   text("<file path=\"a%d\">x</file>\n", blocks),
 	}
 	alloc := func(body []byte) (uint64, error) {
 		var m0, m1 runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&m0)
-		_, _, err := Request(body, DefaultOptions(), nil)
+		// A fresh state, as after the pool dropped it: buffers kept from
+		// an earlier case would hide what this one allocates.
+		_, _, err := (&state{}).rewrite(body, DefaultOptions(), nil, true)
 		runtime.ReadMemStats(&m1)
 		return m1.TotalAlloc - m0.TotalAlloc, err
 	}
@@ -179,6 +183,30 @@ func TestLimitsBoundMemory(t *testing.T) {
 				case scale == 2 && n > uint64(2*len(body))+32<<20:
 					t.Errorf("refused, but %.1f MB allocated for %d bytes", float64(n)/1e6, len(body))
 				}
+			}
+		})
+	}
+	// One text far over a limit must be stopped inside it: the scan at
+	// the line that passes MaxLines, the segmentation at the block that
+	// passes MaxBlocks (within the line limit here).
+	var fences strings.Builder
+	for i := range 4 * DefaultMaxBlocks {
+		fmt.Fprintf(&fences, "```%d\n```\n", i)
+	}
+	for name, text := range map[string]string{
+		"newlines in one part": strings.Repeat("\n", 40*DefaultMaxLines),
+		"fences in one part":   fences.String(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := map[string]any{"role": "user", "parts": []any{map[string]any{"text": text}}}
+			body, _ := json.Marshal(map[string]any{"contents": []any{c}})
+			n, err := alloc(body)
+			t.Logf("%d bytes, %.1f MB allocated, %v", len(body), float64(n)/1e6, err)
+			if !errors.Is(err, ErrTooComplex) {
+				t.Fatalf("err %v, want ErrTooComplex", err)
+			}
+			if n > uint64(2*len(body))+32<<20 {
+				t.Errorf("refused, but %.1f MB allocated for %d bytes", float64(n)/1e6, len(body))
 			}
 		})
 	}

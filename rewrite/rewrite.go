@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"encoding/base64"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -49,7 +50,8 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 	rep := &Report{BytesBefore: len(body)}
 	if len(req.contents) > 0 {
 		c := req.contents[0].obj
-		rep.first = body[c.start:c.end:c.end]
+		rep.conv.set(body[c.start:c.end])
+		rep.hasConv = true
 	}
 	if opts.Unflatten == UnflattenVerified && v != nil {
 		if nb, turns := unflattenRequest(body, req, &opts, v); turns > 0 {
@@ -355,7 +357,15 @@ func (e *engine) analyse() error {
 	}
 	var texts []string
 	var found [][]block
-	sr := segReuse{off: e.exhaustive}
+	sr := segReuse{off: e.exhaustive, limited: e.opts.MaxBlocks > 0}
+	// Options.MaxBlocks, counted as the texts are segmented: each block
+	// costs about a kilobyte of records once it is an occurrence (below),
+	// so a request over the limit stops before any of them exists, and
+	// before its blocks are stored in the memo.
+	nb, maxBlocks := 0, e.opts.MaxBlocks
+	if maxBlocks <= 0 {
+		maxBlocks = math.MaxInt
+	}
 	for ti := range e.req.contents {
 		c := &e.req.contents[ti]
 		var memoed [][]block
@@ -382,8 +392,12 @@ func (e *engine) analyse() error {
 					blocks = memoed[len(e.parts)-first]
 				} else {
 					off = len(e.st.blocks)
+					sr.left = maxBlocks - nb
 					sr.segment(e.st, ls, tags)
 					blocks = e.st.blocks[off:len(e.st.blocks):len(e.st.blocks)]
+				}
+				if nb += len(blocks); nb > maxBlocks {
+					return ErrTooComplex
 				}
 				e.parts = append(e.parts, textPart{turn: ti, part: pi, p: p, text: d.text, marks: d.marks, lines: ls, blocks: blocks, blockOff: off})
 			}
@@ -394,17 +408,6 @@ func (e *engine) analyse() error {
 				found = append(found, tp.blocks)
 			}
 			tm.set(ti, texts, found)
-		}
-	}
-	// Each block costs about a kilobyte of records from here on (its
-	// occurrence, identity and document): bound them before they exist.
-	if max := e.opts.MaxBlocks; max > 0 {
-		nb := 0
-		for k := range e.parts {
-			nb += len(e.parts[k].blocks)
-		}
-		if nb > max {
-			return ErrTooComplex
 		}
 	}
 	e.findRuns()
@@ -702,6 +705,10 @@ type segReuse struct {
 	recent  [4]segText
 	nrecent int
 	off     bool // segment every text afresh
+	// When limited, left is how many more blocks the request may have
+	// (Options.MaxBlocks); segmentation stops one past it.
+	limited bool
+	left    int
 }
 
 // segText is a text segmented earlier: its lines, and its blocks and
@@ -761,7 +768,11 @@ func (sr *segReuse) segment(st *state, l lines, tags []string) segMark {
 			}
 		}
 	}
-	st.blocks = appendBlocksFrom(st.blocks, l, tags, from, &st.segs)
+	stop := -1 // counted from n, the text's first block, copies included
+	if sr.limited {
+		stop = n + sr.left // one block past the limit is enough to know
+	}
+	st.blocks = appendBlocksFrom(st.blocks, l, tags, from, &st.segs, stop)
 	for len(st.copyOf) < len(st.blocks) {
 		st.copyOf = append(st.copyOf, -1)
 	}

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"errors"
+	"math"
 	"math/bits"
 	"slices"
 	"unicode/utf16"
@@ -112,8 +113,9 @@ type limits struct{ parts, lines int }
 func limitsOf(o *Options) limits { return limits{o.MaxParts, o.MaxLines} }
 
 // over reports whether the scan has recorded more parts or line ends than
-// its limits allow. It is checked after every part, so what the scan
-// allocates stays within one part of the limits.
+// its limits allow. It is checked after every part (textStr also checks
+// the line ends as it records them), so what the scan records stays
+// within one part of the limits.
 func (s *scanner) over() bool {
 	return (s.lim.parts > 0 && len(s.parts) > s.lim.parts) || (s.lim.lines > 0 && len(s.nls) > s.lim.lines)
 }
@@ -445,6 +447,12 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 	esc := false
 	next := markEvery
 	i := start
+	// Options.MaxLines, checked at every line end: one text of short
+	// lines may hold millions of them.
+	maxNL := math.MaxInt
+	if s.lim.lines > 0 {
+		maxNL = s.lim.lines
+	}
 	if m, c, ok := s.resume(start); ok {
 		// The raw bytes up to mark m are those of the earlier text c, and
 		// the decoder's state at a mark depends on nothing else: take its
@@ -453,6 +461,9 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 		cn := nls[c.nlOff:c.nlEnd]
 		k, _ := slices.BinarySearch(cn, m.u) // the line ends before the mark
 		nls = append(nls, cn[:k]...)
+		if len(nls) > maxNL {
+			return span{}, false, d, ErrTooComplex
+		}
 		cm := s.marks[c.markOff:c.markEnd]
 		k, _ = slices.BinarySearchFunc(cm, m.u, func(x mark, u int32) int { return cmp.Compare(x.u, u) })
 		s.marks = append(s.marks, cm[:k+1]...) // m itself included
@@ -497,7 +508,9 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 			}
 			esc = true
 			if v == '\n' {
-				nls = append(nls, int32(n-d.off))
+				if nls = append(nls, int32(n-d.off)); len(nls) > maxNL {
+					return span{}, false, d, ErrTooComplex
+				}
 			}
 			out[n] = v
 			n++
@@ -535,7 +548,9 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 			// all the escapes of real text (\n, \t, \", \\).
 			if v := escByte[b[i+1]]; v != 0 {
 				if v == '\n' {
-					nls = append(nls, int32(n-d.off))
+					if nls = append(nls, int32(n-d.off)); len(nls) > maxNL {
+						return span{}, false, d, ErrTooComplex
+					}
 				}
 				out[n] = v
 				n++
@@ -558,7 +573,9 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 				}
 				r, k := decodeEscape(b[i:])
 				if r == '\n' { // "\u000a" ends a line as "\n" does
-					nls = append(nls, int32(n-d.off))
+					if nls = append(nls, int32(n-d.off)); len(nls) > maxNL {
+						return span{}, false, d, ErrTooComplex
+					}
 				}
 				n += utf8.EncodeRune(out[n:], r)
 				i += k

@@ -94,6 +94,11 @@ type segmenter struct {
 	hz    int
 	marks *[]segMark
 	base  int // len(out) when this text's blocks began
+	// When limited, the run ends once out holds more than stop blocks
+	// (Options.MaxBlocks: the request is refused, so the blocks of the
+	// rest of the text do not matter).
+	limited bool
+	stop    int
 }
 
 // segMark records the segmenter after a step that found a block, so that
@@ -141,18 +146,19 @@ func segmentLines(l lines, tags []string) []block {
 // appendBlocks appends the blocks of a text already split into lines to
 // dst, so that the parts of a request can share one buffer.
 func appendBlocks(dst []block, l lines, tags []string) []block {
-	return appendBlocksFrom(dst, l, tags, segMark{}, nil)
+	return appendBlocksFrom(dst, l, tags, segMark{}, nil, -1)
 }
 
 // appendBlocksFrom is appendBlocks resumed at mark from, a mark of another
 // text whose blocks up to it dst already ends with (see segMark; the zero
 // mark starts at the beginning). When marks is not nil, a segMark is
-// appended to it after each block found.
-func appendBlocksFrom(dst []block, l lines, tags []string, from segMark, marks *[]segMark) []block {
+// appended to it after each block found. When stop is not negative, the
+// segmentation ends once dst holds more than stop blocks.
+func appendBlocksFrom(dst []block, l lines, tags []string, from segMark, marks *[]segMark, stop int) []block {
 	if len(l.text) < 8 {
 		return dst
 	}
-	sg := segmenter{l: l, tags: tags, hz: int(from.hz), marks: marks, base: len(dst) - int(from.nblocks)}
+	sg := segmenter{l: l, tags: tags, hz: int(from.hz), marks: marks, base: len(dst) - int(from.nblocks), limited: stop >= 0, stop: stop}
 	return sg.run(dst, int(from.line))
 }
 
@@ -160,6 +166,9 @@ func (sg *segmenter) run(out []block, i int) []block {
 	l := &sg.l
 	free := i // first line not consumed by a block
 	for i < l.n() {
+		if sg.limited && len(out) > sg.stop {
+			break
+		}
 		sg.touch(i)
 		line := l.at(i)
 		var b block
