@@ -207,6 +207,7 @@ type reqState struct {
 	report    *rewrite.Report
 	repHeader string
 	rwErr     string // constant description of a rewrite failure
+	rwSkip    string // why rewriting was skipped (outcome skipped, mode on)
 
 	// Upstream; written by the transport on the handler's goroutine.
 	upstreamStart time.Time
@@ -320,13 +321,13 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 	case out.Method != http.MethodPost || st.body == nil:
 		return nil
 	case out.ContentLength > h.rwMax:
-		st.outcome, st.repHeader = metrics.OutcomeSkipped, "skipped"
+		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "too_large"
 		return nil
 	}
 	// A compressed request body is forwarded unchanged: decoding and
 	// re-encoding it is not worth the risk for the rare client that sends one.
 	if ce := out.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		st.outcome, st.repHeader = metrics.OutcomeSkipped, "skipped"
+		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "compressed"
 		return nil
 	}
 	readStart := time.Now()
@@ -338,7 +339,7 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 	if int64(len(buf)) > h.rwMax {
 		// Unknown length and too large: stream what was read plus the rest.
 		out.Body = readCloser{io.MultiReader(bytes.NewReader(buf), st.body), st.body}
-		st.outcome, st.repHeader = metrics.OutcomeSkipped, "skipped"
+		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "too_large"
 		return nil
 	}
 	st.orig = buf
@@ -348,7 +349,7 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 	case errors.Is(rerr, rewrite.ErrTooComplex):
 		// Over rewrite.max_parts, max_lines or max_blocks: a limit, not
 		// a failure. The original body goes out as it came.
-		st.outcome, st.repHeader = metrics.OutcomeSkipped, "skipped"
+		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "too_complex"
 	case rerr != nil:
 		h.m.RewriteErrors.Inc()
 		st.outcome = metrics.OutcomeError
@@ -726,6 +727,9 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 		}
 		if st.rwErr != "" {
 			attrs = append(attrs, slog.String("rewrite_error", st.rwErr))
+		}
+		if st.rwSkip != "" {
+			attrs = append(attrs, slog.String("rewrite_skipped", st.rwSkip))
 		}
 		if st.err != nil {
 			attrs = append(attrs, slog.String("error", st.err.Error()))

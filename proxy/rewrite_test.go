@@ -89,6 +89,10 @@ func TestRewrite(t *testing.T) {
 			if got := testutil.ToFloat64(f.m.RewriteErrors); got != tt.errors {
 				t.Errorf("rewrite_errors_total = %v, want %v", got, tt.errors)
 			}
+			// A skip with rewriting on says why in the access log.
+			if tt.outcome == metrics.OutcomeSkipped && tt.mode == metrics.ModeOn {
+				waitFor(t, "rewrite_skipped in the log", func() bool { return strings.Contains(f.logs.String(), "rewrite_skipped=") })
+			}
 			if strings.Contains(f.logs.String(), "secret prompt") || strings.Contains(f.logs.String(), "ORIGINAL") {
 				t.Errorf("log leaks the prompt:\n%s", f.logs.String())
 			}
