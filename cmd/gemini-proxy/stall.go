@@ -152,14 +152,11 @@ func (c *stallClock) extend(deadline, set, now time.Time) (time.Time, time.Durat
 		return time.Time{}, 0, false
 	}
 	length := end.Sub(start)
-	return later(deadline.Add(length), now.Add(c.slack)), length, true
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+	d := deadline.Add(length)
+	if least := now.Add(c.slack); least.After(d) {
+		d = least
 	}
-	return b
+	return d, length, true
 }
 
 // stallListener is a TCP listener whose connections survive a stall (see
