@@ -104,6 +104,9 @@ type Rewrite struct {
 	Unflatten string `mapstructure:"unflatten"`
 	// MaxBodyBytes: larger bodies are streamed through without rewriting.
 	MaxBodyBytes ByteSize `mapstructure:"max_body_bytes"`
+	// MaxInflightBytes bounds the request bodies being rewritten at once;
+	// past it a request is forwarded unchanged. 0 means no limit.
+	MaxInflightBytes ByteSize `mapstructure:"max_inflight_bytes"`
 	// MaxParts, MaxLines and MaxBlocks bound the rewriter's memory for one
 	// request (rewrite.Options): a request with more parts, lines or
 	// blocks is forwarded unchanged. 0 means no limit.
@@ -291,6 +294,7 @@ func Default() Config {
 			CompactSuperseded: rw.CompactSuperseded,
 			Unflatten:         string(rw.Unflatten),
 			MaxBodyBytes:      32 << 20,
+			MaxInflightBytes:  256 << 20,
 			MaxParts:          rw.MaxParts,
 			MaxLines:          rw.MaxLines,
 			MaxBlocks:         rw.MaxBlocks,

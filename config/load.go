@@ -244,6 +244,9 @@ func (c Config) Validate() error {
 	if u := c.Rewrite.Unflatten; u != "verified" && u != "off" {
 		bad("rewrite.unflatten", "%q must be verified or off", u)
 	}
+	if c.Rewrite.MaxInflightBytes < 0 {
+		bad("rewrite.max_inflight_bytes", "must be 0 (no limit) or positive")
+	}
 	if c.Rewrite.MaxBodyBytes <= 0 {
 		bad("rewrite.max_body_bytes", "must be positive")
 	} else if c.Rewrite.MaxBodyBytes > c.Server.MaxBodyBytes {

@@ -17,9 +17,11 @@
 //     request; the response header X-Gemini-Proxy-Report says what happened:
 //     the rewrite report ("bytes=B->A; rule=N…"), optionally followed by
 //     "; mode=dry-run", "; fallback", or one of "mode=off", "mode=disabled",
-//     "skipped" (body too large, unknown length over the limit, or a
+//     "skipped" (body too large, unknown length over the limit, a
 //     Content-Encoding such as gzip: compressed request bodies are never
-//     rewritten) and "bytes=N->N; error".
+//     rewritten, RewriteOptions.MaxInflightBytes reached, or a request over
+//     the rewriter's limits, rewrite.ErrTooComplex; the access log's
+//     rewrite_skipped says which) and "bytes=N->N; error".
 //   - With Options.Interactions enabled, a generate request (Gemini API
 //     paths only, rewrite mode on, no cachedContent) may be sent
 //     as POST /{version}/interactions instead and the interaction

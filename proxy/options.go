@@ -133,6 +133,16 @@ type RewriteOptions struct {
 	// larger bodies are streamed through unchanged without buffering. Zero
 	// means DefaultRewriteMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxInflightBytes bounds the request bodies being rewritten at once
+	// (by Content-Length, MaxBodyBytes when unknown), held from the rewrite
+	// to the end of the request: a request that would pass it is forwarded
+	// unchanged, streamed without buffering (outcome skipped, logged as
+	// busy). A rewrite holds about three times its body (the body, its
+	// decoded text, the output) plus its records, so this bounds the
+	// rewriter's memory across concurrent requests. A request is let in
+	// whatever its size when nothing else is being rewritten. Zero means
+	// no limit.
+	MaxInflightBytes int64
 	// Options are passed to rewrite.Request. The zero value means
 	// rewrite.DefaultOptions().
 	Options rewrite.Options

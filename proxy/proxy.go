@@ -51,14 +51,17 @@ type Handler struct {
 	maxBody  int64 // < 0: no limit
 	rwMax    int64
 	rwOpts   rewrite.Options
-	secret   []byte
-	models   map[string]struct{}
-	sav      *savings
-	rp       *httputil.ReverseProxy // unary routes
-	rpStream *httputil.ReverseProxy // streaming routes: flush every write
-	cc       *contextcache.Manager  // nil: context caching off
-	tenants  *tenantHasher
-	hot      hotMetrics
+	// rwInflight is the sum of the reservations of the requests being
+	// rewritten (RewriteOptions.MaxInflightBytes).
+	rwInflight atomic.Int64
+	secret     []byte
+	models     map[string]struct{}
+	sav        *savings
+	rp         *httputil.ReverseProxy // unary routes
+	rpStream   *httputil.ReverseProxy // streaming routes: flush every write
+	cc         *contextcache.Manager  // nil: context caching off
+	tenants    *tenantHasher
+	hot        hotMetrics
 
 	// rewriteFn is rewrite.Request; tests replace it to inject failures.
 	rewriteFn rewriteFunc
@@ -208,6 +211,7 @@ type reqState struct {
 	repHeader string
 	rwErr     string // constant description of a rewrite failure
 	rwSkip    string // why rewriting was skipped (outcome skipped, mode on)
+	reserved  int64  // bytes of RewriteOptions.MaxInflightBytes held, released at the end
 
 	// Upstream; written by the transport on the handler's goroutine.
 	upstreamStart time.Time
@@ -249,6 +253,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	rw := &responseWriter{ResponseWriter: w}
+	defer h.releaseRewrite(st) // after finish: the bodies live until then
 	defer h.finish(st, rw, out)
 
 	if h.maxBody > 0 && r.ContentLength > h.maxBody {
@@ -330,6 +335,11 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "compressed"
 		return nil
 	}
+	if !h.reserveRewrite(st, out.ContentLength) {
+		// Too much is being rewritten already: stream this one through.
+		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "busy"
+		return nil
+	}
 	readStart := time.Now()
 	buf, err := readBody(st.body, out.ContentLength, h.rwMax)
 	st.readDur = time.Since(readStart)
@@ -379,6 +389,39 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		out.Header.Set("Content-Length", strconv.Itoa(len(send)))
 	}
 	return nil
+}
+
+// reserveRewrite takes size bytes (the request's Content-Length; rwMax
+// when unknown) of RewriteOptions.MaxInflightBytes for st, and reports
+// whether it could: not when the reservations held already and this one
+// would pass the limit, unless none is held (so that one request larger
+// than the limit is still rewritten on an idle proxy).
+func (h *Handler) reserveRewrite(st *reqState, size int64) bool {
+	limit := h.opts.Rewrite.MaxInflightBytes
+	if limit <= 0 {
+		return true
+	}
+	if size < 0 || size > h.rwMax {
+		size = h.rwMax
+	}
+	for {
+		cur := h.rwInflight.Load()
+		if cur > 0 && cur+size > limit {
+			return false
+		}
+		if h.rwInflight.CompareAndSwap(cur, cur+size) {
+			st.reserved = size
+			return true
+		}
+	}
+}
+
+// releaseRewrite returns what reserveRewrite took for st.
+func (h *Handler) releaseRewrite(st *reqState) {
+	if st.reserved > 0 {
+		h.rwInflight.Add(-st.reserved)
+		st.reserved = 0
+	}
 }
 
 // readBody reads body, of Content-Length size (-1: unknown), up to

@@ -2,11 +2,14 @@ package proxy
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -245,4 +248,66 @@ func TestVerifierGetsTenant(t *testing.T) {
 	if want := tenantOf([]byte("fixed"), "", req); len(tenants) != 1 || tenants[0] != want {
 		t.Errorf("verifier tenants %q, want [%s]", tenants, want)
 	}
+}
+
+// TestRewriteInflightLimit checks RewriteOptions.MaxInflightBytes: while
+// one request holds the budget (its upstream call is pending), the next is
+// forwarded unchanged and logged as busy; once the first ends, the budget
+// is free again.
+func TestRewriteInflightLimit(t *testing.T) {
+	got1, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			close(got1)
+			<-release
+		}
+	})
+	f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true, MaxInflightBytes: int64(len(origBody)) + 10}})
+	f.h.rewriteFn = changed
+	send := func() *http.Response {
+		req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(origBody))
+		res, _ := do(t, rawClient(), req)
+		return res
+	}
+	first := make(chan *http.Response, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(origBody))
+		res, err := rawClient().Do(req)
+		if err == nil {
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		first <- res
+	}()
+	select {
+	case <-got1:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request never reached the backend")
+	}
+	if in := be.last(t); string(in.Body) != rewrittenBody {
+		t.Fatalf("first request: backend got %q, want the rewritten body", in.Body)
+	}
+
+	res := send()
+	if got := res.Header.Get(HeaderReport); got != "skipped" {
+		t.Errorf("second request while the first holds the budget: %s = %q, want skipped", HeaderReport, got)
+	}
+	if in := be.last(t); string(in.Body) != origBody {
+		t.Errorf("second request: backend got %q, want the original", in.Body)
+	}
+	waitFor(t, "rewrite_skipped=busy in the log", func() bool { return strings.Contains(f.logs.String(), "rewrite_skipped=busy") })
+
+	close(release)
+	if r := <-first; r == nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("first request: %v", r)
+	}
+	// The first request's reservation is released when its handler ends,
+	// just after the client has the response.
+	waitFor(t, "budget released", func() bool { return f.h.rwInflight.Load() == 0 })
+	res = send()
+	if in := be.last(t); string(in.Body) != rewrittenBody || !strings.HasPrefix(res.Header.Get(HeaderReport), "bytes=") {
+		t.Errorf("after the first ended: backend got %q, report %q; want the rewritten body", in.Body, res.Header.Get(HeaderReport))
+	}
+	waitFor(t, "budget released at the end", func() bool { return f.h.rwInflight.Load() == 0 })
 }

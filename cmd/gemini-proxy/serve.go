@@ -174,9 +174,10 @@ func proxyOptions(c config.Config) (proxy.Options, error) {
 		MaxBodyBytes:    int64(c.Server.MaxBodyBytes),
 		BodyIdleTimeout: c.Server.BodyIdleTimeout,
 		Rewrite: proxy.RewriteOptions{
-			Enabled:      c.Rewrite.Enabled,
-			MaxBodyBytes: int64(c.Rewrite.MaxBodyBytes),
-			Options:      rw,
+			Enabled:          c.Rewrite.Enabled,
+			MaxBodyBytes:     int64(c.Rewrite.MaxBodyBytes),
+			MaxInflightBytes: int64(c.Rewrite.MaxInflightBytes),
+			Options:          rw,
 		},
 		ResponseHeaderTimeout: c.Upstream.ResponseHeaderTimeout,
 		DialTimeout:           c.Upstream.DialTimeout,
