@@ -69,18 +69,26 @@ func namedChunksBody(n int) []byte {
 // time at 8× the size is compared with 8× the time at 1× measured here, with
 // a wide margin for a loaded machine; a quadratic cost exceeds it 2.7 fold.
 func TestNamedChunksLinear(t *testing.T) {
+	checkLinear(t, namedChunksBody(200), namedChunksBody(1600), nil)
+}
+
+// checkLinear rewrites small and big (about 8× the bytes), each three
+// times, and fails when the fastest time for big exceeds 24× that for
+// small: 3× the linear cost, margin for a loaded machine, still well below
+// a quadratic cost's 8× more.
+func checkLinear(t *testing.T, small, big []byte, v Verifier) {
+	t.Helper()
 	fastest := func(body []byte) time.Duration {
 		best := time.Duration(1 << 62)
 		for range 3 {
 			start := time.Now()
-			if _, _, err := Request(body, DefaultOptions(), nil); err != nil {
+			if _, _, err := Request(body, DefaultOptions(), v); err != nil {
 				t.Fatal(err)
 			}
 			best = min(best, time.Since(start))
 		}
 		return best
 	}
-	small, big := namedChunksBody(200), namedChunksBody(1600)
 	t1, t8 := fastest(small), fastest(big)
 	if t8 > 24*t1 {
 		t.Errorf("%d bytes took %v, %d bytes %v: %.1f× the time for %.1f× the bytes", len(small), t1, len(big), t8, float64(t8)/float64(t1), float64(len(big))/float64(len(small)))
@@ -102,22 +110,7 @@ func TestFlatRunLinear(t *testing.T) {
 		b, _ := json.Marshal(map[string]any{"contents": []any{map[string]any{"role": "user", "parts": []any{map[string]any{"text": text}}}}})
 		return b
 	}
-	fastest := func(b []byte) time.Duration {
-		best := time.Duration(1 << 62)
-		for range 3 {
-			start := time.Now()
-			if _, _, err := Request(b, DefaultOptions(), acceptAll{}); err != nil {
-				t.Fatal(err)
-			}
-			best = min(best, time.Since(start))
-		}
-		return best
-	}
-	small, big := body(8000), body(64000)
-	t1, t8 := fastest(small), fastest(big)
-	if t8 > 24*t1 {
-		t.Errorf("%d bytes took %v, %d bytes %v: %.1f× the time for %.1f× the bytes", len(small), t1, len(big), t8, float64(t8)/float64(t1), float64(len(big))/float64(len(small)))
-	}
+	checkLinear(t, body(8000), body(64000), acceptAll{})
 }
 
 // TestLimitsBoundMemory checks what Options.MaxParts, MaxLines and
