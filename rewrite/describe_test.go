@@ -96,6 +96,11 @@ func TestReportBlocks(t *testing.T) {
 }
 
 func TestConversationID(t *testing.T) {
+	conversationID := func(raw []byte) string {
+		var c convInput
+		c.set(raw)
+		return c.id()
+	}
 	small := []byte(`{"role":"user","parts":[{"text":"hi"}]}`)
 	sum := sha256.Sum256(small)
 	if got := conversationID(small); got != hex.EncodeToString(sum[:]) {

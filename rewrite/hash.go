@@ -75,35 +75,28 @@ func similarity(a, b []uint64) float64 {
 	return float64(inter) / float64(len(a)+len(b)-inter)
 }
 
-// convEdge is how many bytes of each end of the first content
-// conversationID hashes: a content of up to 2*convEdge bytes is hashed
+// convEdge is how many bytes of each end of the first content a
+// conversation id hashes: a content of up to 2*convEdge bytes is hashed
 // whole.
 const convEdge = 256
 
-// conversationID identifies a conversation by the raw bytes of its first
-// content (Report.ConversationID): the hex SHA-256 of those bytes when
-// there are at most 2*convEdge, else of the first and last convEdge bytes
-// followed by the length as 8 big-endian bytes. The id only groups the
-// block index's statistics by conversation, so its cost must not grow
-// with the content: hashing up to 4 KiB of it was 8% of the rewrite of a
-// 10 KB request (issue 3). Two conversations whose first contents have the
-// same length, beginning and end share their statistics, nothing else.
-// It depends on the bytes alone (no seed), so that replicas sharing a
-// block index agree.
-func conversationID(raw []byte) string {
-	var c convInput
-	c.set(raw)
-	return c.id()
-}
-
-// convInput is what conversationID hashes, kept so that a Report can
-// hash it later without holding on to the request body.
+// convInput is what identifies a conversation (Report.ConversationID): the
+// raw bytes of its first content when there are at most 2*convEdge, else
+// the first and last convEdge bytes followed by the length as 8 big-endian
+// bytes. Request copies them (the Report holds nothing of the body) and
+// the id is their hex SHA-256, computed when asked for. The id only groups
+// the block index's statistics by conversation, so its cost must not grow
+// with the content: hashing up to 4 KiB of it in Request was 8% of the
+// rewrite of a 10 KB request (issue 3). Two conversations whose first
+// contents have the same length, beginning and end share their
+// statistics, nothing else. It depends on the bytes alone (no seed), so
+// that replicas sharing a block index agree.
 type convInput struct {
 	buf [2*convEdge + 8]byte
 	n   int
 }
 
-// set copies the bytes of raw that conversationID hashes.
+// set copies the bytes of raw that identify the conversation.
 func (c *convInput) set(raw []byte) {
 	if len(raw) <= 2*convEdge {
 		c.n = copy(c.buf[:], raw)
