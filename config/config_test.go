@@ -345,3 +345,18 @@ func TestLoadYAMLSyntaxLine(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadConfigFileFromEnv checks GEMINI_PROXY_CONFIG: it names the file
+// when --config is not given, and --config wins over it.
+func TestLoadConfigFileFromEnv(t *testing.T) {
+	clearEnv(t)
+	t.Setenv(EnvConfig, writeFile(t, "admin:\n  listen: \"127.0.0.1:7101\"\n"))
+	got, err := Load(flags(t))
+	if err != nil || got.Admin.Listen != "127.0.0.1:7101" {
+		t.Errorf("Load() with %s: admin.listen = %q, %v; want 127.0.0.1:7101", EnvConfig, got.Admin.Listen, err)
+	}
+	got, err = Load(flags(t, "--config", writeFile(t, "admin:\n  listen: \"127.0.0.1:7102\"\n")))
+	if err != nil || got.Admin.Listen != "127.0.0.1:7102" {
+		t.Errorf("Load(--config) with %s: admin.listen = %q, %v; want 127.0.0.1:7102 from --config", EnvConfig, got.Admin.Listen, err)
+	}
+}

@@ -26,6 +26,10 @@ import (
 // EnvPrefix is the prefix of every environment variable the proxy reads.
 const EnvPrefix = "GEMINI_PROXY"
 
+// EnvConfig names the configuration file when --config is not given, so
+// that serve and the container's health check read the same file.
+const EnvConfig = EnvPrefix + "_CONFIG"
+
 // flagKeys maps the command-line flags to the keys they set.
 var flagKeys = map[string]string{
 	"listen":       "server.listen",
@@ -37,7 +41,7 @@ var flagKeys = map[string]string{
 // for each of the keys that are commonly set on the command line.
 func BindFlags(fs *pflag.FlagSet) {
 	d := Default()
-	fs.String("config", "", "path to a YAML configuration file")
+	fs.String("config", "", "path to a YAML configuration file (default: $"+EnvConfig+")")
 	fs.String("listen", d.Server.Listen, "proxy listen address (server.listen)")
 	fs.String("admin-listen", d.Admin.Listen, "admin listen address for /metrics, /healthz, /readyz (admin.listen)")
 	fs.String("upstream", d.Upstream.URL, "Gemini API base URL (upstream.url)")
@@ -45,7 +49,8 @@ func BindFlags(fs *pflag.FlagSet) {
 
 // Load builds the configuration from defaults, the file named by --config,
 // the environment and the flags in fs set on the command line (each
-// overriding the one before), then validates it. fs may be nil.
+// overriding the one before), then validates it. fs may be nil. Without
+// --config, the file is the one GEMINI_PROXY_CONFIG names, if any.
 //
 // Every problem is reported at once, one per line: unknown keys in the file
 // or in GEMINI_PROXY_* variables (with the nearest known one), values that
@@ -68,23 +73,28 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 
 	src := sources{flags: map[string]string{}}
 	var errs []error
+	path := os.Getenv(EnvConfig)
 	if fs != nil {
 		if f := fs.Lookup("config"); f != nil && f.Value.String() != "" {
-			path := f.Value.String()
-			data, err := os.ReadFile(path)
-			if err != nil {
-				return Config{}, fmt.Errorf("reading config file: %w", err)
-			}
-			lines, err := yamlKeyLines(data)
-			if err != nil {
-				return Config{}, errors.Join(append([]error{fmt.Errorf("reading config file %s: %w", path, err)}, unknownEnv(keys)...)...)
-			}
-			v.SetConfigType("yaml")
-			if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
-				return Config{}, fmt.Errorf("reading config file %s: %w", path, err)
-			}
-			src.file, src.lines = path, lines
+			path = f.Value.String()
 		}
+	}
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("reading config file: %w", err)
+		}
+		lines, err := yamlKeyLines(data)
+		if err != nil {
+			return Config{}, errors.Join(append([]error{fmt.Errorf("reading config file %s: %w", path, err)}, unknownEnv(keys)...)...)
+		}
+		v.SetConfigType("yaml")
+		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+			return Config{}, fmt.Errorf("reading config file %s: %w", path, err)
+		}
+		src.file, src.lines = path, lines
+	}
+	if fs != nil {
 		for name, key := range flagKeys {
 			if f := fs.Lookup(name); f != nil && f.Changed {
 				v.Set(key, f.Value.String())
@@ -391,7 +401,7 @@ func unknownEnv(keys []string) []error {
 	var errs []error
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, EnvPrefix+"_") && !known[name] {
+		if strings.HasPrefix(name, EnvPrefix+"_") && !known[name] && name != EnvConfig {
 			hint := ""
 			if near := suggest.Nearest(name, names); near != "" {
 				hint = fmt.Sprintf("; did you mean %s?", near)
