@@ -12,8 +12,11 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/gemini-proxy /gemini-proxy
 USER 65532:65532
 EXPOSE 8080 9090
-# The binary checks its own admin listener; no shell or curl in the image.
+# The binary checks its own admin listener (no shell or curl in the image):
+# `health` reads admin.listen as `serve` does, from GEMINI_PROXY_ADMIN_LISTEN
+# or the file GEMINI_PROXY_CONFIG names. A config file passed only as
+# `serve --config` is not seen by the check: set GEMINI_PROXY_CONFIG instead.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
-  CMD ["/gemini-proxy", "health", "--url", "http://127.0.0.1:9090/healthz"]
+  CMD ["/gemini-proxy", "health"]
 ENTRYPOINT ["/gemini-proxy"]
 CMD ["serve"]

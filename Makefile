@@ -2,6 +2,7 @@
 # targets add the long-running checks that stay out of CI.
 #
 #   make test                 every test: go vet, go test -race ./..., Node SDK tests (scripts/test)
+#   make lint                 go mod tidy -diff and the pinned staticcheck (scripts/lint; CI runs it)
 #   make soak                 the soak of RELIABILITY.md against the real binary (SOAK_DURATION, default 10m)
 #   make fuzz                 every Fuzz target in the module for FUZZTIME each (default 30s)
 #   make bench                Go benchmarks, then `gemini-proxy bench` (savings and overhead; BENCHMARKS.md)
@@ -15,10 +16,13 @@ SOAK_DURATION ?= 10m
 FUZZTIME ?= 30s
 BENCH_ARGS ?= --quick
 
-.PHONY: test soak fuzz bench
+.PHONY: test lint soak fuzz bench
 
 test:
 	scripts/test
+
+lint:
+	scripts/lint
 
 soak:
 	SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/reliability/

@@ -87,11 +87,10 @@ type msg struct {
 	pieces []piece
 }
 
-// txt, doc, img and raw build pieces.
+// txt, doc and img build pieces.
 func txt(s string) piece                 { return piece{text: s} }
 func doc(name, body string) piece        { return piece{doc: &docOcc{name: name, body: body}} }
 func img(mime string, data []byte) piece { return piece{img: data, mime: mime} }
-func raw(p *genai.Part) piece            { return piece{raw: p} }
 
 func user(ps ...piece) msg  { return msg{role: genai.RoleUser, pieces: ps} }
 func model(ps ...piece) msg { return msg{role: genai.RoleModel, pieces: ps} }

@@ -110,7 +110,7 @@ func editSession() *Session {
 	sc.ask(askFile("I discarded that. Document Stable instead."), propose(p3, "Stable is documented now.")...)
 	undo, cur = append(undo, cur), p3 // applied
 	// 4: undo: back to the previous version.
-	cur, undo = undo[len(undo)-1], undo[:len(undo)-1]
+	cur = undo[len(undo)-1]
 	sc.ask(askFile("I undid your last change. Why is insertionSort used for small slices?"), txt("insertionSort is faster than the general algorithm for fewer than 12 elements because it has little overhead."))
 	// 5: hand edit of one line.
 	cur = strings.Replace(cur, "// Len is the number of elements in the collection.", "// Len returns the number of elements in the collection.", 1)

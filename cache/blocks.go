@@ -200,7 +200,7 @@ func (s *Store) countBlock(tenant, sha string, size int, conv []byte, now time.T
 	mu := s.lock(k)
 	mu.Lock()
 	defer mu.Unlock()
-	v, ok := a.get(k)
+	v, _ := a.get(k)
 	b, convs, ok := decodeBlock(v)
 	if ok {
 		a.hits.Add(1)

@@ -263,3 +263,100 @@ func TestREADMEListsEveryKey(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadErrorsNameSourceAndValue checks that decode and validation
+// problems are reported together, each naming its key, its value (secrets
+// aside) and where it was set.
+func TestLoadErrorsNameSourceAndValue(t *testing.T) {
+	clearEnv(t)
+	file := writeFile(t, `server:
+  listen: "nope"
+cache:
+  ttl: forever
+rewrite:
+  min_blok_bytes: 10
+  similarity: 1.5
+metrics:
+  count_tokens_per_second: 0
+`)
+	t.Setenv("GEMINI_PROXY_CACHE_MAX_BYTES", "lots")
+	t.Setenv("GEMINI_PROXY_UPSTREAM_API_KEY", "AIza secret")
+	t.Setenv("GEMINI_PROXY_UPSTREM_URL", "http://x")
+	_, err := Load(flags(t, "--config", file, "--admin-listen", "also-nope"))
+	if err == nil {
+		t.Fatal("Load() = nil error")
+	}
+	got := strings.Split(err.Error(), "\n")
+	want := []string{
+		"unknown key rewrite.min_blok_bytes (" + file + " line 6); did you mean rewrite.min_block_bytes?",
+		"unknown environment variable GEMINI_PROXY_UPSTREM_URL; did you mean GEMINI_PROXY_UPSTREAM_URL?",
+		`cache.max_bytes: "lots" is not a size (bytes, or a number with KiB, MiB, GiB, KB, MB or GB) (from GEMINI_PROXY_CACHE_MAX_BYTES)`,
+		`cache.ttl: "forever" is not a duration (like 90s, 5m or 1h) (from ` + file + ` line 4)`,
+		`server.listen: "nope" is not a host:port address (from ` + file + ` line 2)`,
+		`admin.listen: "also-nope" is not a host:port address (from flag --admin-listen)`,
+		"upstream.api_key: must not contain white space (from GEMINI_PROXY_UPSTREAM_API_KEY)",
+		"rewrite.similarity: 1.5 must be in (0, 1] (from " + file + " line 7)",
+		"metrics.count_tokens_per_second: must be positive, got 0 (from " + file + " line 9)",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Load() error lines (-want +got):\n%s", diff)
+	}
+	if strings.Contains(err.Error(), "AIza") {
+		t.Errorf("Load() error shows the API key:\n%v", err)
+	}
+}
+
+// TestLoadSectionGivenValue checks that a section set to a plain value is
+// reported once, not once per key beneath it.
+func TestLoadSectionGivenValue(t *testing.T) {
+	clearEnv(t)
+	file := writeFile(t, "log: debug\n")
+	_, err := Load(flags(t, "--config", file))
+	want := "log: must be a section of keys, not a value (" + file + " line 1)"
+	if err == nil || err.Error() != want {
+		t.Errorf("Load() error = %v, want %q", err, want)
+	}
+}
+
+// TestLoadYAMLSyntaxLine checks that a YAML syntax error names the line
+// where the document goes wrong; the YAML parser itself names an earlier
+// line for errors found inside a block.
+func TestLoadYAMLSyntaxLine(t *testing.T) {
+	tests := []struct {
+		name, file string
+		want       string
+	}{
+		{"key outdented", "server:\n  listen: \"a:1\"\n cache: 1\nlog:\n  level: info\n", "line 3: did not find expected key"},
+		{"list item in a mapping", "server:\n  listen: \"a:1\"\n  - b\nlog:\n  level: info\n", "line 3: did not find expected key"},
+		{"unclosed flow list", "server:\n  listen: [a\nlog:\n  level: info\n", "line 2: did not find expected ',' or ']'"},
+		{"unclosed quote", "server:\n  listen: \"a:1\"\n\nlog:\n  level: \"x\n\n", "line 5: found unexpected end of stream"},
+		{"tab indentation", "server:\n\tlisten: x\n", "line 2: found character that cannot start any token"},
+		{"duplicate key", "log:\n  level: info\n  level: debug\n", `line 3: mapping key "level" already defined at line 2`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clearEnv(t)
+			file := writeFile(t, tt.file)
+			_, err := Load(flags(t, "--config", file))
+			want := "reading config file " + file + ": " + tt.want
+			if err == nil || err.Error() != want {
+				t.Errorf("Load() error = %v, want %q", err, want)
+			}
+		})
+	}
+}
+
+// TestLoadConfigFileFromEnv checks GEMINI_PROXY_CONFIG: it names the file
+// when --config is not given, and --config wins over it.
+func TestLoadConfigFileFromEnv(t *testing.T) {
+	clearEnv(t)
+	t.Setenv(EnvConfig, writeFile(t, "admin:\n  listen: \"127.0.0.1:7101\"\n"))
+	got, err := Load(flags(t))
+	if err != nil || got.Admin.Listen != "127.0.0.1:7101" {
+		t.Errorf("Load() with %s: admin.listen = %q, %v; want 127.0.0.1:7101", EnvConfig, got.Admin.Listen, err)
+	}
+	got, err = Load(flags(t, "--config", writeFile(t, "admin:\n  listen: \"127.0.0.1:7102\"\n")))
+	if err != nil || got.Admin.Listen != "127.0.0.1:7102" {
+		t.Errorf("Load(--config) with %s: admin.listen = %q, %v; want 127.0.0.1:7102 from --config", EnvConfig, got.Admin.Listen, err)
+	}
+}

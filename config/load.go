@@ -1,23 +1,34 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gemini-proxy/gemini-proxy/internal/suggest"
 )
 
 // EnvPrefix is the prefix of every environment variable the proxy reads.
 const EnvPrefix = "GEMINI_PROXY"
+
+// EnvConfig names the configuration file when --config is not given, so
+// that serve and the container's health check read the same file.
+const EnvConfig = EnvPrefix + "_CONFIG"
 
 // flagKeys maps the command-line flags to the keys they set.
 var flagKeys = map[string]string{
@@ -30,7 +41,7 @@ var flagKeys = map[string]string{
 // for each of the keys that are commonly set on the command line.
 func BindFlags(fs *pflag.FlagSet) {
 	d := Default()
-	fs.String("config", "", "path to a YAML configuration file")
+	fs.String("config", "", "path to a YAML configuration file (default: $"+EnvConfig+")")
 	fs.String("listen", d.Server.Listen, "proxy listen address (server.listen)")
 	fs.String("admin-listen", d.Admin.Listen, "admin listen address for /metrics, /healthz, /readyz (admin.listen)")
 	fs.String("upstream", d.Upstream.URL, "Gemini API base URL (upstream.url)")
@@ -38,9 +49,15 @@ func BindFlags(fs *pflag.FlagSet) {
 
 // Load builds the configuration from defaults, the file named by --config,
 // the environment and the flags in fs set on the command line (each
-// overriding the one before), then validates it. fs may be nil. Unknown keys
-// in the file or in GEMINI_PROXY_* variables and invalid values are
-// reported together.
+// overriding the one before), then validates it. fs may be nil. Without
+// --config, the file is the one GEMINI_PROXY_CONFIG names, if any.
+//
+// Every problem is reported at once, one per line: unknown keys in the file
+// or in GEMINI_PROXY_* variables (with the nearest known one), values that
+// do not decode, and values that decode but are invalid. Each names its key,
+// the value (secrets aside) and where it was set: the file and line, the
+// environment variable or the flag. A YAML syntax error names the line of
+// the file where the document stops parsing.
 func Load(fs *pflag.FlagSet) (Config, error) {
 	v := viper.New()
 	v.SetEnvPrefix(EnvPrefix)
@@ -54,38 +71,303 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 		v.SetDefault(k, flat[k])
 	}
 
+	src := sources{flags: map[string]string{}}
 	var errs []error
+	path := os.Getenv(EnvConfig)
 	if fs != nil {
 		if f := fs.Lookup("config"); f != nil && f.Value.String() != "" {
-			v.SetConfigFile(f.Value.String())
-			v.SetConfigType("yaml")
-			if err := v.ReadInConfig(); err != nil {
-				return Config{}, fmt.Errorf("reading config file: %w", err)
-			}
+			path = f.Value.String()
 		}
+	}
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("reading config file: %w", err)
+		}
+		lines, err := yamlKeyLines(data)
+		if err != nil {
+			return Config{}, errors.Join(append([]error{fmt.Errorf("reading config file %s: %w", path, err)}, unknownEnv(keys)...)...)
+		}
+		v.SetConfigType("yaml")
+		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+			return Config{}, fmt.Errorf("reading config file %s: %w", path, err)
+		}
+		src.file, src.lines = path, lines
+	}
+	if fs != nil {
 		for name, key := range flagKeys {
 			if f := fs.Lookup(name); f != nil && f.Changed {
 				v.Set(key, f.Value.String())
+				src.flags[key] = name
 			}
 		}
 	}
+	errs = append(errs, src.unknownFileKeys(keys)...)
 	errs = append(errs, unknownEnv(keys)...)
 
-	var c Config
-	err := v.UnmarshalExact(&c, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
+	// Each key is decoded on its own so that one bad value does not hide
+	// the others, nor the validation of the rest; a key that does not
+	// decode keeps its default.
+	c := Default()
+	failed := map[string]bool{}
+	sections := src.scalarSections(keys)
+	hook := mapstructure.ComposeDecodeHookFunc(
 		mapstructure.TextUnmarshallerHookFunc(),
 		mapstructure.StringToTimeDurationHookFunc(),
 		stringToSlice,
-	)))
-	if err != nil {
-		errs = append(errs, err)
-	} else if err := c.Validate(); err != nil {
-		errs = append(errs, err)
+	)
+	walk(reflect.ValueOf(&c).Elem(), "", func(key string, f reflect.Value) {
+		if slices.ContainsFunc(sections, func(s string) bool { return strings.HasPrefix(key, s+".") }) {
+			failed[key] = true // its section is a value in the file, reported above
+			return
+		}
+		raw := v.Get(key)
+		out := reflect.New(f.Type())
+		dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+			DecodeHook:       hook,
+			ErrorUnused:      true,
+			WeaklyTypedInput: true, // as viper: "2048" from the environment is a number
+			Result:           out.Interface(),
+		})
+		if err == nil {
+			err = dec.Decode(raw)
+		}
+		if err != nil {
+			failed[key] = true
+			errs = append(errs, fmt.Errorf("%s: %s%s", key, decodeProblem(key, f.Type(), raw, err), src.of(key)))
+			return
+		}
+		f.Set(out.Elem())
+	})
+
+	if err := c.Validate(); err != nil {
+		for _, e := range unjoin(err) {
+			key, _, _ := strings.Cut(e.Error(), ": ")
+			key, _, _ = strings.Cut(key, "[")
+			if failed[key] {
+				continue // reported above; the default stood in for it
+			}
+			errs = append(errs, fmt.Errorf("%w%s%s", e, src.valueNote(c, key, e.Error()), src.of(key)))
+		}
 	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// unjoin returns the errors that errors.Join combined into err, or err.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// sources tells where each key's value came from, for error messages.
+type sources struct {
+	file  string         // path of the configuration file, or ""
+	lines map[string]int // line of each key set in the file
+	flags map[string]string
+}
+
+// of returns " (from WHERE)" for the place that set key, or "" for a
+// default.
+func (s sources) of(key string) string {
+	if name, ok := s.flags[key]; ok {
+		return fmt.Sprintf(" (from flag --%s)", name)
+	}
+	if os.Getenv(EnvName(key)) != "" {
+		return fmt.Sprintf(" (from %s)", EnvName(key))
+	}
+	if line, ok := s.lines[key]; ok {
+		return fmt.Sprintf(" (from %s line %d)", s.file, line)
+	}
+	return ""
+}
+
+// valueNote returns ", got VALUE" for a validation message about a scalar
+// key that does not quote the value itself, and "" for a secret, a list or
+// a message that already shows it.
+func (s sources) valueNote(c Config, key, msg string) string {
+	if secretKeys[key] || redactedURLKeys[key] {
+		return ""
+	}
+	var note string
+	walk(reflect.ValueOf(c), "", func(k string, f reflect.Value) {
+		if k != key || f.Kind() == reflect.Slice || f.Kind() == reflect.Struct {
+			return
+		}
+		val := yamlValue(k, f)
+		if strings.Contains(msg, val) || strings.Contains(msg, strings.Trim(val, `"`)) {
+			return
+		}
+		note = ", got " + val
+	})
+	return note
+}
+
+// scalarSections returns the sections of keys that the file sets to a
+// value instead of a mapping of keys.
+func (s sources) scalarSections(keys []string) []string {
+	var out []string
+	for k := range s.lines {
+		if slices.ContainsFunc(keys, func(known string) bool { return strings.HasPrefix(known, k+".") }) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// unknownFileKeys reports keys of the configuration file that name no
+// setting, with the nearest known key.
+func (s sources) unknownFileKeys(keys []string) []error {
+	known := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		known[k] = true
+	}
+	var unknown []string
+	for k := range s.lines {
+		if !known[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	slices.SortFunc(unknown, func(a, b string) int { return s.lines[a] - s.lines[b] })
+	var errs []error
+	for _, k := range unknown {
+		if slices.ContainsFunc(keys, func(known string) bool { return strings.HasPrefix(known, k+".") }) {
+			errs = append(errs, fmt.Errorf("%s: must be a section of keys, not a value (%s line %d)", k, s.file, s.lines[k]))
+			continue
+		}
+		hint := ""
+		if near := suggest.Nearest(k, keys); near != "" {
+			hint = fmt.Sprintf("; did you mean %s?", near)
+		}
+		errs = append(errs, fmt.Errorf("unknown key %s (%s line %d)%s", k, s.file, s.lines[k], hint))
+	}
+	return errs
+}
+
+// decodeProblem says why raw is not a value of type t, quoting raw unless
+// key is a secret.
+func decodeProblem(key string, t reflect.Type, raw any, err error) string {
+	val := fmt.Sprintf("%v", raw)
+	if s, ok := raw.(string); ok {
+		val = strconv.Quote(s)
+	}
+	if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct {
+		// Lists of records: mapstructure names the offending item and field.
+		return strings.TrimPrefix(err.Error(), "decoding failed due to the following error(s):\n\n")
+	}
+	if len(val) > 80 {
+		val = val[:77] + "..."
+	}
+	if secretKeys[key] || redactedURLKeys[key] {
+		val = "the value"
+	}
+	switch {
+	case t == reflect.TypeFor[time.Duration]():
+		return val + " is not a duration (like 90s, 5m or 1h)"
+	case t == reflect.TypeFor[ByteSize]():
+		return val + " is not a size (bytes, or a number with KiB, MiB, GiB, KB, MB or GB)"
+	case t.Kind() == reflect.Bool:
+		return val + " is not true or false"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		return val + " is not a whole number"
+	case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
+		return val + " is not a number"
+	case t == reflect.TypeFor[[]string]():
+		return val + " is not a list of strings"
+	}
+	return fmt.Sprintf("%s does not fit: %v", val, err)
+}
+
+// yamlKeyLines parses a YAML configuration document and returns the line of
+// every key it sets, as dotted lower-case paths (viper's keys); it does not
+// descend into lists. A syntax error names the first line after the longest
+// prefix of the document that parses, which is where the document goes
+// wrong: the YAML parser's own line is off by one or more for errors found
+// while parsing a block (yaml.v3 reports a 0-based line there).
+func yamlKeyLines(data []byte) (map[string]int, error) {
+	var doc yaml.Node
+	err := yaml.Unmarshal(data, &doc)
+	if err == nil {
+		// Duplicate keys are an error only when decoding into a map, as
+		// viper does; its message names both lines.
+		var m map[string]any
+		err = yaml.Unmarshal(data, &m)
+	}
+	if err != nil {
+		return nil, yamlSyntaxError(data, err)
+	}
+	lines := map[string]int{}
+	var visit func(n *yaml.Node, prefix string)
+	visit = func(n *yaml.Node, prefix string) {
+		if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+			visit(n.Content[0], prefix)
+			return
+		}
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], n.Content[i+1]
+			key := strings.ToLower(k.Value)
+			if prefix != "" {
+				key = prefix + "." + key
+			}
+			if val.Kind == yaml.MappingNode && !leafKeys()[key] {
+				visit(val, key)
+				continue
+			}
+			lines[key] = k.Line
+		}
+	}
+	visit(&doc, "")
+	return lines, nil
+}
+
+// leafKeys is the set of Keys.
+var leafKeys = sync.OnceValue(func() map[string]bool {
+	m := map[string]bool{}
+	for _, k := range Keys() {
+		m[k] = true
+	}
+	return m
+})
+
+// yamlLinePrefix matches the position yaml.v3 puts before its messages.
+var yamlLinePrefix = regexp.MustCompile(`^yaml: (line \d+: )?`)
+
+// yamlSyntaxError rewrites err, a yaml.v3 error for data, to name the line
+// where data stops parsing.
+func yamlSyntaxError(data []byte, err error) error {
+	msg := yamlLinePrefix.ReplaceAllString(err.Error(), "")
+	if strings.HasPrefix(msg, "unmarshal errors:") {
+		// Type and duplicate-key errors carry correct lines already.
+		var parts []string
+		for _, l := range strings.Split(strings.TrimPrefix(msg, "unmarshal errors:"), "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				parts = append(parts, l)
+			}
+		}
+		return errors.New(strings.Join(parts, "; "))
+	}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if len(lines) > 5000 {
+		return err // too long to search; keep the parser's own line
+	}
+	good := 0 // lines of the longest prefix that parses
+	var prefix []byte
+	var node yaml.Node
+	for i, l := range lines {
+		prefix = append(prefix, l...)
+		if yaml.Unmarshal(prefix, &node) == nil {
+			good = i + 1
+		}
+	}
+	line := min(good+1, len(lines))
+	return fmt.Errorf("line %d: %s", line, msg)
 }
 
 // stringToSlice splits a comma-separated string (from the environment) into
@@ -111,14 +393,20 @@ func stringToSlice(f, t reflect.Type, data any) (any, error) {
 // typo does not silently leave a default in place.
 func unknownEnv(keys []string) []error {
 	known := make(map[string]bool, len(keys))
-	for _, k := range keys {
-		known[EnvName(k)] = true
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = EnvName(k)
+		known[names[i]] = true
 	}
 	var errs []error
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, EnvPrefix+"_") && !known[name] {
-			errs = append(errs, fmt.Errorf("unknown environment variable %s", name))
+		if strings.HasPrefix(name, EnvPrefix+"_") && !known[name] && name != EnvConfig {
+			hint := ""
+			if near := suggest.Nearest(name, names); near != "" {
+				hint = fmt.Sprintf("; did you mean %s?", near)
+			}
+			errs = append(errs, fmt.Errorf("unknown environment variable %s%s", name, hint))
 		}
 	}
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -426,7 +425,7 @@ func TestCountTokensLimits(t *testing.T) {
 // usageMetadata calibration alone and must be within 10% of the exact
 // saving the emulator's tokenizer gives.
 func TestEstimateUsageOnly(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "src", "container", "list", "list.go"))
+	src, err := os.ReadFile(filepath.Join(tu.GOROOT(t), "src", "container", "list", "list.go"))
 	if err != nil {
 		t.Skipf("no Go source to use as the workload: %v", err)
 	}

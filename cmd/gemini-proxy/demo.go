@@ -17,6 +17,7 @@ import (
 
 	"github.com/gemini-proxy/gemini-proxy/config"
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/savingspage"
 	"github.com/spf13/pflag"
 	"google.golang.org/genai"
 )
@@ -28,6 +29,9 @@ func demoFlags(fs *pflag.FlagSet) {
 	fs.String("model", "gemini-2.5-flash", "model the demo conversation uses")
 	fs.Bool("show-request", false, "print the contents the emulator received for the last turn through the proxy")
 	fs.Bool("logs", false, "print the proxy's and the emulator's logs to stderr")
+	fs.Bool("serve", false, "keep the emulator and the proxy running after the conversation, for an SDK and the savings page, until Ctrl-C")
+	fs.String("listen", "127.0.0.1:0", "proxy listen address (port 0: any free port)")
+	fs.String("admin-listen", "127.0.0.1:0", "admin listen address, for the savings page and /metrics")
 }
 
 // demoTurn is one step of the demo's naive client.
@@ -56,7 +60,9 @@ var demoTurns = []demoTurn{
 
 // demoReply is the emulator's scripted model. It answers from the newest
 // full copy of list.go that reached it, and names that copy's hash, so the
-// answers show whether the file survived the rewrite intact.
+// answers show whether the file survived the rewrite intact. The hash is
+// the one the proxy's references name for the same version: the SHA-256 of
+// the fenced block, fence lines included (rewrite/doc.go).
 func demoReply(r emulator.ReplyRequest) string {
 	file := ""
 	for i := len(r.Contents) - 1; i >= 0 && file == ""; i-- {
@@ -65,7 +71,7 @@ func demoReply(r emulator.ReplyRequest) string {
 	if file == "" {
 		return "I cannot see list.go in this conversation."
 	}
-	sum := sha256.Sum256([]byte(file))
+	sum := sha256.Sum256([]byte(fenceOpen + file + "```"))
 	seen := fmt.Sprintf("(I am looking at list.go, %d lines, sha256 %s.)", strings.Count(file, "\n"), hex.EncodeToString(sum[:6]))
 	q := strings.TrimSpace(r.LastUserText())
 	for _, t := range demoTurns {
@@ -80,14 +86,16 @@ func demoReply(r emulator.ReplyRequest) string {
 	return "I do not understand the question. " + seen
 }
 
+// fenceOpen opens the fence that carries list.go in the demo's messages.
+const fenceOpen = "```go list.go\n"
+
 // fencedFile returns the body of the last ```go list.go fence in text.
 func fencedFile(text string) string {
-	const open = "```go list.go\n"
-	i := strings.LastIndex(text, open)
+	i := strings.LastIndex(text, fenceOpen)
 	if i < 0 {
 		return ""
 	}
-	body := text[i+len(open):]
+	body := text[i+len(fenceOpen):]
 	j := strings.Index(body, "\n```")
 	if j < 0 {
 		return ""
@@ -108,6 +116,7 @@ func demo(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writer) erro
 	model, _ := fs.GetString("model")
 	showRequest, _ := fs.GetBool("show-request")
 	logs, _ := fs.GetBool("logs")
+	keep, _ := fs.GetBool("serve")
 	logger := slog.New(slog.DiscardHandler)
 	if logs {
 		logger = newLogger(config.Log{Level: "info", Format: "text"}, stderr)
@@ -125,12 +134,14 @@ func demo(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writer) erro
 	emuURL := "http://" + el.ln.Addr().String()
 
 	c := config.Default()
-	c.Server.Listen, c.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	c.Server.Listen, _ = fs.GetString("listen")
+	c.Admin.Listen, _ = fs.GetString("admin-listen")
 	c.Server.ShutdownGrace = time.Second
 	c.Upstream.URL = emuURL
 	addrs := make(chan [2]string, 1)
+	var page *savingspage.Page // set before addrs receives
 	go func() {
-		done <- serveConfig(ctx, c, logger, func(p, a string) { addrs <- [2]string{p, a} })
+		done <- serveWithPage(ctx, c, logger, func(p *savingspage.Page) { page = p }, func(p, a string) { addrs <- [2]string{p, a} })
 	}()
 	var proxyAddr, adminAddr string
 	select {
@@ -155,12 +166,31 @@ func demo(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writer) erro
 		return fmt.Errorf("demo: session through the proxy: %w", err)
 	}
 	printDemoTable(stdout, naive, proxied)
+	turns := make([]savingspage.Turn, len(naive))
+	for i := range naive {
+		turns[i] = savingspage.Turn{Naive: naive[i].promptTokens, Proxied: proxied[i].promptTokens}
+	}
+	page.SetConversation("The demo conversation", turns)
 	if showRequest {
 		rec := emu.Received()
 		last := rec[len(rec)-1]
 		fmt.Fprintf(stdout, "\nWhat the emulator received for the last turn through the proxy (%d bytes):\n", len(last.Body))
 		for i, ct := range last.Contents {
 			fmt.Fprintf(stdout, "--- turn %d (%s) ---\n%s\n", i+1, ct.Role, ct.Text())
+		}
+	}
+	if keep {
+		fmt.Fprintf(stdout, `
+The emulator and the proxy keep running. Next steps:
+  Point an SDK at the proxy (its upstream is the emulator; any API key works):
+    export GOOGLE_GEMINI_BASE_URL=http://%s GEMINI_API_KEY=demo-key
+  Open the savings page: http://%s/  (metrics: http://%s/metrics)
+  Press Ctrl-C to stop.
+`, proxyAddr, adminAddr, adminAddr)
+		select {
+		case <-ctx.Done():
+		case err := <-done:
+			return err // a listener failed
 		}
 	}
 	cancel()
@@ -215,17 +245,18 @@ func runDemoSession(ctx context.Context, baseURL, model string, emu *emulator.Se
 
 func printDemoTable(w io.Writer, naive, proxied []demoResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "turn\tprompt tokens naive\tthrough proxy\tsaved\tbytes naive\tthrough proxy\tsaved\t")
+	fmt.Fprintln(tw, "turn\tin contents\tprompt tokens naive\tthrough proxy\tsaved\tbytes naive\tthrough proxy\tsaved\t")
 	var tn, tp, bn, bp int
 	same := true
 	for i := range naive {
 		n, p := naive[i], proxied[i]
 		tn, tp, bn, bp = tn+n.promptTokens, tp+p.promptTokens, bn+n.bytes, bp+p.bytes
 		same = same && n.answer == p.answer
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%d\t%d\t%s\t\n", i+1, n.promptTokens, p.promptTokens, pct(n.promptTokens, p.promptTokens), n.bytes, p.bytes, pct(n.bytes, p.bytes))
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s\t%d\t%d\t%s\t\n", i+1, 2*i+1, n.promptTokens, p.promptTokens, pct(n.promptTokens, p.promptTokens), n.bytes, p.bytes, pct(n.bytes, p.bytes))
 	}
-	fmt.Fprintf(tw, "total\t%d\t%d\t%s\t%d\t%d\t%s\t\n", tn, tp, pct(tn, tp), bn, bp, pct(bn, bp))
+	fmt.Fprintf(tw, "total\t\t%d\t%d\t%s\t%d\t%d\t%s\t\n", tn, tp, pct(tn, tp), bn, bp, pct(bn, bp))
 	tw.Flush()
+	fmt.Fprintln(w, "\nTurn N is your Nth message; the proxy's references (\"replaced by the version in turn 7\") count\nthe request's contents, user and model turns alike: your message N is contents turn 2N-1.")
 	fmt.Fprintln(w, "\nX-Gemini-Proxy-Report per turn (rules applied, bytes before->after):")
 	for i, p := range proxied {
 		fmt.Fprintf(w, "  turn %d: %s\n", i+1, p.report)

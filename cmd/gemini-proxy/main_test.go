@@ -40,13 +40,11 @@ func TestRunCommands(t *testing.T) {
 		{args: []string{"version"}, wantStdout: "gemini-proxy "},
 		{args: []string{"--help"}, wantStdout: "Commands:"},
 		{args: nil, wantErr: true, wantStdout: "Usage:"},
-		{args: []string{"serve", "--help"}, wantStderr: "--upstream"},
-		{args: []string{"demo", "--help"}, wantStderr: "--model"},
-		{args: []string{"emulator", "--help"}, wantStderr: "--listen"},
-		{args: []string{"config", "--help"}, wantStderr: "--config"},
-		{args: []string{"health", "--help"}, wantStderr: "--url"},
 		{args: []string{"frobnicate"}, wantErr: true, wantStderr: `unknown command "frobnicate"`},
-		{args: []string{"serve", "--no-such-flag"}, wantErr: true, wantStderr: "unknown flag"},
+		{args: []string{"serv"}, wantErr: true, wantStderr: `unknown command "serv"; did you mean serve?`},
+		{args: []string{"serve", "--no-such-flag"}, wantErr: true, wantStderr: "unknown flag: --no-such-flag\nRun 'gemini-proxy serve --help' for its flags."},
+		{args: []string{"serve", "--lisen", ":0"}, wantErr: true, wantStderr: "unknown flag: --lisen; did you mean --listen?\nRun 'gemini-proxy serve --help' for its flags."},
+		{args: []string{"config", "--upstrem=x"}, wantErr: true, wantStderr: "unknown flag: --upstrem; did you mean --upstream?"},
 		{args: []string{"version", "extra"}, wantErr: true, wantStderr: "unexpected argument"},
 		{args: []string{"config", "--upstream", "ftp://nope"}, wantErr: true},
 	}
@@ -63,6 +61,29 @@ func TestRunCommands(t *testing.T) {
 				t.Errorf("run(%q) stderr = %q, want it to contain %q", tt.args, errOut, tt.wantStderr)
 			}
 		})
+	}
+}
+
+// TestHelpGoesToStdout checks every command's --help and -h: the usage goes
+// to stdout (so that "| less" shows it), nothing to stderr, and the command
+// does not run.
+func TestHelpGoesToStdout(t *testing.T) {
+	clearEnv(t)
+	for _, c := range commands() {
+		for _, flag := range []string{"--help", "-h"} {
+			t.Run(c.name+" "+flag, func(t *testing.T) {
+				out, errOut, err := runCmd(t, t.Context(), c.name, flag)
+				if err != nil {
+					t.Fatalf("run(%s %s) error = %v", c.name, flag, err)
+				}
+				if want := "Usage: gemini-proxy " + c.name + " [flags]"; !strings.HasPrefix(out, want) {
+					t.Errorf("run(%s %s) stdout = %q, want it to start with %q", c.name, flag, out, want)
+				}
+				if errOut != "" {
+					t.Errorf("run(%s %s) stderr = %q, want nothing", c.name, flag, errOut)
+				}
+			})
+		}
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/gemini-proxy/gemini-proxy/internal/suggest"
 )
 
 // errUsage reports a command-line mistake whose explanation was already
@@ -60,14 +62,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs := pflag.NewFlagSet(c.name, pflag.ContinueOnError)
 		fs.SetOutput(stderr)
 		c.flags(fs)
+		// pflag calls Usage only for --help and -h (ContinueOnError): help
+		// that was asked for goes to stdout, so that it pages.
 		fs.Usage = func() {
-			fmt.Fprintf(stderr, "Usage: gemini-proxy %s [flags]\n\n%s.\n\nFlags:\n%s", c.name, capitalize(c.summary), fs.FlagUsages())
+			fmt.Fprintf(stdout, "Usage: gemini-proxy %s [flags]\n\n%s.\n\nFlags:\n%s", c.name, capitalize(c.summary), fs.FlagUsages())
 		}
 		if err := fs.Parse(args[1:]); err != nil {
 			if errors.Is(err, pflag.ErrHelp) {
 				return nil
 			}
-			fmt.Fprintf(stderr, "gemini-proxy %s: %v\n", c.name, err)
+			fmt.Fprintf(stderr, "gemini-proxy %s: %v%s\nRun 'gemini-proxy %s --help' for its flags.\n", c.name, err, flagHint(fs, err), c.name)
 			return errUsage
 		}
 		if fs.NArg() > 0 {
@@ -80,9 +84,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	fmt.Fprintf(stderr, "gemini-proxy: unknown command %q\n\n", args[0])
+	names := make([]string, 0, len(commands()))
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	hint := ""
+	if near := suggest.Nearest(args[0], names); near != "" {
+		hint = fmt.Sprintf("; did you mean %s?", near)
+	}
+	fmt.Fprintf(stderr, "gemini-proxy: unknown command %q%s\n\n", args[0], hint)
 	usage(stderr)
 	return errUsage
+}
+
+// flagHint returns "; did you mean --NAME?" for an unknown flag in err
+// that is a likely typo of one of fs's flags, and "" otherwise.
+func flagHint(fs *pflag.FlagSet, err error) string {
+	var ne *pflag.NotExistError
+	if !errors.As(err, &ne) || ne.GetSpecifiedShortnames() != "" {
+		return ""
+	}
+	var names []string
+	fs.VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+	if near := suggest.Nearest(ne.GetSpecifiedName(), names); near != "" {
+		return fmt.Sprintf("; did you mean --%s?", near)
+	}
+	return ""
 }
 
 func capitalize(s string) string {

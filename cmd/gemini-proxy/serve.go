@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"net/url"
 	"sync/atomic"
+	"time"
 
 	"github.com/gemini-proxy/gemini-proxy/cache"
 	"github.com/gemini-proxy/gemini-proxy/config"
+	"github.com/gemini-proxy/gemini-proxy/internal/savingspage"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/proxy"
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
@@ -45,6 +47,12 @@ func serve(ctx context.Context, fs *pflag.FlagSet, _, stderr io.Writer) error {
 // started, when not nil, receives the bound addresses once both listen.
 // wrap, applied in order, wraps the proxy handler (serve --record).
 func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, started func(proxyAddr, adminAddr string), wrap ...func(http.Handler) http.Handler) error {
+	return serveWithPage(ctx, c, logger, nil, started, wrap...)
+}
+
+// serveWithPage is serveConfig with conv, when not nil, receiving the
+// savings page once it exists (demo --serve draws its conversation there).
+func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, conv func(*savingspage.Page), started func(proxyAddr, adminAddr string), wrap ...func(http.Handler) http.Handler) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -69,7 +77,16 @@ func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, star
 	metrics.RegisterCache(reg, store.Stats)
 	opts.Verifier = func(tenant string) rewrite.Verifier { return store.Verifier(tenant) }
 	opts.Interactions = proxy.InteractionsOptions{Enabled: c.UpstreamState.Interactions, Store: store}
+	page := savingspage.New(savingspage.Options{Gatherer: reg})
+	if conv != nil {
+		conv(page)
+	}
+	go page.Run(ctx)
 	opts.OnExchange = func(ex proxy.Exchange) {
+		if ex.Report != nil {
+			page.Record(savingspage.Report{At: time.Now(), Model: ex.Model, Status: ex.Status, Header: ex.Report.Header(),
+				BytesBefore: ex.Report.BytesBefore, BytesAfter: ex.Report.BytesAfter})
+		}
 		// Only what the client received in full counts as served.
 		if !ex.Complete || ex.Status != http.StatusOK {
 			return
@@ -99,7 +116,10 @@ func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, star
 	lns := []*listener{pl}
 	adminAddr := ""
 	if c.Admin.Listen != "" {
-		al, err := listen("admin", c.Admin.Listen, proxy.AdminHandler(reg, ready.Load, c.Admin.Pprof), c.Server, logger)
+		admin := http.NewServeMux()
+		admin.Handle("GET /{$}", page)
+		admin.Handle("/", proxy.AdminHandler(reg, ready.Load, c.Admin.Pprof))
+		al, err := listen("admin", c.Admin.Listen, admin, c.Server, logger)
 		if err != nil {
 			pl.ln.Close()
 			return err

@@ -29,7 +29,7 @@ func (s *Server) modelInfo(id string, vertex bool) modelJSON {
 	if vertex {
 		name = "publishers/google/models/" + id
 	}
-	display := strings.Title(strings.ReplaceAll(id, "-", " ")) //nolint:staticcheck // ASCII ids only
+	display := titleASCII(strings.ReplaceAll(id, "-", " "))
 	if isEmbedding(id) {
 		return modelJSON{Name: name, Version: "001", DisplayName: display,
 			Description: "Emulated embedding model.", InputTokenLimit: 2048, OutputTokenLimit: 1,

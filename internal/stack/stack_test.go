@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -591,7 +590,7 @@ type workload struct {
 }
 
 func newWorkload(t *testing.T) *workload {
-	src, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "src", "container", "list", "list.go"))
+	src, err := os.ReadFile(filepath.Join(testutil.GOROOT(t), "src", "container", "list", "list.go"))
 	if err != nil {
 		t.Fatalf("reading a Go source file for the workload: %v", err)
 	}

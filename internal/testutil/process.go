@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"time"
 )
 
@@ -24,7 +23,7 @@ func BuildProxy(ctx context.Context, out string, race bool) error {
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return fmt.Errorf("finding go: %w", err)
 	}
 	args := []string{"build", "-o", out}
 	if race {
