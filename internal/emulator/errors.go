@@ -83,8 +83,15 @@ func errBadRequest(field, msg string) *apiError {
 	})
 }
 
+// errModelNotFound is the 404 for an unknown model. The recorded texts
+// differ by method: generateContent names "ModelService.ListModels",
+// countTokens "ListModels".
 func errModelNotFound(model, version, method string) *apiError {
-	return newError(404, fmt.Sprintf("models/%s is not found for API version %s, or is not supported for %s. Call ListModels to see the list of available models and their supported methods.", model, version, method))
+	list := "ListModels"
+	if method == "generateContent" || method == "streamGenerateContent" {
+		list = "ModelService.ListModels"
+	}
+	return newError(404, fmt.Sprintf("models/%s is not found for API version %s, or is not supported for %s. Call %s to see the list of available models and their supported methods.", model, version, method, list))
 }
 
 func errMethodNotFound() *apiError { return newError(404, "Method not found.") }

@@ -52,9 +52,6 @@ func New(opts Options) *Server {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if s.opts.ImplicitCacheMinTokens <= 0 {
-		s.opts.ImplicitCacheMinTokens = 2048
-	}
 	if s.opts.CacheMinTokens == 0 {
 		s.opts.CacheMinTokens = 1024
 	}
@@ -190,6 +187,12 @@ func faultError(f Fault) *apiError {
 		msg = http.StatusText(f.Status)
 	}
 	e := newError(f.Status, msg)
+	if f.Status == 429 {
+		e.Details = append(e.Details, map[string]any{
+			"@type":      "type.googleapis.com/google.rpc.QuotaFailure",
+			"violations": []any{map[string]any{"quotaId": "GenerateRequestsPerMinutePerProjectPerModel"}},
+		})
+	}
 	if f.RetryAfter != "" {
 		e.header = http.Header{"Retry-After": {f.RetryAfter}}
 		secs := strings.TrimSuffix(f.RetryAfter, "s")
