@@ -171,12 +171,11 @@ func marshalLine(v any) []byte {
 }
 
 // writeJSON writes a unary JSON response, gzip-compressed when the client
-// accepts it (as Google does).
+// accepts it (as Google does), with chunked transfer encoding, as
+// recorded for answers and errors.
 func writeJSON(w http.ResponseWriter, r *http.Request, code int, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json; charset=UTF-8")
-	h.Set("Vary", "Origin, X-Origin, Referer")
-	h.Set("X-Content-Type-Options", "nosniff")
 	if acceptsGzip(r) {
 		var buf bytes.Buffer
 		zw := gzip.NewWriter(&buf)
@@ -185,9 +184,11 @@ func writeJSON(w http.ResponseWriter, r *http.Request, code int, body []byte) {
 		body = buf.Bytes()
 		h.Set("Content-Encoding", "gzip")
 	}
-	h.Set("Content-Length", fmt.Sprint(len(body)))
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
+	// Flushing before the handler returns keeps net/http from computing
+	// a Content-Length.
+	_ = http.NewResponseController(w).Flush()
 }
 
 func acceptsGzip(r *http.Request) bool {

@@ -1,9 +1,11 @@
 package emulator
 
 import (
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"unicode"
@@ -839,7 +841,10 @@ func splitText(text string, size int) []string {
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // writeStream writes chunks as SSE events or as one JSON array, honouring
-// the call's chunk delay and disconnect fault.
+// the call's chunk delay and disconnect fault. A JSON array is framed as
+// recorded, "[" obj "\n" then ",\r\n" obj "\n" per further chunk and a
+// final "]", and gzip-compressed (flushed per chunk) when the client
+// accepts gzip; SSE events are "data: " obj "\r\n\r\n", uncompressed.
 func writeStream(c *call, mode streamMode, chunks []genResponse) {
 	h := c.w.Header()
 	if mode == modeSSE {
@@ -848,10 +853,21 @@ func writeStream(c *call, mode streamMode, chunks []genResponse) {
 	} else {
 		h.Set("Content-Type", "application/json; charset=UTF-8")
 	}
-	h.Set("Vary", "Origin, X-Origin, Referer")
-	h.Set("X-Content-Type-Options", "nosniff")
+	var w io.Writer = c.w
+	var zw *gzip.Writer
+	if mode == modeArray && acceptsGzip(c.r) {
+		h.Set("Content-Encoding", "gzip")
+		zw = gzip.NewWriter(c.w)
+		w = zw
+	}
 	c.w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(c.w)
+	flush := func() {
+		if zw != nil {
+			_ = zw.Flush()
+		}
+		_ = rc.Flush()
+	}
 	for i, ch := range chunks {
 		if i > 0 && c.fault.ChunkDelay > 0 && !sleepCtx(c.r.Context(), c.fault.ChunkDelay) {
 			return
@@ -866,11 +882,12 @@ func writeStream(c *call, mode streamMode, chunks []genResponse) {
 			} else {
 				b = append([]byte(",\r\n"), obj...)
 			}
+			b = append(b, '\n')
 		}
-		if _, err := c.w.Write(b); err != nil {
+		if _, err := w.Write(b); err != nil {
 			return
 		}
-		_ = rc.Flush()
+		flush()
 		if n := c.fault.DisconnectAfterChunks; n > 0 && i+1 >= n {
 			panic(http.ErrAbortHandler)
 		}
@@ -879,7 +896,10 @@ func writeStream(c *call, mode streamMode, chunks []genResponse) {
 		panic(http.ErrAbortHandler)
 	}
 	if mode == modeArray {
-		_, _ = c.w.Write([]byte("]"))
+		_, _ = w.Write([]byte("]"))
+	}
+	if zw != nil {
+		_ = zw.Close()
 	}
 }
 

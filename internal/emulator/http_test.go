@@ -236,7 +236,8 @@ func TestJSONArrayStream(t *testing.T) {
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json; charset=UTF-8" {
 		t.Errorf("Content-Type = %q", ct)
 	}
-	if !strings.HasPrefix(string(body), "[{") || !strings.HasSuffix(string(body), "}]") || !strings.Contains(string(body), "},\r\n{") {
+	// As recorded: "[{…}\n,\r\n{…}\n]".
+	if !strings.HasPrefix(string(body), "[{") || !strings.HasSuffix(string(body), "}\n]") || !strings.Contains(string(body), "}\n,\r\n{") {
 		t.Errorf("body framing = %q…", body[:min(len(body), 80)])
 	}
 	var arr []map[string]any

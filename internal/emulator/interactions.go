@@ -16,10 +16,10 @@ type interaction struct {
 	usage                          ordered
 	status                         string
 	// thoughts and signature are the thought step of a thinking model.
-	thoughts    int
-	signature   string
-	serviceTier string
-	created, updated               time.Time
+	thoughts         int
+	signature        string
+	serviceTier      string
+	created, updated time.Time
 }
 
 // interactionFields are the accepted top-level fields of a create request
@@ -243,8 +243,9 @@ func (s *Server) createInteraction(c *call) {
 	}
 	system, _ := body["system_instruction"].(string)
 	maxOut := 0
-	if gc, ok := body["generation_config"].(map[string]any); ok {
-		maxOut = toInt(gc["max_output_tokens"])
+	genConfig, _ := body["generation_config"].(map[string]any)
+	if genConfig != nil {
+		maxOut = toInt(genConfig["max_output_tokens"])
 	}
 	all := append(append([]Content(nil), hist...), input...)
 	rr := ReplyRequest{API: "interactions", Model: model, Contents: all, SystemInstruction: system, KeyID: c.keyID, Stream: stream}
@@ -276,13 +277,18 @@ func (s *Server) createInteraction(c *call) {
 		cachedBy = interactionModalities(stored)
 	}
 	out := CountTokens(reply)
-	// A thinking model thinks on every interaction (recording
-	// interactions-unary-2.5-flash-steps: a thought step with its
-	// signature, total_thought_tokens counted in total_tokens).
+	// A thinking model thinks on every interaction: total_thought_tokens,
+	// counted in total_tokens, as generateContent's thoughtsTokenCount.
+	// Its thought step with a signature (recording
+	// interactions-unary-2.5-flash-steps) is left out when the request
+	// sets generation_config.thinking_summaries "none" (an assumption: the
+	// recording does not show that case).
 	thoughts, sig := 0, ""
 	if traitsOf(model).thinking {
 		thoughts = CountTokens(thoughtSummary(model))
-		sig = signature(modelVersion(model), "interaction/"+reply)
+		if summaries, _ := genConfig["thinking_summaries"].(string); summaries != "none" {
+			sig = signature(modelVersion(model), "interaction/"+reply)
+		}
 	}
 	// Key order as recorded.
 	usage := ordered{{"total_tokens", inTokens + out + thoughts}, {"total_input_tokens", inTokens},

@@ -90,10 +90,11 @@ func recordedScript(t *testing.T, r *testutil.Recording) emulator.Script {
 
 // exchange is one request to the emulator and its decoded answer.
 type exchange struct {
-	status int
-	header http.Header
-	raw    []byte // decompressed body
-	events []json.RawMessage
+	status   int
+	header   http.Header
+	transfer []string
+	raw      []byte // decompressed body
+	events   []json.RawMessage
 }
 
 func send(t *testing.T, ts *httptest.Server, method, path, body string, hdr http.Header) exchange {
@@ -126,7 +127,7 @@ func send(t *testing.T, ts *httptest.Server, method, path, body string, hdr http
 	if err != nil {
 		t.Fatalf("reading body: %v", err)
 	}
-	x := exchange{status: resp.StatusCode, header: resp.Header, raw: raw}
+	x := exchange{status: resp.StatusCode, header: resp.Header, transfer: resp.TransferEncoding, raw: raw}
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") && resp.StatusCode == 200
 	x.events, err = testutil.SplitEvents(raw, sse)
 	if err != nil {
@@ -164,6 +165,79 @@ func missing(want, got []string) []string {
 		}
 	}
 	return out
+}
+
+// frame is the skeleton of a body: each top-level JSON value is "{}",
+// runs of stream elements collapse to one, separators stay.
+func frame(body string) string {
+	var b strings.Builder
+	depth, inStr, esc := 0, false, false
+	for _, c := range body {
+		switch {
+		case inStr:
+			if esc {
+				esc = false
+			} else if c == '\\' {
+				esc = true
+			} else if c == '"' {
+				inStr = false
+			}
+			continue
+		case c == '"' && depth > 0:
+			inStr = true
+			continue
+		case c == '{':
+			depth++
+			if depth == 1 {
+				b.WriteString("{")
+			}
+			continue
+		case c == '}':
+			depth--
+			if depth == 0 {
+				b.WriteString("}")
+			}
+			continue
+		}
+		if depth == 0 {
+			b.WriteRune(c)
+		}
+	}
+	out := b.String()
+	for _, run := range []string{"{}\n,\r\n", "data: {}\r\n\r\n"} {
+		for strings.Contains(out, run+run) {
+			out = strings.ReplaceAll(out, run+run, run)
+		}
+	}
+	return out
+}
+
+// checkHeaders compares the headers the recording kept that the
+// emulator models: gzip when the client accepted it, chunked transfer,
+// the Server and Server-Timing headers, three Vary lines.
+func checkHeaders(t *testing.T, r *testutil.Recording, got exchange) {
+	t.Helper()
+	if r.ResponseHeadersKnown != nil && !*r.ResponseHeadersKnown {
+		return
+	}
+	// Only llm-gemini's cassettes keep Content-Encoding (and the gzip
+	// bytes); pydantic-ai's drop it with the decoded body.
+	if enc := r.Header("Content-Encoding"); r.ResponseBodyGzipBase64 != "" && enc != got.header.Get("Content-Encoding") {
+		t.Errorf("Content-Encoding %q, recorded %q", got.header.Get("Content-Encoding"), enc)
+	}
+	if r.Header("Transfer-Encoding") == "chunked" && !slices.Contains(got.transfer, "chunked") {
+		t.Errorf("Transfer-Encoding %q, recorded chunked", got.transfer)
+	}
+	for _, k := range []string{"Server", "Server-Timing", "X-Content-Type-Options"} {
+		if r.Header(k) != "" && got.header.Get(k) == "" {
+			t.Errorf("no %s header, recorded %q", k, r.Header(k))
+		}
+	}
+	for k, vs := range r.ResponseHeaders {
+		if strings.EqualFold(k, "Vary") && !slices.Equal(got.header.Values("Vary"), vs) {
+			t.Errorf("Vary %q, recorded %q", got.header.Values("Vary"), vs)
+		}
+	}
 }
 
 // TestRecordings replays every recorded request against the emulator:
@@ -249,6 +323,12 @@ func TestRecordings(t *testing.T) {
 					t.Errorf("last event lacks recorded fields %q\nanswer: %s", m, got.raw)
 				}
 			}
+			if r.ResponseBodyExact && r.Status == 200 {
+				if w, g := frame(r.ResponseBody), frame(string(got.raw)); w != g {
+					t.Errorf("framing %q, recorded %q", g, w)
+				}
+			}
+			checkHeaders(t, r, got)
 			if r.Status != 200 {
 				var we, ge struct {
 					Error struct {
