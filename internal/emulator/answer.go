@@ -62,6 +62,45 @@ func traitsOf(model string) traits {
 	}
 }
 
+// ParseScript parses an X-Emulator-Script header value, which scripts one
+// generate request as Options.Script does (the header wins):
+// semicolon-separated key=value pairs among call (function names, comma
+// separated: parallel calls with generated arguments), block (a
+// blockReason) and finish (a finishReason), e.g. "call=read_file" or
+// "block=PROHIBITED_CONTENT".
+func ParseScript(h string) (Script, error) {
+	var sc Script
+	for _, kv := range strings.Split(h, ";") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return Script{}, fmt.Errorf("script %q: missing '='", kv)
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if v == "" {
+			return Script{}, fmt.Errorf("script %q: empty value", kv)
+		}
+		switch k {
+		case "call":
+			for _, name := range strings.Split(v, ",") {
+				if name = strings.TrimSpace(name); name != "" {
+					sc.FunctionCalls = append(sc.FunctionCalls, FunctionCall{Name: name})
+				}
+			}
+		case "block":
+			sc.BlockReason = v
+		case "finish":
+			sc.FinishReason = v
+		default:
+			return Script{}, fmt.Errorf("script %q: unknown key", kv)
+		}
+	}
+	return sc, nil
+}
+
 // funcDecl is a declared function: its name and parameter schema.
 type funcDecl struct {
 	name   string

@@ -372,3 +372,22 @@ func TestInteractionShape(t *testing.T) {
 		t.Errorf("thinking_summaries none: %s", x.raw)
 	}
 }
+
+// TestScriptHeader scripts a request with X-Emulator-Script, for clients
+// of the emulator binary; a malformed header is a 400.
+func TestScriptHeader(t *testing.T) {
+	_, ts := testutil.StartEmulator(t, emulator.Options{})
+	body := `{"contents":[{"parts":[{"text":"What is 5 times 3?"}]}],` + multiplyTools + `}`
+	x := send(t, ts, http.MethodPost, "/v1beta/models/gemini-3-flash-preview:generateContent", body, http.Header{"X-Emulator-Script": {"call=multiply"}})
+	if p := decodeGen(t, x.events[0]).Candidates[0].Content.Parts[0]; p.FunctionCall == nil || p.FunctionCall.Name != "multiply" {
+		t.Errorf("call=multiply: %s", x.raw)
+	}
+	x = send(t, ts, http.MethodPost, genPath, body, http.Header{"X-Emulator-Script": {"block=SAFETY"}})
+	if g := decodeGen(t, x.events[0]); g.PromptFeedback == nil || g.PromptFeedback.BlockReason != "SAFETY" {
+		t.Errorf("block=SAFETY: %s", x.raw)
+	}
+	x = send(t, ts, http.MethodPost, genPath, body, http.Header{"X-Emulator-Script": {"jump=1"}})
+	if x.status != 400 {
+		t.Errorf("jump=1: status %d", x.status)
+	}
+}

@@ -119,7 +119,9 @@
 //     summary (sent as a thought:true part first); 1.x/2.0 never.
 //   - Options.Script can also block the prompt (promptFeedback.blockReason,
 //     no candidates) or stop for safety (finishReason SAFETY, empty
-//     content, safetyRatings).
+//     content, safetyRatings). A request header X-Emulator-Script scripts
+//     one request instead, e.g. "call=read_file" or
+//     "block=PROHIBITED_CONTENT" (see ParseScript).
 //
 // # Implicit caching
 //

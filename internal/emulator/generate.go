@@ -76,6 +76,12 @@ func (s *Server) generate(c *call, model string, stream bool) {
 		fail(e)
 		return
 	}
+	if h := c.r.Header.Get("X-Emulator-Script"); h != "" {
+		if _, err := ParseScript(h); err != nil {
+			fail(errInvalid("invalid X-Emulator-Script header: " + err.Error()))
+			return
+		}
+	}
 	if !s.models[model] || isEmbedding(model) {
 		fail(s.modelError(c, model, api))
 		return
@@ -421,7 +427,9 @@ func (s *Server) plan(c *call, req *genRequest, reply string, rr ReplyRequest) *
 		p.cached = s.implicitHit(c.keyID, req, base, fileText)
 	}
 	var sc Script
-	if s.opts.Script != nil {
+	if h := c.r.Header.Get("X-Emulator-Script"); h != "" {
+		sc, _ = ParseScript(h) // validated in generate
+	} else if s.opts.Script != nil {
 		sc = s.opts.Script(rr)
 	}
 	if sc.BlockReason != "" {
