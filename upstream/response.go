@@ -21,6 +21,9 @@ type interaction struct {
 	Status string            `json:"status"`
 	Steps  []json.RawMessage `json:"steps"`
 	Usage  *usage            `json:"usage"`
+	// ServiceTier is the tier that served the interaction (e.g.
+	// "standard"); generateContent reports it as usageMetadata.serviceTier.
+	ServiceTier string `json:"service_tier"`
 }
 
 type usage struct {
@@ -104,6 +107,7 @@ type (
 		CacheTokensDetails         []modalityDetail `json:"cacheTokensDetails,omitempty"`
 		CandidatesTokensDetails    []modalityDetail `json:"candidatesTokensDetails,omitempty"`
 		ToolUsePromptTokensDetails []modalityDetail `json:"toolUsePromptTokensDetails,omitempty"`
+		ServiceTier                string           `json:"serviceTier,omitempty"`
 	}
 	modalityDetail struct {
 		Modality   string `json:"modality"`
@@ -138,7 +142,7 @@ func FromInteraction(body []byte, model string) ([]byte, error) {
 	}
 	r := response{
 		Candidates:    []candidate{{Content: content{Parts: parts, Role: "model"}, FinishReason: finish}},
-		UsageMetadata: it.Usage.metadata(),
+		UsageMetadata: it.Usage.metadata(it.ServiceTier),
 		ModelVersion:  strings.TrimPrefix(model, "models/"),
 		ResponseID:    it.ID,
 	}
@@ -249,8 +253,9 @@ func outputPart(c stepContent) (part, error) {
 
 // metadata maps Interactions usage onto usageMetadata: total_input_tokens
 // is promptTokenCount (both include cached tokens), total_output_tokens is
-// candidatesTokenCount, total_tokens is totalTokenCount.
-func (u *usage) metadata() *usageMetadata {
+// candidatesTokenCount, total_tokens is totalTokenCount; the interaction's
+// service_tier is serviceTier.
+func (u *usage) metadata(tier string) *usageMetadata {
 	if u == nil {
 		return nil
 	}
@@ -271,6 +276,7 @@ func (u *usage) metadata() *usageMetadata {
 		CacheTokensDetails:         details(u.CachedBy),
 		CandidatesTokensDetails:    details(u.OutputBy),
 		ToolUsePromptTokensDetails: details(u.ToolUseBy),
+		ServiceTier:                tier,
 	}
 	if u.Total == nil {
 		m.TotalTokenCount = m.PromptTokenCount + m.CandidatesTokenCount + m.ToolUsePromptTokenCount + m.ThoughtsTokenCount

@@ -316,7 +316,9 @@ func (t *StreamTranslator) stop(index int) error {
 func (t *StreamTranslator) complete(it *interaction) error {
 	status := t.status
 	u := t.usage
+	tier := ""
 	if it != nil {
+		tier = it.ServiceTier
 		if it.ID != "" {
 			t.id = it.ID
 		}
@@ -339,7 +341,7 @@ func (t *StreamTranslator) complete(it *interaction) error {
 	p.ThoughtSignature, t.sig = t.sig, ""
 	if err := t.write(response{
 		Candidates:    []candidate{{Content: content{Parts: []part{p}, Role: "model"}, FinishReason: finish}},
-		UsageMetadata: u.metadata(),
+		UsageMetadata: u.metadata(tier),
 		ModelVersion:  t.model,
 		ResponseID:    t.id,
 	}); err != nil {
@@ -357,7 +359,7 @@ func (t *StreamTranslator) emit(p part, u *usage) error {
 	}
 	return t.write(response{
 		Candidates:    []candidate{{Content: content{Parts: []part{p}, Role: "model"}}},
-		UsageMetadata: u.metadata(),
+		UsageMetadata: u.metadata(""),
 		ModelVersion:  t.model,
 		ResponseID:    t.id,
 	})

@@ -282,7 +282,7 @@ func (s *Server) cacheJSON(cc *cachedContent) any {
 	}
 	type out struct {
 		Name          string `json:"name"`
-		DisplayName   string `json:"displayName,omitempty"`
+		DisplayName   string `json:"displayName"`
 		Model         string `json:"model"`
 		CreateTime    string `json:"createTime"`
 		UpdateTime    string `json:"updateTime"`
@@ -290,7 +290,7 @@ func (s *Server) cacheJSON(cc *cachedContent) any {
 		UsageMetadata usage  `json:"usageMetadata"`
 	}
 	return out{"cachedContents/" + cc.id, cc.displayName, "models/" + cc.model, s.timestamp(cc.created),
-		s.timestamp(cc.updated), s.timestamp(cc.expire), usage{cc.counts.total()}}
+		s.timestamp(cc.updated), cc.expire.UTC().Format("2006-01-02T15:04:05.000000000Z"), usage{cc.counts.total()}}
 }
 
 func (s *Server) writeCache(c *call, cc *cachedContent) {

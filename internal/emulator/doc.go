@@ -10,10 +10,11 @@
 // An optional path prefix before the version segment is ignored. {v} is
 // v1beta, v1 or v1alpha.
 //
-//	POST /{v}/models/{m}:generateContent          unary JSON (pretty-printed, gzip if accepted)
+//	POST /{v}/models/{m}:generateContent          unary JSON (pretty-printed, chunked, gzip if accepted)
 //	POST /{v}/models/{m}:streamGenerateContent    ?alt=sse: text/event-stream, "data: <one-line JSON>\r\n\r\n"
 //	                                              per chunk, no event: lines, no [DONE];
-//	                                              without alt: one JSON array "[" obj ",\r\n" obj "]"
+//	                                              without alt: one JSON array "[" obj "\n" (",\r\n" obj "\n")… "]",
+//	                                              gzip (flushed per chunk) if accepted
 //	POST /{v}/models/{m}:countTokens              contents XOR generateContentRequest
 //	POST /{v}/models/{m}:embedContent             deterministic unit vectors (see Embedding)
 //	POST /{v}/models/{m}:batchEmbedContents
@@ -33,6 +34,11 @@
 //	     /{v1beta1|v1}/projects/{p}/locations/{l}/interactions[...]
 //
 // Everything else is 404 "Method not found." in the Google error shape.
+// Every answer carries the recorded headers: three Vary lines (Origin,
+// X-Origin, Referer), Server "scaffolding on HTTPServer2", Server-Timing
+// "gfet4t7; dur=<ms>", X-Content-Type-Options, X-Frame-Options,
+// X-XSS-Protection. An unknown model's 404 names "ModelService.ListModels"
+// on generate routes and "ListModels" on countTokens, as recorded.
 //
 // # Authentication
 //
@@ -53,14 +59,16 @@
 // schemas, most server-side tool configs) are not inspected. Semantic checks:
 // non-empty contents, roles user/model (or omitted), no empty parts, exactly
 // one data field per part (an empty text without a thoughtSignature counts
-// as none), cachedContent together with systemInstruction/tools/toolConfig,
+// as none, unless another part of the content has data: the API accepted
+// a model turn [{"text":""}, {functionCall, thoughtSignature}]), cachedContent together with systemInstruction/tools/toolConfig,
 // cache model mismatch (400), a cache that expired (404 NOT_FOUND, for the
 // key that made it), a cache that is unknown, deleted or another key's (403
 // PERMISSION_DENIED "CachedContent not found (or permission denied)"), a
 // cache below the model's minimum size (Options.CacheMinTokens,
 // CacheMinTokensByModel; 400), Gemini 3 ("gemini-3*") current-turn functionCall
-// without thoughtSignature, unknown model, unknown fileData file, body over
-// 100 MB (413).
+// without thoughtSignature, thinkingLevel MINIMAL on a Gemini 3 Pro model,
+// presencePenalty/frequencyPenalty on gemini-2.5-pro (both recorded),
+// unknown model, unknown fileData file, body over 100 MB (413).
 //
 // # Tokens
 //
@@ -69,10 +77,51 @@
 // token each; images, audio, video and PDFs cost ImageTokens (258) per part,
 // text/* and JSON media are tokenized. promptTokenCount = system instruction
 // + tools/toolConfig JSON + contents (+ cachedContent). totalTokenCount =
-// prompt + candidates + thoughts + toolUsePrompt. maxOutputTokens caps
+// prompt + candidates + thoughts + toolUsePrompt. Thinking models (2.5 and
+// later, unless thinkingBudget is 0) report the tokens of a fixed thought
+// summary as thoughtsTokenCount on every answer. maxOutputTokens caps
 // candidates + thoughts: the reply is cut at a word boundary and the final
-// chunk has finishReason MAX_TOKENS. Streams repeat cumulative usage on every
-// chunk (Vertex: only on the last chunk, without candidate index).
+// chunk has finishReason MAX_TOKENS (with no parts when thinking used the
+// whole budget: content {"role":"model"}). Streams repeat cumulative usage
+// on every chunk, except where the API does not: a code-execution result
+// chunk carries prompt and total only, as do all but the last chunk of
+// Gemini 1.x/2.0 (Vertex: usage only on the last chunk, without candidate
+// index). Answers from 2.5 on carry serviceTier "standard"; 1.x/2.0
+// answers carry candidatesTokensDetails and, unary, avgLogprobs; tool use
+// adds toolUsePromptTokenCount and toolUsePromptTokensDetails.
+//
+// # Answers
+//
+// The answer follows the request's features and the model family, as
+// recorded in shared/gemini-recordings (TestRecordings replays them):
+//   - modelVersion is the concrete model: gemini-flash-latest answers as
+//     gemini-3.6-flash (recorded), gemini-flash-lite-latest as
+//     gemini-3.5-flash-lite and gemini-pro-latest as gemini-3.1-pro-preview
+//     (assumed). responseId is 23 characters of mixed-case base64url.
+//   - Function calls: toolConfig.functionCallingConfig mode ANY calls the
+//     first (allowed) declared function, with arguments generated from its
+//     schema (every property, a value of its type or its first enum
+//     value). In mode AUTO the model's choice does not follow from the
+//     request, so the answer is text unless Options.Script names calls.
+//     Gemini 3 calls carry an id; thinking models sign the first call;
+//     2.5 adds finishMessage "Model generated function call(s).".
+//   - codeExecution: an executableCode part, a codeExecutionResult part
+//     (its own stream chunk, without candidate index), then the text;
+//     fileSearch: an executableCode part and grounding on the stores;
+//     googleSearch and urlContext: groundingMetadata (queries, search
+//     entry point, chunks, one support per sentence) and
+//     urlContextMetadata for the URLs of the last user text. The content
+//     is invented; only the shape is the API's.
+//   - Thought signatures: Gemini 3 on the first function call, every
+//     executableCode part and the last part (in streams a trailing empty
+//     text part that carries finishReason); 2.5 on the first function call,
+//     or on the first text part when includeThoughts asked for a thought
+//     summary (sent as a thought:true part first); 1.x/2.0 never.
+//   - Options.Script can also block the prompt (promptFeedback.blockReason,
+//     no candidates) or stop for safety (finishReason SAFETY, empty
+//     content, safetyRatings). A request header X-Emulator-Script scripts
+//     one request instead, e.g. "call=read_file" or
+//     "block=PROHIBITED_CONTENT" (see ParseScript).
 //
 // # Implicit caching
 //
@@ -89,13 +138,25 @@
 // is not documented): "AB" as one part and "A", "B" as two share the runs
 // of "A" but its last.
 // When the longest prefix shared with any remembered request costs at
-// least ImplicitCacheMinTokens (default 2048), its token count is reported
-// as cachedContentTokenCount with cacheTokensDetails.
+// least the model's minimum (Options.ImplicitCacheMinTokens for every
+// model, else ImplicitCacheMinTokensByModel, else
+// DefaultImplicitCacheMinTokens: 512 on 2.5 Flash as recorded, 2,048 on
+// 2.5 Pro and 4,096 on 3.x as documented, off before 2.5), its token count
+// is reported as cachedContentTokenCount with cacheTokensDetails.
 // Requests using an explicit cachedContent report that cache instead.
 // Interactions report the history of previous_interaction_id as
-// total_cached_tokens under the same threshold.
+// total_cached_tokens under the same minimum.
 //
 // # Interactions
+//
+// An interaction is written in the recorded key order (id, status, usage,
+// created, updated, service_tier, steps, object, model). A thinking model
+// reports total_thought_tokens (in total_tokens) and, unless
+// generation_config.thinking_summaries is "none" (an assumption), a
+// thought step with a signature before the model_output step. A stream
+// sends interaction.created, interaction.status_update, step.start /
+// step.delta / step.stop per step (the thought step's delta is its
+// thought_signature) and interaction.completed without steps.
 //
 // A stored interaction (store defaults to true) can be read and continued
 // by its key for Options.InteractionRetention after it was created

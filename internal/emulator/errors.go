@@ -83,8 +83,15 @@ func errBadRequest(field, msg string) *apiError {
 	})
 }
 
+// errModelNotFound is the 404 for an unknown model. The recorded texts
+// differ by method: generateContent names "ModelService.ListModels",
+// countTokens "ListModels".
 func errModelNotFound(model, version, method string) *apiError {
-	return newError(404, fmt.Sprintf("models/%s is not found for API version %s, or is not supported for %s. Call ListModels to see the list of available models and their supported methods.", model, version, method))
+	list := "ListModels"
+	if method == "generateContent" || method == "streamGenerateContent" {
+		list = "ModelService.ListModels"
+	}
+	return newError(404, fmt.Sprintf("models/%s is not found for API version %s, or is not supported for %s. Call %s to see the list of available models and their supported methods.", model, version, method, list))
 }
 
 func errMethodNotFound() *apiError { return newError(404, "Method not found.") }
@@ -164,12 +171,11 @@ func marshalLine(v any) []byte {
 }
 
 // writeJSON writes a unary JSON response, gzip-compressed when the client
-// accepts it (as Google does).
+// accepts it (as Google does), with chunked transfer encoding, as
+// recorded for answers and errors.
 func writeJSON(w http.ResponseWriter, r *http.Request, code int, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json; charset=UTF-8")
-	h.Set("Vary", "Origin, X-Origin, Referer")
-	h.Set("X-Content-Type-Options", "nosniff")
 	if acceptsGzip(r) {
 		var buf bytes.Buffer
 		zw := gzip.NewWriter(&buf)
@@ -178,9 +184,11 @@ func writeJSON(w http.ResponseWriter, r *http.Request, code int, body []byte) {
 		body = buf.Bytes()
 		h.Set("Content-Encoding", "gzip")
 	}
-	h.Set("Content-Length", fmt.Sprint(len(body)))
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
+	// Flushing before the handler returns keeps net/http from computing
+	// a Content-Length.
+	_ = http.NewResponseController(w).Flush()
 }
 
 func acceptsGzip(r *http.Request) bool {

@@ -1,10 +1,11 @@
 package emulator
 
 import (
+	"compress/gzip"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"unicode"
@@ -20,6 +21,9 @@ type genRequest struct {
 	maxOutput    int
 	candidates   int
 	includeThink bool
+	hasBudget    bool
+	budget       int // thinkingConfig.thinkingBudget, when hasBudget
+	tools        toolSet
 }
 
 // modelMethod dispatches models/{m}:{method}.
@@ -72,6 +76,12 @@ func (s *Server) generate(c *call, model string, stream bool) {
 		fail(e)
 		return
 	}
+	if h := c.r.Header.Get("X-Emulator-Script"); h != "" {
+		if _, err := ParseScript(h); err != nil {
+			fail(errInvalid("invalid X-Emulator-Script header: " + err.Error()))
+			return
+		}
+	}
 	if !s.models[model] || isEmbedding(model) {
 		fail(s.modelError(c, model, api))
 		return
@@ -90,7 +100,7 @@ func (s *Server) generate(c *call, model string, stream bool) {
 		fail(e)
 		return
 	}
-	rr := ReplyRequest{API: api, Model: model, Contents: req.contents, KeyID: c.keyID, Stream: stream}
+	rr := ReplyRequest{API: api, Model: model, Contents: req.contents, KeyID: c.keyID, Stream: stream, Functions: req.tools.names()}
 	sys := req.system
 	if req.cache != nil {
 		rr.Contents = append(append([]Content(nil), req.cache.contents...), req.contents...)
@@ -106,7 +116,7 @@ func (s *Server) generate(c *call, model string, stream bool) {
 		reply = s.opts.Reply(rr)
 	}
 	rec.Reply = reply
-	plan := s.plan(c, req, reply)
+	plan := s.plan(c, req, reply, rr)
 	rec.Usage = plan.usage
 	rec.Status = 200
 	s.record(rec)
@@ -131,7 +141,7 @@ func readBody(c *call) ([]byte, any, *apiError) {
 // parseGenerate applies the semantic checks of a GenerateContentRequest.
 // where is the message name used in error texts.
 func (s *Server) parseGenerate(c *call, norm map[string]any, model, where string) (*genRequest, *apiError) {
-	req := &genRequest{model: model, norm: norm, candidates: 1}
+	req := &genRequest{model: model, norm: norm, candidates: 1, tools: parseTools(norm)}
 	contents, _ := norm["contents"].([]any)
 	req.contents = toContents(contents)
 	if si, ok := norm["systemInstruction"].(map[string]any); ok {
@@ -171,6 +181,11 @@ func (s *Server) parseGenerate(c *call, norm map[string]any, model, where string
 		}
 	}
 	if gc, ok := norm["generationConfig"].(map[string]any); ok {
+		_, presence := gc["presencePenalty"]
+		_, frequency := gc["frequencyPenalty"]
+		if (presence || frequency) && model == "gemini-2.5-pro" { // recorded on 2.5 Pro only
+			return req, errInvalid("Penalty is not enabled for models/" + model)
+		}
 		if v, ok := gc["maxOutputTokens"]; ok {
 			req.maxOutput = toInt(v)
 			if req.maxOutput < 0 {
@@ -192,6 +207,12 @@ func (s *Server) parseGenerate(c *call, norm map[string]any, model, where string
 			}
 			if hasBudget && toInt(tc["thinkingBudget"]) == 0 && strings.Contains(model, "pro") {
 				return req, errInvalid("Budget 0 is invalid. This model only works in thinking mode.")
+			}
+			req.hasBudget, req.budget = hasBudget, toInt(tc["thinkingBudget"])
+			// Recorded on gemini-3.1-pro-preview; the documentation offers
+			// MINIMAL on Flash models only.
+			if lvl, _ := tc["thinkingLevel"].(string); lvl == "MINIMAL" && strings.HasPrefix(model, "gemini-3") && strings.Contains(model, "-pro") {
+				return req, errInvalid("Thinking level MINIMAL is not supported for this model. Please retry with other thinking level.")
 			}
 		}
 	}
@@ -215,10 +236,17 @@ func (s *Server) checkParts(c *call, ps []Part, where, path string) *apiError {
 	if len(ps) == 0 {
 		return errInvalid(fmt.Sprintf("* %s.%s.parts: contents.parts must not be empty.\n", where, path))
 	}
+	filled := false
+	for _, p := range ps {
+		filled = filled || p.Kind() != "text" || p.Text != "" || len(p.ThoughtSignature) > 0
+	}
 	for j, p := range ps {
 		// An empty string does not initialise the proto3 oneof, unless the
-		// part carries a thought signature (the API itself emits those).
-		if p.Kind() == "text" && p.Text == "" && len(p.ThoughtSignature) == 0 {
+		// part carries a thought signature (the API itself emits those) or
+		// another part of the content has data: the API accepted a model
+		// turn [{"text":""}, {functionCall, thoughtSignature}] (recording
+		// jsonarray-3-flash-after-functionresponse).
+		if p.Kind() == "text" && p.Text == "" && len(p.ThoughtSignature) == 0 && !filled {
 			return errInvalid(fmt.Sprintf("* %s.%s.parts[%d].data: required oneof field 'data' must have one initialized field\n", where, path, j))
 		}
 		if p.FileData != nil && !c.vertex {
@@ -347,24 +375,41 @@ func defaultReply(rr ReplyRequest) string {
 
 // replyPlan is the computed answer and its accounting.
 type replyPlan struct {
-	s          *Server
-	model      string
-	text       string // after maxOutputTokens truncation
-	thought    string
-	finish     string
-	n          int
-	signature  string
-	prompt     modalityCounts
-	cached     modalityCounts
-	usage      Usage
-	responseID string
-	created    string
+	s       *Server
+	model   string // modelVersion: the concrete model answering
+	tr      traits
+	text    string // after maxOutputTokens truncation
+	thought string // the thought summary; a part only when showThought
+	// showThought reports whether the request asked for thought summaries.
+	showThought bool
+	thoughts    int // thoughtsTokenCount
+	calls       []FunctionCall
+	code        *codeRun
+	grounding   *groundingJSON
+	urlContext  *urlContextJSON
+	finish      string
+	blocked     string // promptFeedback.blockReason
+	n           int
+	prompt      modalityCounts
+	cached      modalityCounts
+	toolUse     modalityCounts
+	usage       Usage
+	responseID  string
+	created     string
 }
 
-// plan computes usage, truncation and implicit caching for a request.
-func (s *Server) plan(c *call, req *genRequest, reply string) *replyPlan {
-	p := &replyPlan{s: s, model: req.model, n: req.candidates, finish: "STOP",
-		responseID: s.responseID(), created: s.timestamp(s.now())}
+// thinks reports whether the request's model thinks: thinking models do,
+// unless a thinkingBudget of 0 turns it off (pro models refuse 0).
+func (req *genRequest) thinks(t traits) bool {
+	return t.thinking && !(req.hasBudget && req.budget == 0)
+}
+
+// plan computes the answer, usage, truncation and implicit caching for a
+// request. Function calls, code execution and grounding follow the
+// request's tools and the script (see Script and doc.go, "Answers").
+func (s *Server) plan(c *call, req *genRequest, reply string, rr ReplyRequest) *replyPlan {
+	p := &replyPlan{s: s, model: modelVersion(req.model), tr: traitsOf(req.model), n: req.candidates, finish: "STOP",
+		responseID: s.responseID(), created: s.timestamp(s.now()), showThought: req.includeThink}
 	fileText := func(uri string) (string, string, bool) { return s.fileText(c.keyID, uri) }
 	base := modalityCounts{}
 	if req.system != nil {
@@ -381,38 +426,93 @@ func (s *Server) plan(c *call, req *genRequest, reply string) *replyPlan {
 	} else if !c.vertex {
 		p.cached = s.implicitHit(c.keyID, req, base, fileText)
 	}
-	if req.includeThink {
-		p.thought = fmt.Sprintf("**Considering the request**\n\nThe emulator for %s is preparing a deterministic answer.", req.model)
+	var sc Script
+	if h := c.r.Header.Get("X-Emulator-Script"); h != "" {
+		sc, _ = ParseScript(h) // validated in generate
+	} else if s.opts.Script != nil {
+		sc = s.opts.Script(rr)
 	}
-	thoughts := CountTokens(p.thought)
-	p.text = reply
-	if req.maxOutput > 0 {
-		budget := req.maxOutput
-		if thoughts > budget {
-			p.thought = truncateTokens(p.thought, budget)
-			thoughts = CountTokens(p.thought)
+	if sc.BlockReason != "" {
+		p.blocked = sc.BlockReason
+		p.finish = ""
+		p.usage = Usage{PromptTokenCount: p.prompt.total(), CachedContentTokenCount: p.cached.total(), TotalTokenCount: p.prompt.total()}
+		return p
+	}
+	if req.thinks(p.tr) {
+		p.thought = thoughtSummary(req.model)
+		p.thoughts = CountTokens(p.thought)
+	}
+	query := rr.LastUserText()
+	p.calls = req.tools.calls(sc)
+	for i := range p.calls {
+		if p.tr.gen3 && p.calls[i].ID == "" {
+			p.calls[i].ID = callID(fmt.Sprintf("%s/%d/%s/%s", p.model, i, p.calls[i].Name, query))
 		}
-		perCandidate := (budget - thoughts) / p.n
-		if CountTokens(reply) > perCandidate {
-			p.text = truncateTokens(reply, perCandidate)
+	}
+	if len(p.calls) == 0 {
+		p.text = reply
+		switch {
+		case req.tools.codeExec:
+			run := codeExecution(p.model, query, p.tr)
+			p.code = &run
+		case req.tools.fileSearch:
+			run := fileSearchCode(p.model, query, p.tr)
+			p.code = &run
+		}
+	}
+	if f := sc.FinishReason; f != "" && f != "STOP" && f != "MAX_TOKENS" {
+		p.finish, p.text, p.calls, p.code = f, "", nil, nil
+	}
+	if req.maxOutput > 0 && p.finish == "STOP" {
+		budget := req.maxOutput
+		if p.thoughts > budget {
+			p.thought = truncateTokens(p.thought, budget)
+			p.thoughts = budget
+		}
+		perCandidate := (budget - p.thoughts) / p.n
+		if len(p.calls) == 0 && CountTokens(p.text) > perCandidate {
+			p.text = truncateTokens(p.text, perCandidate)
 			p.finish = "MAX_TOKENS"
 		}
 	}
-	if strings.HasPrefix(req.model, "gemini-3") {
-		sum := sha256.Sum256([]byte("emulator-signature/" + req.model + "/" + p.text))
-		p.signature = base64.StdEncoding.EncodeToString(append([]byte("emu1"), sum[:12]...))
+	if p.finish == "STOP" || p.finish == "MAX_TOKENS" {
+		p.grounding, p.urlContext = req.tools.grounding(query, p.text)
+	}
+	p.toolUse = modalityCounts{}
+	if p.code != nil {
+		p.toolUse["TEXT"] += CountTokens(p.code.code) + CountTokens(p.code.output)
+	}
+	if p.grounding != nil {
+		p.toolUse["TEXT"] += jsonTokens(p.grounding.GroundingChunks) + 1
+	}
+	if p.toolUse.total() == 0 {
+		p.toolUse = nil
 	}
 	p.usage = Usage{
 		PromptTokenCount:        p.prompt.total(),
 		CachedContentTokenCount: p.cached.total(),
-		CandidatesTokenCount:    p.n * CountTokens(p.text),
-		ThoughtsTokenCount:      thoughts,
+		CandidatesTokenCount:    p.n * p.candidateTokens(len(p.text)),
+		ThoughtsTokenCount:      p.thoughts,
+		ToolUsePromptTokenCount: p.toolUse.total(),
 	}
 	p.usage.TotalTokenCount = p.usage.PromptTokenCount + p.usage.CandidatesTokenCount + p.usage.ThoughtsTokenCount + p.usage.ToolUsePromptTokenCount
 	return p
 }
 
-func (s *Server) responseID() string { return s.nextID("response", 22) }
+// candidateTokens is the output tokens of one candidate up to byte textEnd
+// of its text: function calls, the executed code and the text.
+func (p *replyPlan) candidateTokens(textEnd int) int {
+	n := CountTokens(p.text[:textEnd])
+	for _, fc := range p.calls {
+		n += CountTokens(fc.Name) + jsonTokens(fc.Args)
+	}
+	if p.code != nil {
+		n += CountTokens(p.code.code)
+	}
+	return n
+}
+
+func (s *Server) responseID() string { return base64URLID(s.nextID("response", 22)) }
 
 // truncateTokens returns the longest prefix of text, cut at a run boundary,
 // that costs at most n tokens.
@@ -437,131 +537,285 @@ func truncateTokens(text string, n int) string {
 
 // Response JSON, in the API's field order.
 type genResponse struct {
-	Candidates    []candidate `json:"candidates,omitempty"`
-	UsageMetadata *usageJSON  `json:"usageMetadata,omitempty"`
-	ModelVersion  string      `json:"modelVersion,omitempty"`
-	CreateTime    string      `json:"createTime,omitempty"`
-	ResponseID    string      `json:"responseId,omitempty"`
+	Candidates     []candidate     `json:"candidates,omitempty"`
+	PromptFeedback *promptFeedback `json:"promptFeedback,omitempty"`
+	UsageMetadata  *usageJSON      `json:"usageMetadata,omitempty"`
+	ModelVersion   string          `json:"modelVersion,omitempty"`
+	CreateTime     string          `json:"createTime,omitempty"`
+	ResponseID     string          `json:"responseId,omitempty"`
+}
+
+type promptFeedback struct {
+	BlockReason string `json:"blockReason"`
 }
 
 type candidate struct {
-	Content      respContent `json:"content"`
-	FinishReason string      `json:"finishReason,omitempty"`
-	Index        *int        `json:"index,omitempty"`
+	Content            respContent     `json:"content"`
+	FinishReason       string          `json:"finishReason,omitempty"`
+	AvgLogprobs        float64         `json:"avgLogprobs,omitempty"`
+	Index              *int            `json:"index,omitempty"`
+	SafetyRatings      []safetyRating  `json:"safetyRatings,omitempty"`
+	GroundingMetadata  *groundingJSON  `json:"groundingMetadata,omitempty"`
+	URLContextMetadata *urlContextJSON `json:"urlContextMetadata,omitempty"`
+	FinishMessage      string          `json:"finishMessage,omitempty"`
+}
+
+type safetyRating struct {
+	Category    string `json:"category"`
+	Probability string `json:"probability"`
+	Blocked     bool   `json:"blocked,omitempty"`
 }
 
 type respContent struct {
-	Parts []respPart `json:"parts"`
-	Role  string     `json:"role"`
+	Parts []respPart `json:"parts,omitempty"`
+	Role  string     `json:"role,omitempty"`
 }
 
 type respPart struct {
-	Text             string `json:"text"`
-	Thought          bool   `json:"thought,omitempty"`
-	ThoughtSignature string `json:"thoughtSignature,omitempty"`
+	Text                *string     `json:"text,omitempty"`
+	Thought             bool        `json:"thought,omitempty"`
+	FunctionCall        *respCall   `json:"functionCall,omitempty"`
+	ExecutableCode      *execCode   `json:"executableCode,omitempty"`
+	CodeExecutionResult *execResult `json:"codeExecutionResult,omitempty"`
+	ThoughtSignature    string      `json:"thoughtSignature,omitempty"`
 }
+
+type respCall struct {
+	Name string         `json:"name"`
+	Args map[string]any `json:"args"`
+	ID   string         `json:"id,omitempty"`
+}
+
+type execCode struct {
+	Language string `json:"language"`
+	Code     string `json:"code"`
+	ID       string `json:"id,omitempty"`
+}
+
+type execResult struct {
+	Outcome string `json:"outcome"`
+	Output  string `json:"output"`
+	ID      string `json:"id,omitempty"`
+}
+
+func textPart(s string) respPart { return respPart{Text: &s} }
 
 type usageJSON struct {
-	PromptTokenCount        int              `json:"promptTokenCount,omitempty"`
-	CandidatesTokenCount    int              `json:"candidatesTokenCount,omitempty"`
-	TotalTokenCount         int              `json:"totalTokenCount,omitempty"`
-	CachedContentTokenCount int              `json:"cachedContentTokenCount,omitempty"`
-	PromptTokensDetails     []modalityTokens `json:"promptTokensDetails,omitempty"`
-	CacheTokensDetails      []modalityTokens `json:"cacheTokensDetails,omitempty"`
-	ThoughtsTokenCount      int              `json:"thoughtsTokenCount,omitempty"`
-	ToolUsePromptTokenCount int              `json:"toolUsePromptTokenCount,omitempty"`
-	TrafficType             string           `json:"trafficType,omitempty"`
+	PromptTokenCount           int              `json:"promptTokenCount,omitempty"`
+	CandidatesTokenCount       int              `json:"candidatesTokenCount,omitempty"`
+	TotalTokenCount            int              `json:"totalTokenCount,omitempty"`
+	CachedContentTokenCount    int              `json:"cachedContentTokenCount,omitempty"`
+	PromptTokensDetails        []modalityTokens `json:"promptTokensDetails,omitempty"`
+	CacheTokensDetails         []modalityTokens `json:"cacheTokensDetails,omitempty"`
+	CandidatesTokensDetails    []modalityTokens `json:"candidatesTokensDetails,omitempty"`
+	ToolUsePromptTokenCount    int              `json:"toolUsePromptTokenCount,omitempty"`
+	ToolUsePromptTokensDetails []modalityTokens `json:"toolUsePromptTokensDetails,omitempty"`
+	ThoughtsTokenCount         int              `json:"thoughtsTokenCount,omitempty"`
+	ServiceTier                string           `json:"serviceTier,omitempty"`
+	TrafficType                string           `json:"trafficType,omitempty"`
 }
 
-func (p *replyPlan) usageJSON(candidates int, vertex bool) *usageJSON {
+// usage kinds of a stream chunk.
+const (
+	usageFull       = iota // cumulative counts
+	usagePromptOnly        // prompt and total only (chunks before the model wrote, legacy models' non-final chunks)
+)
+
+func (p *replyPlan) usageJSON(candidates int, kind int, toolUse, final, vertex bool) *usageJSON {
 	u := &usageJSON{
 		PromptTokenCount:        p.usage.PromptTokenCount,
-		CandidatesTokenCount:    candidates,
 		CachedContentTokenCount: p.usage.CachedContentTokenCount,
 		PromptTokensDetails:     p.prompt.details(),
-		ThoughtsTokenCount:      p.usage.ThoughtsTokenCount,
 	}
 	if p.cached != nil {
 		u.CacheTokensDetails = p.cached.details()
 	}
+	if kind == usageFull {
+		u.CandidatesTokenCount = candidates
+		u.ThoughtsTokenCount = p.usage.ThoughtsTokenCount
+		if toolUse && p.toolUse != nil {
+			u.ToolUsePromptTokenCount = p.toolUse.total()
+			u.ToolUsePromptTokensDetails = p.toolUse.details()
+		}
+		if p.tr.legacy && final && candidates > 0 {
+			u.CandidatesTokensDetails = []modalityTokens{{Modality: "TEXT", TokenCount: candidates}}
+		}
+	}
 	u.TotalTokenCount = u.PromptTokenCount + u.CandidatesTokenCount + u.ThoughtsTokenCount + u.ToolUsePromptTokenCount
-	if vertex {
+	switch {
+	case vertex:
 		u.TrafficType = "ON_DEMAND"
+	case !p.tr.legacy:
+		u.ServiceTier = "standard"
 	}
 	return u
 }
 
-// chunks renders the answer: one response for unary calls, several for
-// streams (thought summary first, then the text in pieces of about size
-// bytes, usage cumulative on every chunk, finishReason on the last).
-func (p *replyPlan) chunks(stream, vertex bool, size int) []genResponse {
-	var pieces []string
-	if stream {
-		pieces = splitText(p.text, size)
-	} else {
-		pieces = []string{p.text}
+// chunkStep is one stream chunk of an answer (a unary answer joins them).
+type chunkStep struct {
+	parts   []respPart
+	textEnd int  // bytes of the text written up to and including this step
+	cand    int  // output tokens of one candidate up to and including this step
+	usage   int  // usageFull or usagePromptOnly
+	toolUse bool // the server-side tools have run
+	noIndex bool // the candidate has no index (the code result chunk)
+}
+
+// steps lays the answer out in stream order: thought summary, code
+// execution, function calls or the text in pieces of about size bytes,
+// and on Gemini 3 streams a trailing empty text part. Thought signatures
+// go where the model family puts them: Gemini 3 on the first function
+// call, every executable code part and the last part (in streams the
+// trailing one); Gemini 2.5 on the first function call, or on the first
+// text part when thought summaries were asked for.
+func (p *replyPlan) steps(stream bool, size int) []chunkStep {
+	var out []chunkStep
+	sig := func(what string) string { return signature(p.model, what) }
+	if p.showThought && p.thought != "" {
+		out = append(out, chunkStep{parts: []respPart{{Text: &p.thought, Thought: true}}})
 	}
-	type step struct {
-		part    respPart
-		textEnd int
-	}
-	var steps []step
-	if p.thought != "" {
-		steps = append(steps, step{part: respPart{Text: p.thought, Thought: true}})
-	}
-	end := 0
-	for _, pc := range pieces {
-		end += len(pc)
-		steps = append(steps, step{part: respPart{Text: pc}, textEnd: end})
-	}
-	if !stream && p.thought != "" {
-		// unary: thought and text parts in one response
-		steps = []step{{part: respPart{Text: p.thought, Thought: true}}, {part: respPart{Text: p.text}, textEnd: len(p.text)}}
-	}
-	var out []genResponse
-	emit := func(parts []respPart, textEnd int, last bool) {
-		cands := make([]candidate, p.n)
-		for i := range cands {
-			ps := append([]respPart(nil), parts...)
-			if last && p.signature != "" {
-				ps[len(ps)-1].ThoughtSignature = p.signature
-			}
-			cands[i] = candidate{Content: respContent{Parts: ps, Role: "model"}}
-			if !vertex {
-				idx := i
-				cands[i].Index = &idx
-			}
-			if last {
-				cands[i].FinishReason = p.finish
-			}
+	toolUse := false
+	if p.code != nil {
+		ec := respPart{ExecutableCode: &execCode{Language: "PYTHON", Code: p.code.code, ID: p.code.id}}
+		if p.tr.gen3 {
+			ec.ThoughtSignature = sig(p.code.code)
 		}
-		r := genResponse{Candidates: cands, ModelVersion: p.model, ResponseID: p.responseID}
+		ct := CountTokens(p.code.code)
+		out = append(out, chunkStep{parts: []respPart{ec}, cand: ct})
+		if !p.code.noResult {
+			out = append(out, chunkStep{parts: []respPart{{CodeExecutionResult: &execResult{Outcome: "OUTCOME_OK", Output: p.code.output, ID: p.code.id}}},
+				usage: usagePromptOnly, noIndex: true, cand: ct})
+		}
+		toolUse = true
+	}
+	if p.grounding != nil {
+		toolUse = true
+	}
+	switch {
+	case len(p.calls) > 0:
+		var parts []respPart
+		for i, fc := range p.calls {
+			args := fc.Args
+			if args == nil {
+				args = map[string]any{}
+			}
+			part := respPart{FunctionCall: &respCall{Name: fc.Name, Args: args, ID: fc.ID}}
+			if i == 0 && p.tr.thinking {
+				part.ThoughtSignature = sig(fc.Name + "/" + fc.ID)
+			}
+			parts = append(parts, part)
+		}
+		out = append(out, chunkStep{parts: parts, toolUse: toolUse, cand: p.candidateTokens(0)})
+	case p.text != "":
+		pieces := []string{p.text}
+		if stream {
+			pieces = splitText(p.text, size)
+		}
+		end := 0
+		for i, pc := range pieces {
+			end += len(pc)
+			part := textPart(pc)
+			if i == 0 && !p.tr.gen3 && p.tr.thinking && p.showThought {
+				part.ThoughtSignature = sig(p.text)
+			}
+			out = append(out, chunkStep{parts: []respPart{part}, textEnd: end, toolUse: toolUse, cand: p.candidateTokens(end)})
+		}
+	case p.finish == "STOP" && p.code == nil:
+		// An empty reply: one empty text part.
+		out = append(out, chunkStep{parts: []respPart{textPart("")}, toolUse: toolUse, cand: p.candidateTokens(0)})
+	}
+	if len(out) == 0 || p.text == "" && len(p.calls) == 0 && p.finish != "STOP" {
+		// No parts (MAX_TOKENS spent on thinking, SAFETY): content with
+		// the role only.
+		out = append(out, chunkStep{toolUse: toolUse, textEnd: len(p.text), cand: p.candidateTokens(len(p.text))})
+	}
+	if p.tr.gen3 && stream && p.finish != "SAFETY" {
+		tail := chunkStep{parts: []respPart{textPart("")}, textEnd: len(p.text), toolUse: toolUse,
+			cand: p.candidateTokens(len(p.text))}
+		if len(p.calls) == 0 {
+			tail.parts[0].ThoughtSignature = sig(p.text)
+		}
+		out = append(out, tail)
+	} else if p.tr.gen3 && len(p.calls) == 0 {
+		last := &out[len(out)-1]
+		if n := len(last.parts); n > 0 && last.parts[n-1].ThoughtSignature == "" {
+			last.parts[n-1].ThoughtSignature = sig(p.text)
+		}
+	}
+	return out
+}
+
+// chunks renders the answer: one response for unary calls, several for
+// streams (see steps), usage cumulative on every chunk but the ones
+// without model output (Vertex: usage on the last chunk only),
+// finishReason and grounding on the last.
+func (p *replyPlan) chunks(stream, vertex bool, size int) []genResponse {
+	if p.blocked != "" {
+		r := genResponse{PromptFeedback: &promptFeedback{BlockReason: p.blocked}, ModelVersion: p.model, ResponseID: p.responseID}
+		r.UsageMetadata = p.usageJSON(0, usagePromptOnly, false, true, vertex)
 		if vertex {
 			r.CreateTime = p.created
-			if last {
-				r.UsageMetadata = p.usageJSON(p.n*CountTokens(p.text[:textEnd]), true)
-			} else {
-				r.UsageMetadata = &usageJSON{TrafficType: "ON_DEMAND"}
+		}
+		return []genResponse{r}
+	}
+	steps := p.steps(stream, size)
+	if !stream {
+		joined := chunkStep{textEnd: len(p.text), cand: p.candidateTokens(len(p.text))}
+		for _, st := range steps {
+			joined.parts = append(joined.parts, st.parts...)
+			joined.toolUse = joined.toolUse || st.toolUse
+		}
+		joined.toolUse = joined.toolUse || p.toolUse != nil
+		steps = []chunkStep{joined}
+	}
+	var out []genResponse
+	for i, st := range steps {
+		last := i == len(steps)-1
+		cands := make([]candidate, p.n)
+		for j := range cands {
+			cd := candidate{Content: respContent{Parts: append([]respPart(nil), st.parts...), Role: "model"}}
+			if !vertex && !st.noIndex {
+				idx := j
+				cd.Index = &idx
 			}
-		} else {
-			r.UsageMetadata = p.usageJSON(p.n*CountTokens(p.text[:textEnd]), false)
+			if last {
+				cd.FinishReason = p.finish
+				if len(p.calls) > 0 && p.tr.thinking && !p.tr.gen3 {
+					cd.FinishMessage = "Model generated function call(s)."
+				}
+				cd.GroundingMetadata, cd.URLContextMetadata = p.grounding, p.urlContext
+				if p.finish == "SAFETY" {
+					cd.Content = respContent{}
+					cd.SafetyRatings = []safetyRating{
+						{Category: "HARM_CATEGORY_HATE_SPEECH", Probability: "LOW", Blocked: true},
+						{Category: "HARM_CATEGORY_DANGEROUS_CONTENT", Probability: "NEGLIGIBLE"},
+						{Category: "HARM_CATEGORY_HARASSMENT", Probability: "NEGLIGIBLE"},
+						{Category: "HARM_CATEGORY_SEXUALLY_EXPLICIT", Probability: "NEGLIGIBLE"},
+					}
+				}
+				if p.tr.legacy && !stream && len(st.parts) > 0 {
+					cd.AvgLogprobs = avgLogprobs(p.text)
+				}
+			}
+			cands[j] = cd
+		}
+		r := genResponse{Candidates: cands, ModelVersion: p.model, ResponseID: p.responseID}
+		kind := st.usage
+		if p.tr.legacy && stream && !last {
+			kind = usagePromptOnly
+		}
+		cand := p.n * st.cand
+		switch {
+		case vertex && !last:
+			r.CreateTime = p.created
+			r.UsageMetadata = &usageJSON{TrafficType: "ON_DEMAND"}
+		case vertex:
+			r.CreateTime = p.created
+			r.UsageMetadata = p.usageJSON(p.usage.CandidatesTokenCount, usageFull, true, true, true)
+		default:
+			r.UsageMetadata = p.usageJSON(cand, kind, st.toolUse, last, false)
 		}
 		out = append(out, r)
-	}
-	if !stream {
-		var parts []respPart
-		for _, st := range steps {
-			parts = append(parts, st.part)
-		}
-		emit(parts, len(p.text), true)
-		return out
-	}
-	for i, st := range steps {
-		te := st.textEnd
-		if st.part.Thought {
-			te = 0
-		}
-		emit([]respPart{st.part}, te, i == len(steps)-1)
 	}
 	return out
 }
@@ -595,7 +849,10 @@ func splitText(text string, size int) []string {
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // writeStream writes chunks as SSE events or as one JSON array, honouring
-// the call's chunk delay and disconnect fault.
+// the call's chunk delay and disconnect fault. A JSON array is framed as
+// recorded, "[" obj "\n" then ",\r\n" obj "\n" per further chunk and a
+// final "]", and gzip-compressed (flushed per chunk) when the client
+// accepts gzip; SSE events are "data: " obj "\r\n\r\n", uncompressed.
 func writeStream(c *call, mode streamMode, chunks []genResponse) {
 	h := c.w.Header()
 	if mode == modeSSE {
@@ -604,10 +861,21 @@ func writeStream(c *call, mode streamMode, chunks []genResponse) {
 	} else {
 		h.Set("Content-Type", "application/json; charset=UTF-8")
 	}
-	h.Set("Vary", "Origin, X-Origin, Referer")
-	h.Set("X-Content-Type-Options", "nosniff")
+	var w io.Writer = c.w
+	var zw *gzip.Writer
+	if mode == modeArray && acceptsGzip(c.r) {
+		h.Set("Content-Encoding", "gzip")
+		zw = gzip.NewWriter(c.w)
+		w = zw
+	}
 	c.w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(c.w)
+	flush := func() {
+		if zw != nil {
+			_ = zw.Flush()
+		}
+		_ = rc.Flush()
+	}
 	for i, ch := range chunks {
 		if i > 0 && c.fault.ChunkDelay > 0 && !sleepCtx(c.r.Context(), c.fault.ChunkDelay) {
 			return
@@ -622,11 +890,12 @@ func writeStream(c *call, mode streamMode, chunks []genResponse) {
 			} else {
 				b = append([]byte(",\r\n"), obj...)
 			}
+			b = append(b, '\n')
 		}
-		if _, err := c.w.Write(b); err != nil {
+		if _, err := w.Write(b); err != nil {
 			return
 		}
-		_ = rc.Flush()
+		flush()
 		if n := c.fault.DisconnectAfterChunks; n > 0 && i+1 >= n {
 			panic(http.ErrAbortHandler)
 		}
@@ -635,7 +904,10 @@ func writeStream(c *call, mode streamMode, chunks []genResponse) {
 		panic(http.ErrAbortHandler)
 	}
 	if mode == modeArray {
-		_, _ = c.w.Write([]byte("]"))
+		_, _ = w.Write([]byte("]"))
+	}
+	if zw != nil {
+		_ = zw.Close()
 	}
 }
 

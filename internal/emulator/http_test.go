@@ -93,7 +93,7 @@ func TestValidationErrors(t *testing.T) {
 		{"cache with system", genPath, `{"contents":[{"parts":[{"text":"a"}]}],"cachedContent":"cachedContents/x","systemInstruction":{"parts":[{"text":"s"}]}}`, nil, 400, "INVALID_ARGUMENT", "Tool config, tools and system instruction should not be set in the request when using cached content."},
 		{"cache with tools", genPath, `{"contents":[{"parts":[{"text":"a"}]}],"cachedContent":"cachedContents/x","tools":[{"codeExecution":{}}]}`, nil, 400, "INVALID_ARGUMENT", "should not be set in the request when using cached content"},
 		{"unknown cache", genPath, `{"contents":[{"parts":[{"text":"a"}]}],"cachedContent":"cachedContents/nope"}`, nil, 403, "PERMISSION_DENIED", "CachedContent not found (or permission denied)"},
-		{"unknown model", "/v1beta/models/gemini-0.1-nope:generateContent", ok, nil, 404, "NOT_FOUND", "models/gemini-0.1-nope is not found for API version v1beta, or is not supported for generateContent. Call ListModels"},
+		{"unknown model", "/v1beta/models/gemini-0.1-nope:generateContent", ok, nil, 404, "NOT_FOUND", "models/gemini-0.1-nope is not found for API version v1beta, or is not supported for generateContent. Call ModelService.ListModels"},
 		{"embedding model generate", "/v1beta/models/gemini-embedding-001:generateContent", ok, nil, 404, "NOT_FOUND", "is not supported for generateContent"},
 		{"unknown file", genPath, `{"contents":[{"parts":[{"fileData":{"fileUri":"https://generativelanguage.googleapis.com/v1beta/files/abc","mimeType":"text/plain"}}]}]}`, nil, 403, "PERMISSION_DENIED", "You do not have permission to access the File abc or it may not exist."},
 		{"gemini3 missing signature", "/v1beta/models/gemini-3-pro-preview:generateContent",
@@ -183,7 +183,7 @@ func TestTooLarge(t *testing.T) {
 func TestSSEFraming(t *testing.T) {
 	_, ts := testutil.StartEmulator(t, emulator.Options{Reply: func(emulator.ReplyRequest) string { return strings.Repeat("word ", 60) }})
 	resp, body := do(t, ts, http.MethodPost, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
-		`{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":40}}`, nil)
+		`{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":80}}`, nil)
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Errorf("Content-Type = %q", ct)
 	}
@@ -203,7 +203,7 @@ func TestSSEFraming(t *testing.T) {
 				Index        *int   `json:"index"`
 			} `json:"candidates"`
 			UsageMetadata struct {
-				PromptTokenCount, CandidatesTokenCount, TotalTokenCount int
+				PromptTokenCount, CandidatesTokenCount, ThoughtsTokenCount, TotalTokenCount int
 			} `json:"usageMetadata"`
 			ResponseID   string `json:"responseId"`
 			ModelVersion string `json:"modelVersion"`
@@ -212,7 +212,8 @@ func TestSSEFraming(t *testing.T) {
 			t.Fatalf("event %d: %v", i, err)
 		}
 		u := r.UsageMetadata
-		if u.CandidatesTokenCount < prev || u.TotalTokenCount != u.PromptTokenCount+u.CandidatesTokenCount || r.ResponseID == "" || r.ModelVersion == "" {
+		// A thinking model reports its thoughts on every chunk.
+		if u.CandidatesTokenCount < prev || u.ThoughtsTokenCount == 0 || u.TotalTokenCount != u.PromptTokenCount+u.CandidatesTokenCount+u.ThoughtsTokenCount || r.ResponseID == "" || r.ModelVersion == "" {
 			t.Errorf("event %d usage/ids = %+v %q %q", i, u, r.ResponseID, r.ModelVersion)
 		}
 		prev = u.CandidatesTokenCount
@@ -220,8 +221,8 @@ func TestSSEFraming(t *testing.T) {
 		if got := r.Candidates[0].FinishReason; (got != "") != last {
 			t.Errorf("event %d finishReason = %q", i, got)
 		}
-		if last && (r.Candidates[0].FinishReason != "MAX_TOKENS" || u.CandidatesTokenCount > 40) {
-			t.Errorf("last = %q with %d candidates tokens, want MAX_TOKENS ≤ 40", r.Candidates[0].FinishReason, u.CandidatesTokenCount)
+		if last && (r.Candidates[0].FinishReason != "MAX_TOKENS" || u.CandidatesTokenCount+u.ThoughtsTokenCount > 80) {
+			t.Errorf("last = %q with %d candidates and %d thoughts tokens, want MAX_TOKENS ≤ 80", r.Candidates[0].FinishReason, u.CandidatesTokenCount, u.ThoughtsTokenCount)
 		}
 		if r.Candidates[0].Index == nil {
 			t.Errorf("event %d has no candidate index", i)
@@ -235,7 +236,8 @@ func TestJSONArrayStream(t *testing.T) {
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json; charset=UTF-8" {
 		t.Errorf("Content-Type = %q", ct)
 	}
-	if !strings.HasPrefix(string(body), "[{") || !strings.HasSuffix(string(body), "}]") || !strings.Contains(string(body), "},\r\n{") {
+	// As recorded: "[{…}\n,\r\n{…}\n]".
+	if !strings.HasPrefix(string(body), "[{") || !strings.HasSuffix(string(body), "}\n]") || !strings.Contains(string(body), "}\n,\r\n{") {
 		t.Errorf("body framing = %q…", body[:min(len(body), 80)])
 	}
 	var arr []map[string]any

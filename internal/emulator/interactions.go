@@ -13,9 +13,13 @@ type interaction struct {
 	input                          []Content
 	inputRaw                       any
 	output                         string
-	usage                          map[string]any
+	usage                          ordered
 	status                         string
-	created, updated               time.Time
+	// thoughts and signature are the thought step of a thinking model.
+	thoughts         int
+	signature        string
+	serviceTier      string
+	created, updated time.Time
 }
 
 // interactionFields are the accepted top-level fields of a create request
@@ -55,7 +59,7 @@ func (s *Server) routeInteractions(c *call, rest []string) {
 			s.streamInteraction(c, it)
 			return
 		}
-		b, _ := marshalIndent(s.interactionJSON(it, c.r.URL.Query().Get("include_input") == "true"))
+		b, _ := marshalIndent(s.interactionJSON(it, c.r.URL.Query().Get("include_input") == "true", true))
 		writeJSON(c.w, c.r, 200, append(b, '\n'))
 	case len(rest) == 1 && m == http.MethodDelete:
 		it := s.lookupInteraction(c, rest[0])
@@ -81,7 +85,7 @@ func (s *Server) routeInteractions(c *call, rest []string) {
 			writeInteractionError(c.w, c.r, 400, "invalid_request", fmt.Sprintf("Interaction %s is not in progress and cannot be cancelled.", it.id))
 			return
 		}
-		b, _ := marshalIndent(s.interactionJSON(it, false))
+		b, _ := marshalIndent(s.interactionJSON(it, false, true))
 		writeJSON(c.w, c.r, 200, append(b, '\n'))
 	default:
 		writeError(c.w, c.r, errMethodNotFound(), modeUnary)
@@ -239,8 +243,9 @@ func (s *Server) createInteraction(c *call) {
 	}
 	system, _ := body["system_instruction"].(string)
 	maxOut := 0
-	if gc, ok := body["generation_config"].(map[string]any); ok {
-		maxOut = toInt(gc["max_output_tokens"])
+	genConfig, _ := body["generation_config"].(map[string]any)
+	if genConfig != nil {
+		maxOut = toInt(genConfig["max_output_tokens"])
 	}
 	all := append(append([]Content(nil), hist...), input...)
 	rr := ReplyRequest{API: "interactions", Model: model, Contents: all, SystemInstruction: system, KeyID: c.keyID, Stream: stream}
@@ -266,22 +271,42 @@ func (s *Server) createInteraction(c *call) {
 	prompt.add(contentsTokens(input, fileText))
 	inTokens := prompt.total()
 	cached := 0
-	usage := map[string]any{}
-	if prev != "" && stored.total() >= s.opts.ImplicitCacheMinTokens {
+	var cachedBy []any
+	if min := s.implicitMin(model); prev != "" && min > 0 && stored.total() >= min {
 		cached = stored.total()
-		usage["cached_tokens_by_modality"] = interactionModalities(stored)
+		cachedBy = interactionModalities(stored)
 	}
 	out := CountTokens(reply)
-	for k, v := range map[string]int{"total_input_tokens": inTokens, "total_output_tokens": out, "total_cached_tokens": cached,
-		"total_thought_tokens": 0, "total_tool_use_tokens": 0, "total_tokens": inTokens + out} {
-		usage[k] = v
+	// A thinking model thinks on every interaction: total_thought_tokens,
+	// counted in total_tokens, as generateContent's thoughtsTokenCount.
+	// Its thought step with a signature (recording
+	// interactions-unary-2.5-flash-steps) is left out when the request
+	// sets generation_config.thinking_summaries "none" (an assumption: the
+	// recording does not show that case).
+	thoughts, sig := 0, ""
+	if traitsOf(model).thinking {
+		thoughts = CountTokens(thoughtSummary(model))
+		if summaries, _ := genConfig["thinking_summaries"].(string); summaries != "none" {
+			sig = signature(modelVersion(model), "interaction/"+reply)
+		}
 	}
-	usage["input_tokens_by_modality"] = interactionModalities(prompt)
+	// Key order as recorded.
+	usage := ordered{{"total_tokens", inTokens + out + thoughts}, {"total_input_tokens", inTokens},
+		{"input_tokens_by_modality", interactionModalities(prompt)}, {"total_cached_tokens", cached}}
+	if cachedBy != nil {
+		usage = append(usage, kv{"cached_tokens_by_modality", cachedBy})
+	}
+	usage = append(usage, kv{"total_output_tokens", out}, kv{"total_tool_use_tokens", 0}, kv{"total_thought_tokens", thoughts})
+	tier, _ := body["service_tier"].(string)
+	if tier == "" {
+		tier = "standard"
+	}
 	now := s.now()
 	it := &interaction{id: "v1_" + s.nextID("interaction", 24), keyID: c.keyID, model: model, prev: prev,
 		system: system, input: input, inputRaw: in, output: reply, status: "completed", created: now, updated: now,
-		usage: usage}
-	rec.Usage = Usage{PromptTokenCount: inTokens, CachedContentTokenCount: cached, CandidatesTokenCount: out, TotalTokenCount: inTokens + out}
+		usage: usage, thoughts: thoughts, signature: sig, serviceTier: tier}
+	rec.Usage = Usage{PromptTokenCount: inTokens, CachedContentTokenCount: cached, CandidatesTokenCount: out,
+		ThoughtsTokenCount: thoughts, TotalTokenCount: inTokens + out + thoughts}
 	rec.Status = 200
 	s.record(rec)
 	if background {
@@ -296,7 +321,7 @@ func (s *Server) createInteraction(c *call) {
 		s.streamInteraction(c, it)
 		return
 	}
-	b, _ := marshalIndent(s.interactionJSON(it, false))
+	b, _ := marshalIndent(s.interactionJSON(it, false, true))
 	writeJSON(c.w, c.r, 200, append(b, '\n'))
 }
 
@@ -405,31 +430,63 @@ func interactionPart(m map[string]any) (Part, string) {
 	return Part{}, fmt.Sprintf("%s content requires data or uri.", typ)
 }
 
-func (s *Server) interactionJSON(it *interaction, includeInput bool) map[string]any {
+// interactionJSON renders an interaction in the recorded key order: id,
+// status, usage, created, updated, service_tier, steps, object, model
+// (then previous_interaction_id and system_instruction). withSteps false
+// leaves the steps out, as the stream's interaction.completed event does.
+func (s *Server) interactionJSON(it *interaction, includeInput, withSteps bool) ordered {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	steps := []any{}
-	if includeInput {
-		steps = append(steps, map[string]any{"type": "user_input", "content": inputContentJSON(it.input)})
-	}
+	out := ordered{{"id", it.id}, {"status", it.status}}
 	if it.status == "completed" {
-		steps = append(steps, map[string]any{"type": "model_output", "content": []any{map[string]any{"type": "text", "text": it.output}}})
+		out = append(out, kv{"usage", it.usage})
 	}
-	out := map[string]any{
-		"id": it.id, "object": "interaction", "status": it.status, "model": it.model,
-		"created": it.created.UTC().Format(time.RFC3339), "updated": it.updated.UTC().Format(time.RFC3339),
-		"steps": steps,
+	out = append(out, kv{"created", it.created.UTC().Format(time.RFC3339)}, kv{"updated", it.updated.UTC().Format(time.RFC3339)},
+		kv{"service_tier", it.serviceTier})
+	if withSteps {
+		steps := []any{}
+		if includeInput {
+			steps = append(steps, ordered{{"content", inputContentJSON(it.input)}, {"type", "user_input"}})
+		}
+		if it.status == "completed" {
+			if it.signature != "" {
+				steps = append(steps, ordered{{"signature", it.signature}, {"type", "thought"}})
+			}
+			steps = append(steps, ordered{{"content", []any{ordered{{"text", it.output}, {"type", "text"}}}}, {"type", "model_output"}})
+		}
+		out = append(out, kv{"steps", steps})
 	}
-	if it.status == "completed" {
-		out["usage"] = it.usage
-	}
+	out = append(out, kv{"object", "interaction"}, kv{"model", it.model})
 	if it.prev != "" {
-		out["previous_interaction_id"] = it.prev
+		out = append(out, kv{"previous_interaction_id", it.prev})
 	}
 	if it.system != "" {
-		out["system_instruction"] = it.system
+		out = append(out, kv{"system_instruction", it.system})
 	}
 	return out
+}
+
+// kv is one member of an ordered JSON object.
+type kv struct {
+	key string
+	val any
+}
+
+// ordered is a JSON object that keeps its members' order.
+type ordered []kv
+
+// MarshalJSON implements json.Marshaler.
+func (o ordered) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for i, m := range o {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, marshalCompact(m.key)...)
+		b = append(b, ':')
+		b = append(b, marshalCompact(m.val)...)
+	}
+	return append(b, '}'), nil
 }
 
 // interactionModalities renders counts as an Interactions
@@ -454,29 +511,41 @@ func inputContentJSON(cs []Content) []any {
 	return out
 }
 
-// streamInteraction writes the SSE event sequence of an interaction:
-// interaction.created, step.start, step.delta…, step.stop,
-// interaction.completed, then "event: done" / "data: [DONE]".
+// streamInteraction writes the SSE event sequence of an interaction, as
+// recorded (interactions-sse-2.5-flash-steps): interaction.created,
+// interaction.status_update, for a thinking model a thought step
+// (step.start, a thought_signature step.delta, step.stop), the
+// model_output step (step.start, step.delta…, step.stop),
+// interaction.completed without steps, then "event: done" /
+// "data: [DONE]". Members keep the recorded order, event_type last but
+// for the emulator's event_id.
 func (s *Server) streamInteraction(c *call, it *interaction) {
 	if cw, ok := c.w.(*cutWriter); ok {
 		// ServeHTTP took the request for a unary one (its path does not
 		// say stream): DisconnectAfterChunks counts events here instead.
 		c.w = cw.statusWriter
 	}
-	full := s.interactionJSON(it, false)
-	created := map[string]any{"id": it.id, "status": "in_progress", "object": "interaction", "model": it.model,
-		"created": full["created"]}
-	events := []map[string]any{
-		{"event_type": "interaction.created", "interaction": created},
-		{"event_type": "step.start", "index": 0, "step": map[string]any{"type": "model_output"}},
+	full := s.interactionJSON(it, false, false)
+	created := ordered{{"id", it.id}, {"status", "in_progress"}, {"object", "interaction"}, {"model", it.model}}
+	events := []ordered{
+		{{"interaction", created}, {"event_type", "interaction.created"}},
+		{{"interaction_id", it.id}, {"status", "in_progress"}, {"event_type", "interaction.status_update"}},
 	}
+	index := 0
+	if it.signature != "" {
+		events = append(events,
+			ordered{{"index", index}, {"step", ordered{{"type", "thought"}}}, {"event_type", "step.start"}},
+			ordered{{"index", index}, {"delta", ordered{{"signature", it.signature}, {"type", "thought_signature"}}}, {"event_type", "step.delta"}},
+			ordered{{"index", index}, {"event_type", "step.stop"}})
+		index++
+	}
+	events = append(events, ordered{{"index", index}, {"step", ordered{{"type", "model_output"}}}, {"event_type", "step.start"}})
 	for _, piece := range splitText(it.output, s.opts.StreamChunkBytes) {
-		events = append(events, map[string]any{"event_type": "step.delta", "index": 0,
-			"delta": map[string]any{"type": "text", "text": piece}})
+		events = append(events, ordered{{"index", index}, {"delta", ordered{{"text", piece}, {"type", "text"}}}, {"event_type", "step.delta"}})
 	}
 	events = append(events,
-		map[string]any{"event_type": "step.stop", "index": 0},
-		map[string]any{"event_type": "interaction.completed", "interaction": full})
+		ordered{{"index", index}, {"event_type", "step.stop"}},
+		ordered{{"interaction", full}, {"event_type", "interaction.completed"}})
 	h := c.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -486,8 +555,8 @@ func (s *Server) streamInteraction(c *call, it *interaction) {
 		if i > 0 && c.fault.ChunkDelay > 0 && !sleepCtx(c.r.Context(), c.fault.ChunkDelay) {
 			return
 		}
-		ev["event_id"] = fmt.Sprintf("%s-%d", it.id, i)
-		fmt.Fprintf(c.w, "event: %s\ndata: %s\n\n", ev["event_type"], marshalCompact(ev))
+		ev = append(ev, kv{"event_id", fmt.Sprintf("%s-%d", it.id, i)})
+		fmt.Fprintf(c.w, "event: %s\ndata: %s\n\n", ev[len(ev)-2].val, marshalCompact(ev))
 		_ = rc.Flush()
 		if n := c.fault.DisconnectAfterChunks; n > 0 && i+1 >= n {
 			panic(http.ErrAbortHandler)

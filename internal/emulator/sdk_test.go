@@ -298,7 +298,9 @@ func TestSDKInteractions(t *testing.T) {
 		return testutil.CreateInteraction(t, client, input, prev, stream)
 	}
 	first := create("hello", "", false).Interaction
-	if first == nil || first.ID == nil || first.Status != interactions.InteractionStatusCompleted || len(first.Steps) != 1 {
+	// A thinking model: a thought step with its signature, then the output.
+	if first == nil || first.ID == nil || first.Status != interactions.InteractionStatusCompleted || len(first.Steps) != 2 ||
+		first.Steps[0].ThoughtStep == nil || first.Steps[0].ThoughtStep.Signature == nil || first.Steps[1].ModelOutputStep == nil {
 		t.Fatalf("first = %+v", first)
 	}
 	second := create("again", *first.ID, false).Interaction

@@ -52,9 +52,6 @@ func New(opts Options) *Server {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if s.opts.ImplicitCacheMinTokens <= 0 {
-		s.opts.ImplicitCacheMinTokens = 2048
-	}
 	if s.opts.CacheMinTokens == 0 {
 		s.opts.CacheMinTokens = 1024
 	}
@@ -144,7 +141,8 @@ type call struct {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := s.now()
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &statusWriter{ResponseWriter: w, start: start, now: s.now}
+	googleHeaders(w.Header())
 	defer func() {
 		s.logger.Debug("emulator request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", s.now().Sub(start))
 	}()
@@ -190,6 +188,12 @@ func faultError(f Fault) *apiError {
 		msg = http.StatusText(f.Status)
 	}
 	e := newError(f.Status, msg)
+	if f.Status == 429 {
+		e.Details = append(e.Details, map[string]any{
+			"@type":      "type.googleapis.com/google.rpc.QuotaFailure",
+			"violations": []any{map[string]any{"quotaId": "GenerateRequestsPerMinutePerProjectPerModel"}},
+		})
+	}
 	if f.RetryAfter != "" {
 		e.header = http.Header{"Retry-After": {f.RetryAfter}}
 		secs := strings.TrimSuffix(f.RetryAfter, "s")
@@ -275,22 +279,41 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// statusWriter remembers the status code for logging.
+// googleHeaders sets the headers every recorded Gemini API answer carries
+// (shared/gemini-recordings, llm-gemini cassettes): three Vary lines, the
+// frontend's Server name and the security headers. Server-Timing is set
+// when the status is written.
+func googleHeaders(h http.Header) {
+	h["Vary"] = []string{"Origin", "X-Origin", "Referer"}
+	h.Set("Server", "scaffolding on HTTPServer2")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "SAMEORIGIN")
+	h.Set("X-XSS-Protection", "0")
+}
+
+// statusWriter remembers the status code for logging and sets
+// Server-Timing ("gfet4t7; dur=<ms>", by the server's clock) when the
+// status is written.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	start  time.Time
+	now    func() time.Time
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
+		if w.now != nil && w.Header().Get("Server-Timing") == "" {
+			w.Header().Set("Server-Timing", fmt.Sprintf("gfet4t7; dur=%d", w.now().Sub(w.start).Milliseconds()))
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = 200
+		w.WriteHeader(http.StatusOK)
 	}
 	return w.ResponseWriter.Write(b)
 }

@@ -15,9 +15,15 @@ type Options struct {
 	// Lenient disables the unknown-field check. The zero value is strict, as
 	// the real API is.
 	Lenient bool
-	// ImplicitCacheMinTokens is the minimum repeated prefix, in tokens, that
-	// implicit caching reports. Zero means 2048.
+	// ImplicitCacheMinTokens, when positive, is the minimum repeated
+	// prefix, in tokens, that implicit caching reports, for every model.
+	// Zero means the per-model minimum of ImplicitCacheMinTokensByModel,
+	// else DefaultImplicitCacheMinTokens.
 	ImplicitCacheMinTokens int
+	// ImplicitCacheMinTokensByModel overrides DefaultImplicitCacheMinTokens
+	// for the listed model ids (after alias resolution); a value of zero or
+	// less turns implicit caching off for that model.
+	ImplicitCacheMinTokensByModel map[string]int
 	// CacheMinTokens is the minimum size of an explicit cachedContents entry.
 	// Zero means 1024; a negative value disables the check.
 	CacheMinTokens int
@@ -27,6 +33,12 @@ type Options struct {
 	CacheMinTokensByModel map[string]int
 	// Reply scripts the answer text. Nil means the deterministic default reply.
 	Reply func(ReplyRequest) string
+	// Script scripts what the model decides beyond the text, for a
+	// generateContent or streamGenerateContent request: calling functions,
+	// blocking the prompt, stopping for safety (see Script). Nil, or a zero
+	// Script, means the emulator decides from the request alone (doc.go,
+	// "Answers").
+	Script func(ReplyRequest) Script
 	// Models lists the served model ids (without "models/"). Nil means
 	// DefaultModels. Ids containing "embedding" are embedding models.
 	Models []string
@@ -81,6 +93,29 @@ type ReplyRequest struct {
 	KeyID string
 	// Stream reports whether the answer is streamed.
 	Stream bool
+	// Functions are the names of the functions the request declares
+	// (tools[].functionDeclarations), in order.
+	Functions []string
+}
+
+// Script is a scripted decision of the model for one request. The zero
+// Script scripts nothing.
+type Script struct {
+	// FunctionCalls, when non-empty, are answered as functionCall parts
+	// (parallel calls, in order) instead of text. A call's Args, when nil,
+	// are generated from the declaration's parameter schema; its ID, when
+	// empty, is generated on Gemini 3 models, which send ids. The request
+	// must declare each function (else the reply is text).
+	FunctionCalls []FunctionCall
+	// BlockReason, when set (e.g. "PROHIBITED_CONTENT", "SAFETY"), blocks
+	// the prompt: promptFeedback.blockReason, no candidates, usage with
+	// prompt tokens only.
+	BlockReason string
+	// FinishReason, when set to a reason other than STOP and MAX_TOKENS
+	// (e.g. "SAFETY", "RECITATION"), ends the candidate with it, with no
+	// content parts and, for SAFETY, safetyRatings marking the first
+	// category blocked.
+	FinishReason string
 }
 
 // LastUserText returns the text of the last user content, parts joined with

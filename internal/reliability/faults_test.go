@@ -24,7 +24,7 @@ import (
 	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 )
 
-var responseIDRE = regexp.MustCompile(`"responseId": ?"[a-z0-9]+"`)
+var responseIDRE = regexp.MustCompile(`"responseId": ?"[A-Za-z0-9_-]+"`)
 
 // sameBody removes what differs between two identical upstream answers
 // (the random responseId).
