@@ -135,7 +135,12 @@ type layout struct {
 	sums  []uint64
 	bytes []int     // text and raw JSON bytes up to each checkpoint
 	fixed []float64 // role and media tokens up to each checkpoint
-	key   string    // names the conversation: hex of the chain at ledgerKeyBytes
+	// key names the conversation's start: hex of the chain at
+	// ledgerKeyBytes. ends are the chain, in hex, at the end of each
+	// content: the previous request of a conversation that only grows is
+	// one of them.
+	key  string
+	ends []string
 	// explicit reports a cachedContent request, which implicit caching
 	// does not model.
 	explicit bool
@@ -205,6 +210,10 @@ func layoutOf(body []byte, model string) (*layout, error) {
 		if role == "" {
 			role = "user"
 		}
+		if len(p.sums) > 1 {
+			s := h.Sum(sum[:0])
+			p.ends = append(p.ends, hex.EncodeToString(s[:16]))
+		}
 		write([]byte{1}, []byte(role), []byte{0})
 		check(0, 1)
 		for _, raw := range c.Parts {
@@ -226,10 +235,11 @@ func layoutOf(body []byte, model string) (*layout, error) {
 			check(len(raw), 0)
 		}
 	}
+	s := h.Sum(sum[:0])
 	if !keyed {
-		s := h.Sum(sum[:0])
 		p.key = hex.EncodeToString(s[:16])
 	}
+	p.ends = append(p.ends, hex.EncodeToString(s[:16]))
 	return p, nil
 }
 
@@ -292,18 +302,20 @@ func (p *layout) shared(prev map[uint64]struct{}) int {
 type ledgerState struct {
 	at         time.Time
 	turn       int
+	holdout    bool
 	naive      []uint64
 	sent       []uint64
 	sentTokens float64
 }
 
-const ledgerStateVersion = 1
+const ledgerStateVersion = 2
 
 func (s *ledgerState) encode() []byte {
 	b := make([]byte, 0, 32+8*(len(s.naive)+len(s.sent)))
 	b = append(b, ledgerStateVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(s.at.UnixMilli()))
 	b = binary.AppendUvarint(b, uint64(s.turn))
+	b = append(b, map[bool]byte{false: 0, true: 1}[s.holdout])
 	b = binary.AppendUvarint(b, uint64(math.Round(s.sentTokens)))
 	for _, sums := range [][]uint64{s.naive, s.sent} {
 		b = binary.AppendUvarint(b, uint64(len(sums)))
@@ -331,11 +343,15 @@ func decodeLedgerState(b []byte) (*ledgerState, error) {
 		return v, true
 	}
 	turn, ok1 := uv()
-	tokens, ok2 := uv()
-	if !ok1 || !ok2 || turn > math.MaxInt32 {
+	if !ok1 || turn > math.MaxInt32 || len(b) == 0 || b[0] > 1 {
 		return nil, errLedgerState
 	}
-	s.turn, s.sentTokens = int(turn), float64(tokens)
+	s.turn, s.holdout, b = int(turn), b[0] == 1, b[1:]
+	tokens, ok2 := uv()
+	if !ok2 {
+		return nil, errLedgerState
+	}
+	s.sentTokens = float64(tokens)
 	for _, dst := range []*[]uint64{&s.naive, &s.sent} {
 		n, ok := uv()
 		if !ok || n > maxLedgerSums || uint64(len(b)) < 8*n {
@@ -380,12 +396,51 @@ func last(sums []uint64) uint64 {
 	return sums[len(sums)-1]
 }
 
-// ledgerKey is the store key of a conversation's ledger state.
-func ledgerKey(key string) string { return "lg:" + key }
+// maxLedgerLookups bounds the content ends looked up per request.
+const maxLedgerLookups = 8
 
-// inHoldout reports whether the conversation named key of tenant is in
-// the holdout: a keyed hash of both, read as a number in [0, 1).
-func (l *ledger) inHoldout(tenant, key string) bool {
+// lookup finds the state of the conversation p continues: stored under
+// the end of its previous request when p extends it (the newest of p's
+// content ends that has one), else under p's start. One store call.
+func (l *ledger) lookup(tenant string, p *layout) *ledgerState {
+	var keys []string
+	for i := len(p.ends) - 1; i >= 0 && len(keys) < maxLedgerLookups; i-- {
+		keys = append(keys, "lg:e:"+p.ends[i])
+	}
+	keys = append(keys, "lg:k:"+p.key)
+	vs := l.store.Conversations(tenant, keys)
+	for i, v := range vs {
+		if v == nil {
+			continue
+		}
+		s, err := decodeLedgerState(v)
+		if err != nil {
+			continue
+		}
+		// The state under p's start may be another conversation's that
+		// starts alike (one system prompt for many conversations): it is
+		// this conversation's only when p shares at least half its
+		// checkpoints with it, as a transcript that grows does.
+		if i == len(vs)-1 && 2*(p.shared(setOf(s.naive))+1) < len(p.sums) {
+			return nil
+		}
+		return s
+	}
+	return nil
+}
+
+// save stores s as the state of the conversation whose request was p.
+func (l *ledger) save(tenant string, p *layout, s *ledgerState) {
+	v := s.encode()
+	l.store.SetConversation(tenant, "lg:e:"+p.ends[len(p.ends)-1], v)
+	l.store.SetConversation(tenant, "lg:k:"+p.key, v)
+}
+
+// inHoldout reports whether a conversation that starts with the request
+// named end (its content end) goes to the holdout: a keyed hash of the
+// tenant and end, read as a number in [0, 1). Later requests inherit the
+// decision from the conversation's state.
+func (l *ledger) inHoldout(tenant, end string) bool {
 	if l.holdout <= 0 {
 		return false
 	}
@@ -393,24 +448,29 @@ func (l *ledger) inHoldout(tenant, key string) bool {
 	h.Write(l.secret)
 	h.Write([]byte(tenant))
 	h.Write([]byte{0})
-	h.Write([]byte(key))
+	h.Write([]byte(end))
 	var sum [sha256.Size]byte
 	v := binary.BigEndian.Uint64(h.Sum(sum[:0]))
 	return float64(v>>11)/(1<<53) < l.holdout
 }
 
 // holdoutFor lays out a client body before it is sent and reports whether
-// its conversation is in the holdout; the layout is kept for settle.
+// its conversation is in the holdout; the layout and the state found are
+// kept for settle.
 func (l *ledger) holdoutFor(st *reqState, body []byte) bool {
 	if l == nil || l.holdout <= 0 {
 		return false
 	}
 	p, err := layoutOf(body, st.info.model)
-	if err != nil {
+	if err != nil || len(p.ends) == 0 {
 		return false
 	}
-	st.naive = p
-	st.holdout = l.inHoldout(st.tenant, p.key)
+	st.naive, st.prev = p, l.lookup(st.tenant, p)
+	if st.prev != nil {
+		st.holdout = st.prev.holdout
+	} else {
+		st.holdout = l.inHoldout(st.tenant, p.ends[len(p.ends)-1])
+	}
 	return st.holdout
 }
 
@@ -431,7 +491,7 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 			return nil
 		}
 	}
-	if naive.explicit || len(naive.sums) == 0 {
+	if naive.explicit || len(naive.ends) == 0 {
 		return nil
 	}
 	sentBody := st.orig
@@ -450,16 +510,16 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	}
 	ratio := l.sav.ratioFor(label)
 	now := l.now()
-	var prev *ledgerState
-	if vs := l.store.Conversations(st.tenant, []string{ledgerKey(naive.key)}); len(vs) == 1 && vs[0] != nil {
-		prev, _ = decodeLedgerState(vs[0])
+	prev := st.prev
+	if st.naive == nil {
+		prev = l.lookup(st.tenant, naive)
 	}
 	turn := 1
 	if prev != nil {
 		turn = prev.turn + 1
 	}
-	next := &ledgerState{at: now, turn: turn, naive: sampleSums(naive.sums), sent: sampleSums(sent.sums), sentTokens: sent.total(ratio)}
-	l.store.SetConversation(st.tenant, ledgerKey(naive.key), next.encode())
+	next := &ledgerState{at: now, turn: turn, holdout: st.holdout, naive: sampleSums(naive.sums), sent: sampleSums(sent.sums), sentTokens: sent.total(ratio)}
+	l.save(st.tenant, naive, next)
 
 	// Prefix changes: the sent prompt no longer starts with the previous
 	// sent prompt.

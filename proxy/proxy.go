@@ -232,9 +232,11 @@ type reqState struct {
 
 	ix *ixState // Interactions continuation; nil when off
 
-	// Ledger (ledger.go): the client body's layout when the holdout
-	// decision needed it before sending, and that decision.
+	// Ledger (ledger.go): the client body's layout and its conversation's
+	// state when the holdout decision needed them before sending, and that
+	// decision.
 	naive   *layout
+	prev    *ledgerState
 	holdout bool
 }
 
