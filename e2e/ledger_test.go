@@ -5,8 +5,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 	"testing"
+	"time"
 
 	"google.golang.org/genai"
 
