@@ -69,7 +69,11 @@ func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, star
 	metrics.RegisterCache(reg, store.Stats)
 	opts.Verifier = func(tenant string) rewrite.Verifier { return store.Verifier(tenant) }
 	opts.Interactions = proxy.InteractionsOptions{Enabled: c.UpstreamState.Interactions, Store: store}
+	hook, _ := ctx.Value(exchangeHookKey{}).(func(proxy.Exchange))
 	opts.OnExchange = func(ex proxy.Exchange) {
+		if hook != nil {
+			hook(ex)
+		}
 		// Only what the client received in full counts as served.
 		if !ex.Complete || ex.Status != http.StatusOK {
 			return
@@ -115,6 +119,11 @@ func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, star
 	}
 	return serveUntil(ctx, lns, c.Server.ShutdownDelay, c.Server.ShutdownGrace, &ready, logger)
 }
+
+// exchangeHookKey is the context key of a func(proxy.Exchange) that
+// serveConfig calls with every exchange: the bench reads the proxy's
+// ledger per session with it.
+type exchangeHookKey struct{}
 
 // proxyOptions maps the configuration onto the proxy's options.
 func proxyOptions(c config.Config) (proxy.Options, error) {
