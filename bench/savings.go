@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"time"
 
 	"google.golang.org/genai"
 
@@ -71,6 +72,15 @@ type SavingsOptions struct {
 	Parallel int
 	// Progress, when set, receives one line per finished session.
 	Progress io.Writer
+	// Prices are the prices by model the bills (Tokens.Billed) use; a
+	// session whose model has none is billed $0.
+	Prices map[string]Price
+	// Ledger, when set, returns the proxy's net ledger (saved minus cost
+	// increases, US dollars) of the requests made with an API key and how
+	// many of those requests the proxy finished with; RunSavings waits
+	// until it finished every request of the session. Nil: the proxy's
+	// ledger is not read.
+	Ledger func(apiKey string) (dollars float64, requests int)
 }
 
 // Tokens are the totals of one replay of a session.
@@ -84,6 +94,9 @@ type Tokens struct {
 	Bytes int `json:"bytes_uploaded"`
 	// ClientBytes is what the client sent.
 	ClientBytes int `json:"client_bytes"`
+	// Billed is the US dollars of the session's usageMetadata at
+	// SavingsOptions.Prices, implicit caching included.
+	Billed float64 `json:"billed_dollars"`
 }
 
 func (t *Tokens) add(o Tokens) {
@@ -91,6 +104,7 @@ func (t *Tokens) add(o Tokens) {
 	t.Cached += o.Cached
 	t.Bytes += o.Bytes
 	t.ClientBytes += o.ClientBytes
+	t.Billed += o.Billed
 }
 
 // SessionResult is the savings of one session (or of a total).
@@ -112,6 +126,9 @@ type SessionResult struct {
 	// Errors lists request failures; a session with errors has partial
 	// figures.
 	Errors []string `json:"errors,omitempty"`
+	// Ledger is the proxy's own net ledger of the proxied replay, in US
+	// dollars; nil when it was not read (SavingsOptions.Ledger).
+	Ledger *float64 `json:"ledger_dollars,omitempty"`
 }
 
 // Saved is the share of naive prompt tokens the proxy saved.
@@ -212,6 +229,13 @@ func addResult(t *SessionResult, r SessionResult) {
 	t.Unflattened += r.Unflattened
 	t.AnswersMatch = t.AnswersMatch && r.AnswersMatch
 	t.Errors = append(t.Errors, r.Errors...)
+	if r.Ledger != nil {
+		v := *r.Ledger
+		if t.Ledger != nil {
+			v += *t.Ledger
+		}
+		t.Ledger = &v
+	}
 }
 
 // replaySession plays s naive, through the proxy and ideal.
@@ -251,7 +275,7 @@ func replaySession(ctx context.Context, o SavingsOptions, s *Session) SessionRes
 			}
 			answers[mi] = append(answers[mi], answer)
 			sent, report := rec.last()
-			tk := Tokens{ClientBytes: sent, Bytes: sent}
+			tk := Tokens{ClientBytes: sent, Bytes: sent, Billed: billed(o.Prices[s.Model], u)}
 			if u != nil {
 				tk.Prompt, tk.Cached = int(u.PromptTokenCount), int(u.CachedContentTokenCount)
 			}
@@ -267,6 +291,13 @@ func replaySession(ctx context.Context, o SavingsOptions, s *Session) SessionRes
 			}
 			m.tokens.add(tk)
 		}
+		if m.name == "proxy" && o.Ledger != nil {
+			if v, ok := waitLedger(ctx, o.Ledger, key, len(s.Turns)); ok {
+				r.Ledger = &v
+			} else {
+				r.Errors = append(r.Errors, fmt.Sprintf("%s: the proxy finished fewer than %d requests", s.Name, len(s.Turns)))
+			}
+		}
 	}
 	if len(answers[0]) != len(answers[1]) {
 		r.AnswersMatch = false
@@ -277,6 +308,23 @@ func replaySession(ctx context.Context, o SavingsOptions, s *Session) SessionRes
 		}
 	}
 	return r
+}
+
+// waitLedger waits, for up to 10 s, until ledger has accounted n requests
+// of key: the proxy's bookkeeping may finish after the client read its
+// answer.
+func waitLedger(ctx context.Context, ledger func(string) (float64, int), key string, n int) (float64, bool) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, got := ledger(key)
+		if got >= n {
+			return v, true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return v, false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // send makes one request of s and returns the answer text and the last

@@ -35,7 +35,14 @@
 //	gemini_proxy_tokens_saved_total                       counter    rule, model                  estimated prompt tokens not sent: text bytes removed × tokens_per_byte (image: 258 per image minus its reference); same condition as saved bytes
 //	gemini_proxy_tokens_per_byte                          gauge      model                        tokens per byte of text in use for the estimate: from exact countTokens samples if any, else from usageMetadata, else the prior 1/3.5
 //	gemini_proxy_tokens_per_byte_samples_total            counter    model, source                calibration samples taken, source=usage|count_tokens
-//	gemini_proxy_saved_dollars_total                      counter    rule, model                  estimated USD saved: tokens saved × the model's input price
+//	gemini_proxy_saved_dollars_total                      counter    model                        net USD saved, per request the proxy changed whose saving is positive: counterfactual (the client's own request billed with implicit caching, estimated) − billed (usageMetadata); see "The dollar ledger"
+//	gemini_proxy_cost_increase_dollars_total              counter    model                        USD by which requests the proxy changed cost more than their counterfactual; net saving = saved − cost_increase
+//	gemini_proxy_prefix_changes_total                     counter    reason                       requests not starting with what the proxy sent for the conversation's previous request: reason=rewrite (the client's own request did) or client
+//	gemini_proxy_prefix_change_tokens_total               counter    -                            estimated tokens of the previously sent prefix that a rewrite prefix change kept from the cached rate
+//	gemini_proxy_ledger_requests_total                    counter    group, turn                  priced generate requests accounted by the ledger, group=treated|holdout, turn=1…8|9-16|17+ (position in the conversation)
+//	gemini_proxy_ledger_billed_dollars_total              counter    group, turn                  USD billed for them, from usageMetadata
+//	gemini_proxy_ledger_billed_dollars_squared_total      counter    group, turn                  sum of each request's billed USD squared (variance of the measured saving)
+//	gemini_proxy_ledger_counterfactual_dollars_total      counter    group, turn                  estimated USD of the clients' own requests with implicit caching (= billed where they were sent as is)
 //	gemini_proxy_spent_dollars_total                      counter    model                        estimated USD spent: (prompt − cached + tool_use) × input + cached × cached_input + (candidates + thoughts) × output
 //	gemini_proxy_unpriced_requests_total                  counter    model                        generate responses whose model has no price in the table (no dollars estimated)
 //	gemini_proxy_price_dollars_per_million_tokens         gauge      model, kind                  the configured price table, kind=input|cached_input|output (allowlisted models)
@@ -89,7 +96,28 @@
 // it against the emulator's tokenizer); it is least accurate when the
 // removed text differs in kind from the rest of the prompt (prose removed
 // from a prompt dominated by code, or the reverse), which the countTokens
-// samples correct. Dollars saved assume every saved token would have been
-// billed at the full input price; implicit caching might have billed part
-// of a naive request at the cached price, so they are an upper bound.
+// samples correct. The
+// tokens saved are not dollars: a removed token might have been billed at
+// the cached price. The dollar ledger below prices them.
+//
+// # The dollar ledger
+//
+// For each priced generate request the proxy read, the ledger bills the
+// response's usageMetadata: (prompt − cached + tool_use) × input + cached
+// × cached_input + (candidates + thoughts) × output. Where the proxy sent
+// something other than the client's bytes, it also estimates the
+// counterfactual, what the client's own request would have been billed:
+// its prompt tokens P_n = prompt + the estimated tokens saved, of which
+// K_n are cached, K_n being P_n × the estimated share of the client's
+// prompt that it shares with the client's previous request of the
+// conversation (same tenant, model, system instruction and tools; parts
+// compared whole, text in 512-byte chunks), when that request was at most
+// five minutes earlier and K_n reaches the implicit-cache minimum (1024
+// tokens unless configured). The saving is counterfactual − billed, to
+// saved_dollars_total when positive, to cost_increase_dollars_total when
+// negative. It is an estimate: Gemini's implicit cache is best effort, and
+// the counterfactual assumes it would have cached the shared prefix. The
+// holdout (metrics.holdout_fraction) measures instead: the ledger_*
+// series by group compare the billed cost of conversations sent as the
+// clients wrote them with that of rewritten ones, turn by turn.
 package metrics

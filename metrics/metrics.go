@@ -123,7 +123,7 @@ type Metrics struct {
 	TokensSaved        *prometheus.CounterVec // rule, model
 	TokensPerByte      *prometheus.GaugeVec   // model
 	CalibrationSamples *prometheus.CounterVec // model, source
-	SavedDollars       *prometheus.CounterVec // rule, model
+	SavedDollars       *prometheus.CounterVec // model
 	SpentDollars       *prometheus.CounterVec // model
 	UnpricedRequests   *prometheus.CounterVec // model
 	Price              *prometheus.GaugeVec   // model, kind
@@ -150,6 +150,15 @@ type Metrics struct {
 	ContextCacheFallbacks           *prometheus.CounterVec // model
 	ContextCacheRequests            *prometheus.CounterVec // model, outcome
 	ContextCacheOperations          *prometheus.CounterVec // op, result
+
+	// The net dollar ledger (issue 14, ledger.go).
+	CostIncreaseDollars  *prometheus.CounterVec // model
+	PrefixChanges        *prometheus.CounterVec // reason
+	PrefixChangeTokens   prometheus.Counter
+	LedgerRequests       *prometheus.CounterVec // group, turn
+	LedgerBilledDollars  *prometheus.CounterVec // group, turn
+	LedgerBilledSquares  *prometheus.CounterVec // group, turn
+	LedgerCounterfactual *prometheus.CounterVec // group, turn
 }
 
 // Kinds for gemini_proxy_interactions_requests_total: how a generate
@@ -274,10 +283,6 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "tokens_per_byte_samples_total",
 			Help: "Requests that calibrated gemini_proxy_tokens_per_byte, by normalised model and source (usage or count_tokens).",
 		}, []string{"model", "source"}),
-		SavedDollars: f.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "saved_dollars_total",
-			Help: "Estimated US dollars saved: estimated tokens saved times the model's input price from the configured price table.",
-		}, []string{"rule", "model"}),
 		SpentDollars: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "spent_dollars_total",
 			Help: "Estimated US dollars spent on generate requests, from usageMetadata and the configured price table (uncached and tool-use prompt at the input price, cached at the cached-input price, candidates and thoughts at the output price).",
@@ -369,6 +374,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.CountTokens.WithLabelValues(o)
 	}
 	m.newInteractions(f)
+	m.newLedger(f)
 	return m
 }
 

@@ -75,8 +75,24 @@ var metricCases = []metricCase{
 		func(m *metrics.Metrics) {
 			m.CalibrationSamples.WithLabelValues("gemini-2.5-flash", metrics.SourceUsage).Inc()
 		}, 1},
-	{"gemini_proxy_saved_dollars_total", dto.MetricType_COUNTER, []string{"model", "rule"},
-		func(m *metrics.Metrics) { m.SavedDollars.WithLabelValues("unchanged", "gemini-2.5-flash").Add(0.25) }, 0.25},
+	{"gemini_proxy_saved_dollars_total", dto.MetricType_COUNTER, []string{"model"},
+		func(m *metrics.Metrics) { m.SavedDollars.WithLabelValues("gemini-2.5-flash").Add(0.25) }, 0.25},
+	{"gemini_proxy_cost_increase_dollars_total", dto.MetricType_COUNTER, []string{"model"},
+		func(m *metrics.Metrics) { m.CostIncreaseDollars.WithLabelValues("gemini-2.5-flash").Add(0.125) }, 0.125},
+	{"gemini_proxy_prefix_changes_total", dto.MetricType_COUNTER, []string{"reason"},
+		func(m *metrics.Metrics) { m.PrefixChanges.WithLabelValues(metrics.PrefixChangeRewrite).Inc() }, 1},
+	{"gemini_proxy_prefix_change_tokens_total", dto.MetricType_COUNTER, nil,
+		func(m *metrics.Metrics) { m.PrefixChangeTokens.Add(5000) }, 5000},
+	{"gemini_proxy_ledger_requests_total", dto.MetricType_COUNTER, []string{"group", "turn"},
+		func(m *metrics.Metrics) {
+			m.LedgerRequests.WithLabelValues(metrics.GroupHoldout, metrics.LedgerTurn(3)).Inc()
+		}, 1},
+	{"gemini_proxy_ledger_billed_dollars_total", dto.MetricType_COUNTER, []string{"group", "turn"},
+		func(m *metrics.Metrics) { m.LedgerBilledDollars.WithLabelValues(metrics.GroupTreated, "1").Add(0.5) }, 0.5},
+	{"gemini_proxy_ledger_billed_dollars_squared_total", dto.MetricType_COUNTER, []string{"group", "turn"},
+		func(m *metrics.Metrics) { m.LedgerBilledSquares.WithLabelValues(metrics.GroupTreated, "1").Add(0.25) }, 0.25},
+	{"gemini_proxy_ledger_counterfactual_dollars_total", dto.MetricType_COUNTER, []string{"group", "turn"},
+		func(m *metrics.Metrics) { m.LedgerCounterfactual.WithLabelValues(metrics.GroupTreated, "17+").Add(2) }, 2},
 	{"gemini_proxy_spent_dollars_total", dto.MetricType_COUNTER, []string{"model"},
 		func(m *metrics.Metrics) { m.SpentDollars.WithLabelValues("gemini-2.5-flash").Add(1.5) }, 1.5},
 	{"gemini_proxy_unpriced_requests_total", dto.MetricType_COUNTER, []string{"model"},

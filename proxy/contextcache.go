@@ -89,7 +89,7 @@ func (h *Handler) newContextCache(base http.RoundTripper) (*contextcache.Manager
 // in mode on (off, dry-run, disabled, skipped), bodies naming a cache and
 // callers without a credential pass unchanged.
 func (h *Handler) contextCacheRequest(req *http.Request, st *reqState) *http.Request {
-	if h.cc == nil || st.cc != nil || !st.info.route.isGenerate() || st.info.vertex || st.mode != metrics.ModeOn || st.orig == nil || req.Method != http.MethodPost {
+	if h.cc == nil || st.cc != nil || st.holdout || !st.info.route.isGenerate() || st.info.vertex || st.mode != metrics.ModeOn || st.orig == nil || req.Method != http.MethodPost {
 		return req
 	}
 	body := st.orig

@@ -521,7 +521,7 @@ func pathModel(p string) (model, prefix string, ok bool) {
 // Only the rewrite mode "on" goes as an interaction: dry-run and off
 // forward the client's request as is (DESIGN §3).
 func (x *interactions) roundTrip(base http.RoundTripper, req *http.Request, st *reqState) (res *http.Response, handled bool, err error) {
-	if x == nil || st == nil || st.ix == nil || st.mode != metrics.ModeOn || st.info.vertex || !st.info.route.isGenerate() || st.orig == nil || req.Method != http.MethodPost {
+	if x == nil || st == nil || st.ix == nil || st.mode != metrics.ModeOn || st.holdout || st.info.vertex || !st.info.route.isGenerate() || st.orig == nil || req.Method != http.MethodPost {
 		return nil, false, nil
 	}
 	q := req.URL.Query()

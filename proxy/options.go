@@ -122,6 +122,10 @@ type Options struct {
 	// contextcache). It applies to bodies rewritten in mode on. Nil means
 	// off.
 	ContextCache *ContextCacheOptions
+	// Ledger configures the net dollar ledger: the per-conversation state
+	// behind the counterfactual, and the holdout. The zero value keeps the
+	// state in this process and holds no conversation out.
+	Ledger LedgerOptions
 }
 
 // RewriteOptions configures request rewriting.
@@ -191,4 +195,8 @@ type Exchange struct {
 	// Fallback reports whether the rewritten request was retried with the
 	// original body.
 	Fallback bool
+	// Ledger is the ledger's account of the request; nil when it was not
+	// accounted (not answered 2xx with usage, not read for rewriting, or a
+	// model without a price).
+	Ledger *Ledger
 }

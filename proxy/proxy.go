@@ -67,6 +67,8 @@ type Handler struct {
 	rewriteFn rewriteFunc
 
 	ix *interactions // nil: Interactions continuation off
+
+	ledger *ledger
 }
 
 // New builds a Handler. logger receives the access log (one line per
@@ -134,6 +136,9 @@ func New(opts Options, logger *slog.Logger, m *metrics.Metrics) (*Handler, error
 	}
 	sav.countTokens = func(ctx context.Context, s *sample) (int64, error) { return callCountTokens(ctx, base, s) }
 	h.sav = sav
+	if h.ledger, err = newLedger(opts.Ledger, m, sav, h.secret); err != nil {
+		return nil, err
+	}
 	h.ix = newInteractions(opts.Interactions, h.rwOpts, m)
 	if h.cc, err = h.newContextCache(base); err != nil {
 		return nil, err
@@ -226,6 +231,13 @@ type reqState struct {
 	err error // safe to log
 
 	ix *ixState // Interactions continuation; nil when off
+
+	// Ledger (ledger.go): the client body's layout and its conversation's
+	// state when the holdout decision needed them before sending, and that
+	// decision.
+	naive   *layout
+	prev    *ledgerState
+	holdout bool
 }
 
 func stateFrom(ctx context.Context) *reqState {
@@ -374,6 +386,10 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		}
 		if st.mode == metrics.ModeDryRun {
 			st.repHeader += "; mode=dry-run"
+			break
+		}
+		if h.ledger.holdoutFor(st, buf) {
+			st.repHeader += "; holdout"
 			break
 		}
 		send = res
@@ -556,6 +572,11 @@ func (h *Handler) modifyResponse(res *http.Response) error {
 			st.tb = &tapBody{rc: res.Body, t: t}
 			res.Body = st.tb
 		}
+	} else if isInteractionCreate(st.info.route, res.Request) {
+		if t := newInteractionTap(res.Header.Get("Content-Encoding")); t != nil {
+			st.tb = &tapBody{rc: res.Body, t: t}
+			res.Body = st.tb
+		}
 	}
 	return nil
 }
@@ -713,7 +734,7 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 		if st.tb.eof || !aborted {
 			t.finish()
 		}
-		if st.info.model == "" && t.modelVersion != "" {
+		if h.priceByVersion(st.info.model, t.modelVersion) {
 			priceModel = normalizeModel(t.modelVersion)
 			ml = h.modelLabel(priceModel)
 		}
@@ -737,7 +758,8 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 			h.sav.spend(ml, priceModel, u)
 		}
 	}
-	h.recordRewrite(st, r, ml, priceModel, usage)
+	removed := h.recordRewrite(st, r, ml, priceModel, usage)
+	led := h.ledger.settle(st, ml, priceModel, usage, removed)
 	h.contextCacheSettle(st, usage)
 
 	level := slog.LevelInfo
@@ -801,6 +823,7 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 			Report:      st.report,
 			RewriteMode: st.mode,
 			Fallback:    st.fallback,
+			Ledger:      led,
 		}
 		if t != nil {
 			ex.Usage, ex.ModelVersion = t.usage, t.modelVersion
@@ -816,9 +839,9 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 // recordRewrite counts what a rewrite saved, only when the body it
 // produced is what the upstream accepted: a fallback sent the original
 // body, and a rejected or failed request saved nobody anything.
-func (h *Handler) recordRewrite(st *reqState, r *http.Request, label, model string, usage *Usage) {
+func (h *Handler) recordRewrite(st *reqState, r *http.Request, label, model string, usage *Usage) float64 {
 	if st.mode != metrics.ModeOn || st.report == nil || st.fallback || st.upStatus < 200 || st.upStatus > 299 {
-		return
+		return 0
 	}
 	after := len(st.orig)
 	if st.rewritten {
@@ -827,7 +850,7 @@ func (h *Handler) recordRewrite(st *reqState, r *http.Request, label, model stri
 	h.m.RewriteBytes.WithLabelValues(metrics.StageBefore).Add(float64(len(st.orig)))
 	h.m.RewriteBytes.WithLabelValues(metrics.StageAfter).Add(float64(after))
 	if !st.rewritten {
-		return
+		return 0
 	}
 	for rule, s := range st.report.ByRule() {
 		if s.BytesRemoved > 0 {
@@ -839,7 +862,7 @@ func (h *Handler) recordRewrite(st *reqState, r *http.Request, label, model stri
 	if usage != nil && h.sav.sampled() {
 		job.sample = h.newSample(st, r)
 	}
-	h.sav.record(job)
+	return h.sav.record(job)
 }
 
 // transport wraps the upstream RoundTripper: it times the upstream call and

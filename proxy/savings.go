@@ -40,9 +40,6 @@ const (
 	// 1/decay samples, weighted by their size in bytes.
 	usageDecay = 0.05
 	exactDecay = 0.2
-	// maxCalibrations bounds the background calibrations running at once;
-	// a request finding none free is estimated with the current ratio.
-	maxCalibrations = 4
 	// maxCountTokens bounds the countTokens calls in flight.
 	maxCountTokens = 4
 	// countTokensTimeout bounds one countTokens call.
@@ -80,7 +77,6 @@ type savings struct {
 	mu     sync.Mutex
 	ratios map[string]*ratio // by model label
 
-	calSem     chan struct{}
 	ctSem      chan struct{}
 	sampleRate float64
 	limit      *limiter
@@ -115,7 +111,6 @@ func newSavings(m *metrics.Metrics, opts Options, label func(string) string) (*s
 		m:          m,
 		prices:     make(map[string]Price, len(opts.Prices)),
 		ratios:     make(map[string]*ratio),
-		calSem:     make(chan struct{}, maxCalibrations),
 		ctSem:      make(chan struct{}, maxCountTokens),
 		sampleRate: opts.CountTokensSampleRate,
 		random:     rand.Float64,
@@ -205,33 +200,26 @@ type sample struct {
 	model  string // model id from the path
 }
 
-// record estimates and records the savings of a rewritten request. With
-// usage it first calibrates the model's ratio from this very request, in
-// the background, so that even the first request of a model is estimated
-// from a measured ratio; with a sample it then asks countTokens for the
-// exact count of the original request.
-func (s *savings) record(j *savingsJob) {
-	if j.sample != nil && !s.reserveSample() {
-		j.sample = nil
+// record estimates and records the savings of a rewritten request and
+// returns the estimated tokens removed. With usage it first calibrates the
+// model's ratio from this very request, so that even the first request of
+// a model is estimated from a measured ratio; with a sample it then asks
+// countTokens, in the background, for the exact count of the original
+// request.
+func (s *savings) record(j *savingsJob) float64 {
+	if j.usage != nil {
+		s.calibrateUsage(j)
 	}
-	calibrate := j.usage != nil && tryAcquire(s.calSem)
-	if !calibrate && j.sample == nil {
-		s.estimate(j)
-		return
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if calibrate {
-			s.calibrateUsage(j)
-			<-s.calSem
-		}
-		est := s.estimate(j)
-		if j.sample != nil {
+	est := s.estimate(j)
+	if j.sample != nil && s.reserveSample() {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
 			defer func() { <-s.ctSem }()
 			s.exact(j, est)
-		}
-	}()
+		}()
+	}
+	return est
 }
 
 // wait blocks until every background job has finished.
@@ -280,11 +268,11 @@ func (s *savings) calibrateUsage(j *savingsJob) {
 	s.calibrate(j.label, metrics.SourceUsage, float64(j.usage.PromptTokens-int64(rep.Contents)), float64(rep.TextBytes+rep.OtherBytes))
 }
 
-// estimate records the estimated tokens and dollars saved by each rule
-// and returns the total tokens.
+// estimate records the estimated tokens saved by each rule and returns
+// the total. Dollars are the ledger's (ledger.go): a removed token was not
+// necessarily billed at the input price.
 func (s *savings) estimate(j *savingsJob) float64 {
 	r := s.ratioFor(j.label)
-	price, priced := s.prices[j.model]
 	total := 0.0
 	for rule, tokens := range estimateTokens(j.report, r) {
 		if tokens == 0 {
@@ -292,9 +280,6 @@ func (s *savings) estimate(j *savingsJob) float64 {
 		}
 		total += tokens
 		s.m.TokensSaved.WithLabelValues(string(rule), j.label).Add(tokens)
-		if priced {
-			s.m.SavedDollars.WithLabelValues(string(rule), j.label).Add(tokens * price.Input / 1e6)
-		}
 	}
 	return total
 }

@@ -65,7 +65,11 @@ type tap struct {
 
 	// needText asks for the model's text; without it the tap reads only
 	// usageMetadata and modelVersion, which is much cheaper on large bodies.
-	needText      bool
+	needText bool
+	// ix reads an Interactions API response (tapix.go) instead of a
+	// GenerateContentResponse; its usage comes before the steps, so its
+	// objects are kept whole, up to maxEventBytes.
+	ix            bool
 	finished      bool
 	usage         *Usage
 	modelVersion  string
@@ -311,7 +315,7 @@ func (t *tap) appendObj(p []byte) {
 	if t.obj == nil {
 		t.obj = (*objBuffers.Get().(*[]byte))[:0]
 	}
-	if (!t.needText || t.objTrimmed) && len(t.obj)+len(p) > 2*tailBytes {
+	if (!t.needText && !t.ix || t.objTrimmed) && len(t.obj)+len(p) > 2*tailBytes {
 		// Only usageMetadata and modelVersion are wanted, and Gemini writes
 		// them after the candidates: keep the last tailBytes.
 		if need := len(t.obj) + len(p); cap(t.obj) < need {
@@ -323,7 +327,7 @@ func (t *tap) appendObj(p []byte) {
 		return
 	}
 	if len(t.obj)+len(p) > maxEventBytes {
-		if t.needText {
+		if t.needText && !t.ix {
 			// Too large to decode whole (inline images, say): read its
 			// usageMetadata and modelVersion from its tail, as without
 			// text. Its text is lost, so the text captured so far is only
@@ -374,6 +378,10 @@ type tapUsage struct {
 // the end of a large object; large objects are read from their end as well
 // when no text is needed.
 func (t *tap) decode(b []byte, tail bool) {
+	if t.ix {
+		t.decodeInteraction(b)
+		return
+	}
 	if tail || (!t.needText && len(b) > tailBytes) {
 		if t.needText && len(b) > tailBytes {
 			// Only the oversized objects of appendObj come here: read

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/gemini-proxy/gemini-proxy/bench"
 	"github.com/gemini-proxy/gemini-proxy/config"
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/proxy"
 )
 
 func benchFlags(fs *pflag.FlagSet) {
@@ -86,6 +88,11 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 	runID := fmt.Sprintf("%x", start.UnixNano())
 	var flipURL string // the in-process proxy with rewrite.stable_prefix flipped
 	stable := config.Default().Rewrite.StablePrefix
+	prices := map[string]bench.Price{}
+	for _, p := range config.Default().Metrics.Prices {
+		prices[p.Model] = bench.Price{Input: p.Input, CachedInput: p.CachedInput, Output: p.Output}
+	}
+	var ledger func(string) (float64, int) // the in-process proxy's ledger by API key
 	if proxyURL == "" {
 		replies = new(bench.Replies)
 		logger := slog.New(slog.DiscardHandler)
@@ -108,14 +115,21 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 		c.Server.Listen, c.Admin.Listen = "127.0.0.1:0", ""
 		c.Server.ShutdownGrace = time.Second
 		c.Upstream.URL = upstreamURL
+		c.Cache.TenantSecret = "bench-" + runID
+		var lk benchLedger
+		ledger = func(key string) (float64, int) { return lk.of(proxy.TenantOfKey([]byte(c.Cache.TenantSecret), key)) }
 		addrs := make(chan string, 1)
 		// The second proxy differs only in rewrite.stable_prefix, so that
 		// the savings say what the option does (issue #8).
 		flip := c
 		flip.Rewrite.StablePrefix = !c.Rewrite.StablePrefix
-		for _, pc := range []config.Config{c, flip} {
+		for i, pc := range []config.Config{c, flip} {
 			running++
-			go func() { done <- serveConfig(ctx, pc, logger, func(p, _ string) { addrs <- p }) }()
+			pctx := ctx
+			if i == 0 {
+				pctx = context.WithValue(ctx, exchangeHookKey{}, lk.add)
+			}
+			go func() { done <- serveConfig(pctx, pc, logger, func(p, _ string) { addrs <- p }) }()
 			select {
 			case a := <-addrs:
 				if proxyURL == "" {
@@ -135,7 +149,7 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 
 	if doSavings {
 		fmt.Fprintln(stderr, "bench: savings: replaying the session corpus naive, through the proxy and ideal")
-		s, err := bench.RunSavings(ctx, bench.SavingsOptions{DirectURL: upstreamURL, ProxyURL: proxyURL, Replies: replies, RunID: runID, Progress: stderr})
+		s, err := bench.RunSavings(ctx, bench.SavingsOptions{DirectURL: upstreamURL, ProxyURL: proxyURL, Replies: replies, RunID: runID, Progress: stderr, Prices: prices, Ledger: ledger})
 		if err != nil {
 			return err
 		}
@@ -143,7 +157,7 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 		res.Verifier = s.ByKind[bench.KindFlattened].Unflattened > 0
 		if flipURL != "" {
 			fmt.Fprintf(stderr, "bench: savings again with rewrite.stable_prefix=%v\n", !stable)
-			f, err := bench.RunSavings(ctx, bench.SavingsOptions{DirectURL: upstreamURL, ProxyURL: flipURL, Replies: replies, RunID: runID + "-flip"})
+			f, err := bench.RunSavings(ctx, bench.SavingsOptions{DirectURL: upstreamURL, ProxyURL: flipURL, Replies: replies, RunID: runID + "-flip", Prices: prices})
 			if err != nil {
 				return err
 			}
@@ -180,6 +194,9 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 	if check {
 		if err := bench.Check(res.Savings, res.Verifier); err != nil {
 			return fmt.Errorf("bench: savings targets missed:\n%w", err)
+		}
+		if err := bench.CheckLedger(res.Savings); err != nil {
+			return fmt.Errorf("bench: the proxy's dollar ledger differs from the bill:\n%w", err)
 		}
 		if res.StablePrefix != nil {
 			if err := bench.CheckStablePrefix(res.StablePrefix); err != nil {
@@ -381,6 +398,8 @@ func writeBenchMarkdown(w io.Writer, r *bench.Result) {
 			fmt.Fprintln(w)
 		}
 		bench.WriteSavingsTable(w, r.Savings, r.Verifier)
+		fmt.Fprintf(w, "\n### Billed cost with implicit caching (US dollars per 1,000 sessions, at the default price table; ledger: the proxy's net saved_dollars_total − cost_increase_dollars_total)\n\n")
+		bench.WriteLedgerTable(w, r.Savings)
 	}
 	if r.StablePrefix != nil {
 		fmt.Fprintf(w, "\n### Prefix stabilisation (the proxy with rewrite.stable_prefix off and on; implicit-cache tokens from the emulator's prefix model)\n\n")
@@ -390,4 +409,33 @@ func writeBenchMarkdown(w io.Writer, r *bench.Result) {
 		fmt.Fprintf(w, "\n### Overhead (added = minus direct to the upstream, ÷ plain = ratio to the plain Go proxy; same cell, batches alternated)\n\n")
 		bench.WriteOverheadTables(w, r.Overhead)
 	}
+}
+
+// benchLedger sums the ledger of the in-process proxy's exchanges by
+// tenant and counts the exchanges (accounted or not). Safe for concurrent
+// use.
+type benchLedger struct {
+	mu sync.Mutex
+	m  map[string][2]float64 // net dollars, exchanges
+}
+
+func (b *benchLedger) add(ex proxy.Exchange) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = map[string][2]float64{}
+	}
+	v := b.m[ex.Tenant]
+	if ex.Ledger != nil {
+		v[0] += ex.Ledger.Counterfactual - ex.Ledger.Billed
+	}
+	v[1]++
+	b.m[ex.Tenant] = v
+}
+
+func (b *benchLedger) of(tenant string) (float64, int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v := b.m[tenant]
+	return v[0], int(v[1])
 }

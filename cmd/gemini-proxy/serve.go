@@ -82,7 +82,11 @@ func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, co
 		conv(page)
 	}
 	go page.Run(ctx)
+	hook, _ := ctx.Value(exchangeHookKey{}).(func(proxy.Exchange))
 	opts.OnExchange = func(ex proxy.Exchange) {
+		if hook != nil {
+			hook(ex)
+		}
 		if ex.Report != nil {
 			page.Record(savingspage.Report{At: time.Now(), Model: ex.Model, Status: ex.Status, Header: ex.Report.Header(),
 				BytesBefore: ex.Report.BytesBefore, BytesAfter: ex.Report.BytesAfter})
@@ -135,6 +139,11 @@ func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, co
 	}
 	return serveUntil(ctx, lns, c.Server.ShutdownDelay, c.Server.ShutdownGrace, &ready, logger)
 }
+
+// exchangeHookKey is the context key of a func(proxy.Exchange) that
+// serveConfig calls with every exchange: the bench reads the proxy's
+// ledger per session with it.
+type exchangeHookKey struct{}
 
 // proxyOptions maps the configuration onto the proxy's options.
 func proxyOptions(c config.Config) (proxy.Options, error) {

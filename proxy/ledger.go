@@ -1,0 +1,672 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gemini-proxy/gemini-proxy/metrics"
+)
+
+// The ledger (issue 14) prices what the proxy saved against what Gemini
+// would have billed for the client's own request, with implicit caching:
+//
+//	counterfactual = (P_n − K_n) × input + K_n × cached_input + the rest
+//	actual         = (P_a − K_a) × input + K_a × cached_input + the rest
+//
+// where P_a and K_a are promptTokenCount and cachedContentTokenCount of
+// the response, P_n = P_a + the estimated tokens the rewrite removed, and
+// K_n is the part of P_n the client's request shares with the previous
+// request of its conversation, as the client sent it (within the implicit
+// cache's window and at least its minimum). The rest (tool-use prompt,
+// output and thinking tokens) is the same in both and cancels out. Where
+// the proxy sent the client's bytes unchanged, the counterfactual is the
+// actual bill.
+
+// Ledger defaults.
+const (
+	// DefaultImplicitCacheMinTokens is the smallest shared prefix, in
+	// tokens, the counterfactual bills at the cached rate when
+	// LedgerOptions.ImplicitCacheMinTokens has no entry for the model: the
+	// minimum of the caching documentation's latest revision for 2.5 Flash
+	// and Pro (gemini-api.md §6.1; 3.x models are documented at 4096), and
+	// the emulator's. Gemini has been seen caching below it (594 of 859
+	// prompt tokens on 2.5 Flash in the shared recordings); where it does,
+	// the counterfactual assumes too little caching and overstates the
+	// saving of small prompts.
+	DefaultImplicitCacheMinTokens = 2048
+	// DefaultImplicitCacheWindow is how long the counterfactual assumes a
+	// prefix stays in the implicit cache when LedgerOptions.
+	// ImplicitCacheWindow is zero. Google documents no figure ("a short
+	// time"); five minutes is the emulator's model.
+	DefaultImplicitCacheWindow = 5 * time.Minute
+	// ledgerChunk is the text chunk, in bytes, at which prefixes are
+	// compared inside a text part: a flattened transcript is one text part
+	// that grows, and Gemini caches the part of it that did not change.
+	ledgerChunk = 512
+	// ledgerKeyBytes is how much of a prompt's serialised start names its
+	// conversation: a prompt shorter than that is below any implicit-cache
+	// minimum, so missing its state loses nothing.
+	ledgerKeyBytes = 1024
+	// maxLedgerSums bounds the checkpoint hashes kept per prompt in the
+	// conversation state (8 bytes each, two prompts: at most 16 KiB).
+	maxLedgerSums = 1024
+	// localLedgerConversations bounds the in-process state used when no
+	// store is configured.
+	localLedgerConversations = 4096
+)
+
+// LedgerOptions configures the net dollar ledger.
+type LedgerOptions struct {
+	// Store keeps each conversation's previous prompt (checkpoint hashes
+	// and token estimates, never text) per tenant; cache.Store satisfies
+	// it, in Redis in shared mode. Nil keeps the state of at most 4096
+	// conversations in this process.
+	Store InteractionStore
+	// HoldoutFraction (0..1) is the share of conversations, chosen
+	// deterministically from the tenant and the conversation's start,
+	// that are forwarded unrewritten so that their billed cost measures
+	// what the rewrite saves (gemini_proxy_ledger_* by group). Zero
+	// rewrites every conversation.
+	HoldoutFraction float64
+	// ImplicitCacheMinTokens maps normalised model names to the smallest
+	// prefix Gemini caches implicitly. A model without an entry uses
+	// DefaultImplicitCacheMinTokens.
+	ImplicitCacheMinTokens map[string]int
+	// ImplicitCacheWindow is how long a prefix is assumed to stay in the
+	// implicit cache. Zero means DefaultImplicitCacheWindow.
+	ImplicitCacheWindow time.Duration
+	// Now returns the current time. Nil means time.Now.
+	Now func() time.Time
+}
+
+// ledger keeps the per-conversation state and records the ledger metrics.
+// Safe for concurrent use.
+type ledger struct {
+	m        *metrics.Metrics
+	sav      *savings
+	store    InteractionStore
+	holdout  float64
+	minByMod map[string]int
+	window   time.Duration
+	now      func() time.Time
+	secret   []byte
+}
+
+func newLedger(o LedgerOptions, m *metrics.Metrics, sav *savings, secret []byte) (*ledger, error) {
+	if o.HoldoutFraction < 0 || o.HoldoutFraction > 1 || math.IsNaN(o.HoldoutFraction) {
+		return nil, errors.New("proxy: holdout fraction must be in [0, 1]")
+	}
+	l := &ledger{m: m, sav: sav, store: o.Store, holdout: o.HoldoutFraction, window: o.ImplicitCacheWindow, now: o.Now, secret: secret}
+	if l.store == nil {
+		l.store = newLocalStore(localLedgerConversations)
+	}
+	if l.window <= 0 {
+		l.window = DefaultImplicitCacheWindow
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	l.minByMod = make(map[string]int, len(o.ImplicitCacheMinTokens))
+	for name, n := range o.ImplicitCacheMinTokens {
+		l.minByMod[normalizeModel(name)] = n
+	}
+	return l, nil
+}
+
+func (l *ledger) minTokens(model string) float64 {
+	if n, ok := l.minByMod[model]; ok {
+		return float64(n)
+	}
+	return DefaultImplicitCacheMinTokens
+}
+
+// layout is one prompt as the implicit cache sees it, in the order the
+// model reads it: the head (model, systemInstruction, tools, toolConfig),
+// then per content its role and its parts, text parts cut into
+// ledgerChunk-byte chunks. After each unit there is a checkpoint: the
+// SHA-256 chain of everything so far (its first 8 bytes), and the bytes
+// and fixed tokens up to there, from which estimate gives tokens.
+type layout struct {
+	sums  []uint64
+	bytes []int     // text and raw JSON bytes up to each checkpoint
+	fixed []float64 // role and media tokens up to each checkpoint
+	// key names the conversation's start: hex of the chain at
+	// ledgerKeyBytes. ends are the chain, in hex, at the end of each
+	// content: the previous request of a conversation that only grows is
+	// one of them.
+	key  string
+	ends []string
+	// explicit reports a cachedContent request, which implicit caching
+	// does not model.
+	explicit bool
+}
+
+// estimate returns the estimated tokens up to checkpoint i.
+func (p *layout) estimate(i int, ratio float64) float64 {
+	if i < 0 {
+		return 0
+	}
+	return float64(p.bytes[i])*ratio + p.fixed[i]
+}
+
+// total returns the estimated tokens of the whole prompt.
+func (p *layout) total(ratio float64) float64 { return p.estimate(len(p.sums)-1, ratio) }
+
+// ledgerRequest is the part of a generate request that the layout reads.
+type ledgerRequest struct {
+	Contents []struct {
+		Role  string            `json:"role"`
+		Parts []json.RawMessage `json:"parts"`
+	} `json:"contents"`
+	SystemInstruction  json.RawMessage `json:"systemInstruction"`
+	SystemInstruction_ json.RawMessage `json:"system_instruction"`
+	Tools              json.RawMessage `json:"tools"`
+	ToolConfig         json.RawMessage `json:"toolConfig"`
+	ToolConfig_        json.RawMessage `json:"tool_config"`
+	CachedContent      string          `json:"cachedContent"`
+	CachedContent_     string          `json:"cached_content"`
+}
+
+// layoutOf lays out a generate request body sent to model.
+func layoutOf(body []byte, model string) (*layout, error) {
+	var req ledgerRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, err
+	}
+	p := &layout{explicit: req.CachedContent != "" || req.CachedContent_ != ""}
+	h := sha256.New()
+	var sum [sha256.Size]byte
+	written, keyed := 0, false
+	var bytesSoFar int
+	var fixedSoFar float64
+	write := func(b ...[]byte) {
+		for _, x := range b {
+			h.Write(x) //nolint:errcheck // never fails
+			written += len(x)
+		}
+	}
+	check := func(nbytes int, fixed float64) {
+		bytesSoFar += nbytes
+		fixedSoFar += fixed
+		s := h.Sum(sum[:0])
+		p.sums = append(p.sums, binary.BigEndian.Uint64(s))
+		p.bytes = append(p.bytes, bytesSoFar)
+		p.fixed = append(p.fixed, fixedSoFar)
+		if !keyed && written >= ledgerKeyBytes {
+			p.key, keyed = hex.EncodeToString(s[:16]), true
+		}
+	}
+	si := firstRaw(req.SystemInstruction, req.SystemInstruction_)
+	tc := firstRaw(req.ToolConfig, req.ToolConfig_)
+	write([]byte(model), []byte{0}, compactRaw(si), []byte{0}, compactRaw(req.Tools), []byte{0}, compactRaw(tc), []byte{0})
+	check(len(si)+len(req.Tools)+len(tc), 0)
+	for _, c := range req.Contents {
+		role := c.Role
+		if role == "" {
+			role = "user"
+		}
+		if len(p.sums) > 1 {
+			s := h.Sum(sum[:0])
+			p.ends = append(p.ends, hex.EncodeToString(s[:16]))
+		}
+		write([]byte{1}, []byte(role), []byte{0})
+		check(0, 1)
+		for _, raw := range c.Parts {
+			if text, ok := textOnly(raw); ok {
+				for off := 0; off < len(text) || off == 0; off += ledgerChunk {
+					chunk := text[off:min(off+ledgerChunk, len(text))]
+					write([]byte{2}, []byte(chunk))
+					check(len(chunk), 0)
+				}
+				write([]byte{3})
+				continue
+			}
+			write([]byte{4}, compactRaw(raw), []byte{0})
+			if bytes.Contains(raw, []byte(`"inlineData"`)) || bytes.Contains(raw, []byte(`"inline_data"`)) ||
+				bytes.Contains(raw, []byte(`"fileData"`)) || bytes.Contains(raw, []byte(`"file_data"`)) {
+				check(0, ImageTokens)
+				continue
+			}
+			check(len(raw), 0)
+		}
+	}
+	s := h.Sum(sum[:0])
+	if !keyed {
+		p.key = hex.EncodeToString(s[:16])
+	}
+	p.ends = append(p.ends, hex.EncodeToString(s[:16]))
+	return p, nil
+}
+
+func firstRaw(a, b json.RawMessage) json.RawMessage {
+	if len(a) > 0 && string(a) != "null" {
+		return a
+	}
+	if string(b) == "null" {
+		return nil
+	}
+	return b
+}
+
+// compactRaw returns raw without insignificant white space, so that a
+// client's formatting does not count as a change.
+func compactRaw(raw json.RawMessage) []byte {
+	if len(raw) == 0 {
+		return nil
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return raw
+	}
+	return b.Bytes()
+}
+
+// textOnly returns the text of a part whose only member is text.
+func textOnly(raw json.RawMessage) (string, bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil || len(m) != 1 {
+		return "", false
+	}
+	v, ok := m["text"]
+	if !ok {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// shared returns the checkpoint of p up to which it equals a prompt whose
+// checkpoint hashes are in prev, or -1.
+func (p *layout) shared(prev map[uint64]struct{}) int {
+	for i := len(p.sums) - 1; i >= 0; i-- {
+		if _, ok := prev[p.sums[i]]; ok {
+			return i
+		}
+	}
+	return -1
+}
+
+// ledgerState is what the conversation state keeps of the previous
+// request: when it was answered, its position, and of the prompt the
+// client sent (naive) and the prompt the proxy sent (sent) the checkpoint
+// hashes (at most maxLedgerSums, evenly sampled, always with the last),
+// the last hash, and the sent prompt's estimated tokens.
+type ledgerState struct {
+	at         time.Time
+	turn       int
+	holdout    bool
+	naive      []uint64
+	sent       []uint64
+	sentTokens float64
+}
+
+const ledgerStateVersion = 2
+
+func (s *ledgerState) encode() []byte {
+	b := make([]byte, 0, 32+8*(len(s.naive)+len(s.sent)))
+	b = append(b, ledgerStateVersion)
+	b = binary.BigEndian.AppendUint64(b, uint64(s.at.UnixMilli()))
+	b = binary.AppendUvarint(b, uint64(s.turn))
+	b = append(b, map[bool]byte{false: 0, true: 1}[s.holdout])
+	b = binary.AppendUvarint(b, uint64(math.Round(s.sentTokens)))
+	for _, sums := range [][]uint64{s.naive, s.sent} {
+		b = binary.AppendUvarint(b, uint64(len(sums)))
+		for _, v := range sums {
+			b = binary.BigEndian.AppendUint64(b, v)
+		}
+	}
+	return b
+}
+
+var errLedgerState = errors.New("proxy: malformed ledger state")
+
+func decodeLedgerState(b []byte) (*ledgerState, error) {
+	if len(b) < 9 || b[0] != ledgerStateVersion {
+		return nil, errLedgerState
+	}
+	s := &ledgerState{at: time.UnixMilli(int64(binary.BigEndian.Uint64(b[1:9])))}
+	b = b[9:]
+	uv := func() (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	turn, ok1 := uv()
+	if !ok1 || turn > math.MaxInt32 || len(b) == 0 || b[0] > 1 {
+		return nil, errLedgerState
+	}
+	s.turn, s.holdout, b = int(turn), b[0] == 1, b[1:]
+	tokens, ok2 := uv()
+	if !ok2 {
+		return nil, errLedgerState
+	}
+	s.sentTokens = float64(tokens)
+	for _, dst := range []*[]uint64{&s.naive, &s.sent} {
+		n, ok := uv()
+		if !ok || n > maxLedgerSums || uint64(len(b)) < 8*n {
+			return nil, errLedgerState
+		}
+		out := make([]uint64, n)
+		for i := range out {
+			out[i] = binary.BigEndian.Uint64(b[8*i:])
+		}
+		b = b[8*n:]
+		*dst = out
+	}
+	return s, nil
+}
+
+// sampleSums returns at most maxLedgerSums of sums, evenly spaced and ending
+// with the last.
+func sampleSums(sums []uint64) []uint64 {
+	if len(sums) <= maxLedgerSums {
+		return sums
+	}
+	out := make([]uint64, 0, maxLedgerSums)
+	stride := (len(sums) + maxLedgerSums - 1) / maxLedgerSums
+	for i := len(sums) - 1; i >= 0 && len(out) < maxLedgerSums; i -= stride {
+		out = append(out, sums[i])
+	}
+	return out
+}
+
+func setOf(sums []uint64) map[uint64]struct{} {
+	m := make(map[uint64]struct{}, len(sums))
+	for _, v := range sums {
+		m[v] = struct{}{}
+	}
+	return m
+}
+
+func last(sums []uint64) uint64 {
+	if len(sums) == 0 {
+		return 0
+	}
+	return sums[len(sums)-1]
+}
+
+// maxLedgerLookups bounds the content ends looked up per request.
+const maxLedgerLookups = 8
+
+// lookup finds the state of the conversation p continues: stored under
+// the end of its previous request when p extends it (the newest of p's
+// content ends that has one), else under p's start. One store call.
+func (l *ledger) lookup(tenant string, p *layout) *ledgerState {
+	var keys []string
+	for i := len(p.ends) - 1; i >= 0 && len(keys) < maxLedgerLookups; i-- {
+		keys = append(keys, "lg:e:"+p.ends[i])
+	}
+	keys = append(keys, "lg:k:"+p.key)
+	vs := l.store.Conversations(tenant, keys)
+	for i, v := range vs {
+		if v == nil {
+			continue
+		}
+		s, err := decodeLedgerState(v)
+		if err != nil {
+			continue
+		}
+		// The state under p's start may be another conversation's that
+		// starts alike (one system prompt for many conversations): it is
+		// this conversation's only when p shares at least half its
+		// checkpoints with it, as a transcript that grows does.
+		if i == len(vs)-1 && 2*(p.shared(setOf(s.naive))+1) < len(p.sums) {
+			return nil
+		}
+		return s
+	}
+	return nil
+}
+
+// save stores s as the state of the conversation whose request was p.
+func (l *ledger) save(tenant string, p *layout, s *ledgerState) {
+	v := s.encode()
+	l.store.SetConversation(tenant, "lg:e:"+p.ends[len(p.ends)-1], v)
+	l.store.SetConversation(tenant, "lg:k:"+p.key, v)
+}
+
+// inHoldout reports whether a conversation that starts with the request
+// named end (its content end) goes to the holdout: a keyed hash of the
+// tenant and end, read as a number in [0, 1). Later requests inherit the
+// decision from the conversation's state.
+func (l *ledger) inHoldout(tenant, end string) bool {
+	if l.holdout <= 0 {
+		return false
+	}
+	h := sha256.New()
+	h.Write(l.secret)
+	h.Write([]byte(tenant))
+	h.Write([]byte{0})
+	h.Write([]byte(end))
+	var sum [sha256.Size]byte
+	v := binary.BigEndian.Uint64(h.Sum(sum[:0]))
+	return float64(v>>11)/(1<<53) < l.holdout
+}
+
+// holdoutFor lays out a client body before it is sent and reports whether
+// its conversation is in the holdout; the layout and the state found are
+// kept for settle.
+func (l *ledger) holdoutFor(st *reqState, body []byte) bool {
+	if l == nil || l.holdout <= 0 {
+		return false
+	}
+	p, err := layoutOf(body, st.info.model)
+	if err != nil || len(p.ends) == 0 {
+		return false
+	}
+	st.naive, st.prev = p, l.lookup(st.tenant, p)
+	if st.prev != nil {
+		st.holdout = st.prev.holdout
+	} else {
+		st.holdout = l.inHoldout(st.tenant, p.ends[len(p.ends)-1])
+	}
+	return st.holdout
+}
+
+// settle accounts one answered generate request: it prices the response's
+// usage, estimates the counterfactual, records the metrics and stores the
+// conversation's new state. removed is the estimated tokens the rewrite
+// kept out of the prompt sent.
+func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed float64) *Ledger {
+	if l == nil || u == nil || st.orig == nil || !st.info.route.isGenerate() || st.mode != metrics.ModeOn ||
+		st.upStatus < 200 || st.upStatus > 299 {
+		return nil
+	}
+	price, priced := l.sav.prices[model]
+	naive := st.naive
+	if naive == nil {
+		var err error
+		if naive, err = layoutOf(st.orig, st.info.model); err != nil {
+			return nil
+		}
+	}
+	if naive.explicit || len(naive.ends) == 0 {
+		return nil
+	}
+	sentBody := st.orig
+	changed := st.rewritten && !st.fallback
+	if changed {
+		sentBody = st.sentBody
+	}
+	// What the proxy sent differs from the client's bytes also when it
+	// continued an interaction or named a context cache of its own.
+	changed = changed || (st.ix != nil && st.ix.fallback == "" && st.ix.kind != "" && st.ix.kind != metrics.InteractionFull) || (st.cc != nil && st.cc.use != nil && !st.cc.fellBack)
+	sent := naive
+	if changed && st.rewritten && !st.fallback {
+		if p, err := layoutOf(sentBody, st.info.model); err == nil {
+			sent = p
+		}
+	}
+	ratio := l.sav.ratioFor(label)
+	if rep := st.report; changed && st.rewritten && !st.fallback && rep != nil && !rep.Media &&
+		rep.TextBytes+rep.OtherBytes >= minCalibrationBytes && u.PromptTokens > int64(rep.Contents) {
+		// The removed text is copies of text the request still holds, so
+		// its tokens per byte are this request's own, which the response
+		// just measured, rather than the model's average over all traffic.
+		ratio = float64(u.PromptTokens-int64(rep.Contents)) / float64(rep.TextBytes+rep.OtherBytes)
+		textBytes, imageTokens := textRemoved(rep, ratio)
+		removed = float64(textBytes)*ratio + imageTokens
+	}
+	now := l.now()
+	prev := st.prev
+	if st.naive == nil {
+		prev = l.lookup(st.tenant, naive)
+	}
+	turn := 1
+	if prev != nil {
+		turn = prev.turn + 1
+	}
+	next := &ledgerState{at: now, turn: turn, holdout: st.holdout, naive: sampleSums(naive.sums), sent: sampleSums(sent.sums), sentTokens: sent.total(ratio)}
+	l.save(st.tenant, naive, next)
+
+	// Prefix changes: the sent prompt no longer starts with the previous
+	// sent prompt.
+	fresh := prev != nil && now.Sub(prev.at) <= l.window
+	if prev != nil && len(prev.sent) > 0 {
+		if sent.shared(map[uint64]struct{}{last(prev.sent): {}}) < 0 {
+			reason := metrics.PrefixChangeRewrite
+			if naive.shared(map[uint64]struct{}{last(prev.naive): {}}) < 0 {
+				reason = metrics.PrefixChangeClient
+			}
+			l.m.PrefixChanges.WithLabelValues(reason).Inc()
+			if reason == metrics.PrefixChangeRewrite && fresh && prev.sentTokens >= l.minTokens(model) {
+				lost := prev.sentTokens - sent.estimate(sent.shared(setOf(prev.sent)), ratio)
+				if lost > 0 {
+					l.m.PrefixChangeTokens.Add(lost)
+				}
+			}
+		}
+	}
+	if !priced {
+		return nil
+	}
+	actual := billed(price, u)
+	counterfactual := actual
+	if changed {
+		pn := float64(u.PromptTokens) + removed
+		kn := 0.0
+		if fresh {
+			if total := naive.total(ratio); total > 0 {
+				kn = pn * naive.estimate(naive.shared(setOf(prev.naive)), ratio) / total
+			}
+			if kn < l.minTokens(model) {
+				kn = 0
+			}
+		}
+		kn = min(kn, pn)
+		ka := float64(min(u.CachedTokens, u.PromptTokens))
+		counterfactual = actual + ((pn-kn)-float64(u.PromptTokens-int64(ka)))*price.Input/1e6 + (kn-ka)*price.CachedInput/1e6
+		if d := counterfactual - actual; d > 0 {
+			l.m.SavedDollars.WithLabelValues(label).Add(d)
+		} else if d < 0 {
+			l.m.CostIncreaseDollars.WithLabelValues(label).Add(-d)
+		}
+	}
+	group := metrics.GroupTreated
+	if st.holdout {
+		group = metrics.GroupHoldout
+	}
+	tl := metrics.LedgerTurn(turn)
+	l.m.LedgerRequests.WithLabelValues(group, tl).Inc()
+	l.m.LedgerBilledDollars.WithLabelValues(group, tl).Add(actual)
+	l.m.LedgerBilledSquares.WithLabelValues(group, tl).Add(actual * actual)
+	l.m.LedgerCounterfactual.WithLabelValues(group, tl).Add(counterfactual)
+	return &Ledger{Counterfactual: counterfactual, Billed: actual, Turn: turn, Holdout: st.holdout}
+}
+
+// Ledger is the ledger's account of one generate request (Exchange.Ledger).
+type Ledger struct {
+	// Counterfactual is the estimated US dollars Gemini would have billed
+	// for the client's own request, with implicit caching; Billed is the
+	// bill of what was sent, from usageMetadata. Counterfactual − Billed
+	// is the request's net saving.
+	Counterfactual, Billed float64
+	// Turn is the request's position in its conversation, from 1.
+	Turn int
+	// Holdout reports that the conversation is in the holdout and was sent
+	// unrewritten.
+	Holdout bool
+}
+
+// billed returns the US dollars of one response's usage at price.
+func billed(p Price, u *Usage) float64 {
+	uncached := max(u.PromptTokens-u.CachedTokens, 0)
+	return (float64(uncached+u.ToolUsePromptTokens)*p.Input +
+		float64(min(u.CachedTokens, u.PromptTokens))*p.CachedInput +
+		float64(u.CandidatesTokens+u.ThoughtsTokens)*p.Output) / 1e6
+}
+
+// priceByVersion reports whether a response is attributed and priced by
+// its modelVersion instead of the path's model: when the path names no
+// model, an alias (gemini-flash-latest), or a model without a price, and
+// modelVersion names a priced model (issue 19).
+func (h *Handler) priceByVersion(pathModel, version string) bool {
+	if version == "" {
+		return false
+	}
+	if pathModel == "" {
+		return true
+	}
+	if _, ok := h.sav.prices[pathModel]; ok && !strings.HasSuffix(pathModel, "-latest") {
+		return false
+	}
+	_, ok := h.sav.prices[normalizeModel(version)]
+	return ok
+}
+
+// localStore is a bounded in-process InteractionStore: the oldest key
+// goes when it is full. Safe for concurrent use.
+type localStore struct {
+	mu    sync.Mutex
+	max   int
+	m     map[string][]byte
+	order []string
+}
+
+func newLocalStore(n int) *localStore { return &localStore{max: n, m: make(map[string][]byte)} }
+
+func (s *localStore) Conversations(tenant string, keys []string) [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = s.m[tenant+"\x00"+k]
+	}
+	return out
+}
+
+func (s *localStore) SetConversation(tenant, key string, value []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := tenant + "\x00" + key
+	if _, ok := s.m[k]; !ok {
+		s.order = append(s.order, k)
+		if len(s.order) > s.max {
+			delete(s.m, s.order[0])
+			s.order = s.order[1:]
+		}
+	}
+	s.m[k] = value
+	return true
+}
+
+// TenantOfKey returns the tenant id of requests that carry apiKey (and no
+// trusted tenant header) under secret, Options.TenantSecret: what
+// Exchange.Tenant holds for them.
+func TenantOfKey(secret []byte, apiKey string) string {
+	return tenantID(secret, tenantKey{"key:", apiKey})
+}

@@ -1,0 +1,295 @@
+package proxy
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gemini-proxy/gemini-proxy/metrics"
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
+)
+
+// ledgerBody is a request of contents, each a list of text parts.
+func ledgerBody(t *testing.T, system string, contents ...[]string) []byte {
+	t.Helper()
+	var cs []any
+	for i, parts := range contents {
+		role := "user"
+		if i%2 == 1 {
+			role = "model"
+		}
+		var ps []any
+		for _, p := range parts {
+			ps = append(ps, map[string]string{"text": p})
+		}
+		cs = append(cs, map[string]any{"role": role, "parts": ps})
+	}
+	req := map[string]any{"contents": cs}
+	if system != "" {
+		req["systemInstruction"] = map[string]any{"parts": []any{map[string]string{"text": system}}}
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestLayoutShared checks the prefix the counterfactual bills as cached:
+// whole parts, text in ledgerChunk-byte chunks, nothing when the system
+// instruction or model differs.
+func TestLayoutShared(t *testing.T) {
+	file := strings.Repeat("func f() {}\n", 400) // 4800 bytes
+	prev := ledgerBody(t, "be brief", []string{file, "What does it do?"})
+	tests := []struct {
+		name  string
+		body  []byte
+		model string
+		want  int // shared bytes of the client's text and system instruction
+	}{
+		{"extends", ledgerBody(t, "be brief", []string{file, "What does it do?"}, []string{"It defines f."}, []string{"Thanks."}), "m", len(file) + len("What does it do?")},
+		{"same", prev, "m", len(file) + len("What does it do?")},
+		{"last part edited", ledgerBody(t, "be brief", []string{file, "What does it not do?"}), "m", len(file)},
+		{"file edited at 1000", ledgerBody(t, "be brief", []string{file[:1000] + "X" + file[1001:], "What does it do?"}), "m", 512},
+		{"other system instruction", ledgerBody(t, "be verbose", []string{file, "What does it do?"}), "m", -1},
+		{"other model", prev, "n", -1},
+	}
+	old, err := layoutOf(prev, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	system := len(`{"parts":[{"text":"be brief"}]}`)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := layoutOf(tt.body, tt.model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := p.shared(setOf(old.sums))
+			got := -1
+			if i >= 0 {
+				got = p.bytes[i] - system
+			}
+			if got != tt.want {
+				t.Errorf("shared bytes = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLedgerStateRoundTrip(t *testing.T) {
+	s := &ledgerState{at: time.UnixMilli(1764590000123), turn: 7, holdout: true, naive: []uint64{1, 2, 3}, sent: []uint64{math.MaxUint64}, sentTokens: 12345}
+	got, err := decodeLedgerState(s.encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(s, got, cmp.AllowUnexported(ledgerState{})); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	for _, bad := range [][]byte{nil, {9}, s.encode()[:12]} {
+		if _, err := decodeLedgerState(bad); err == nil {
+			t.Errorf("decodeLedgerState(%x) succeeded", bad)
+		}
+	}
+	many := make([]uint64, 5000)
+	for i := range many {
+		many[i] = uint64(i)
+	}
+	if got := sampleSums(many); len(got) > maxLedgerSums || got[0] != 4999 {
+		t.Errorf("sampleSums: %d sums starting with %d, want at most %d starting with the last", len(got), got[0], maxLedgerSums)
+	}
+}
+
+// TestLedgerPrefixChange sends a conversation whose second request
+// rewrites what the first sent (as compaction of a turn already sent
+// does), then one whose client edits its own first turn.
+func TestLedgerPrefixChange(t *testing.T) {
+	file := strings.Repeat("x := compute(y)\n", 600)
+	first := ledgerBody(t, "", []string{file})
+	second := ledgerBody(t, "", []string{file}, []string{"ok"}, []string{"again " + file})
+	be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"candidates":[],"usageMetadata":{"promptTokenCount":3000,"cachedContentTokenCount":0,"candidatesTokenCount":1}}`))
+	})
+	done := make(chan struct{}, 4)
+	f := newFixture(t, be.URL, Options{
+		Rewrite:    RewriteOptions{Enabled: true},
+		Prices:     map[string]Price{"gemini-2.5-flash": {Input: 1, CachedInput: 0.1, Output: 2}},
+		OnExchange: func(Exchange) { done <- struct{}{} },
+	})
+	// The rewrite of the second request replaces the first turn's copy
+	// (a superseded copy in a turn already sent).
+	f.h.rewriteFn = func(b []byte, _ rewrite.Options, _ rewrite.Verifier) ([]byte, *rewrite.Report, error) {
+		out := b
+		if string(b) == string(second) {
+			out = ledgerBody(t, "", []string{"[superseded]"}, []string{"ok"}, []string{"again " + file})
+		}
+		return out, &rewrite.Report{}, nil
+	}
+	send := func(body []byte) {
+		req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(string(body)))
+		req.Header.Set("X-Goog-Api-Key", "k")
+		do(t, rawClient(), req)
+		<-done
+	}
+	send(first)
+	send(second)
+	if got := testutil.ToFloat64(f.m.PrefixChanges.WithLabelValues(metrics.PrefixChangeRewrite)); got != 1 {
+		t.Errorf("prefix_changes_total{reason=rewrite} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(f.m.PrefixChangeTokens); got < 2000 {
+		t.Errorf("prefix_change_tokens_total = %v, want the first request's ~2700 tokens", got)
+	}
+	if got := testutil.ToFloat64(f.m.LedgerRequests.WithLabelValues(metrics.GroupTreated, "2")); got != 1 {
+		t.Errorf("ledger_requests_total{turn=2} = %v, want 1", got)
+	}
+	// The client itself goes back to its first turn, edited near its
+	// end: the client's change, not the proxy's.
+	send(ledgerBody(t, "", []string{file[:9000] + "Z" + file[9001:]}))
+	if got := testutil.ToFloat64(f.m.PrefixChanges.WithLabelValues(metrics.PrefixChangeClient)); got != 1 {
+		t.Errorf("prefix_changes_total{reason=client} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(f.m.LedgerRequests.WithLabelValues(metrics.GroupTreated, "3")); got != 1 {
+		t.Errorf("ledger_requests_total{turn=3} = %v, want 1 (the same conversation)", got)
+	}
+	// A request that starts differently is another conversation.
+	send(ledgerBody(t, "", []string{"y" + file}))
+	if got := testutil.ToFloat64(f.m.LedgerRequests.WithLabelValues(metrics.GroupTreated, "1")); got != 2 {
+		t.Errorf("ledger_requests_total{turn=1} = %v, want 2", got)
+	}
+}
+
+// recordings returns the directory of the shared recordings of real
+// Gemini API traffic, or skips the test: they live outside the repository
+// (GEMINI_PROXY_SHARED, or a shared/ directory above it).
+func recordings(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("GEMINI_PROXY_SHARED"); d != "" {
+		return filepath.Join(d, "gemini-recordings")
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		p := filepath.Join(dir, "shared", "gemini-recordings")
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Skip("shared/gemini-recordings not found above the repository (set GEMINI_PROXY_SHARED): skipping the recorded-traffic test")
+		}
+		dir = parent
+	}
+}
+
+// recording is the part of a recorded exchange these tests replay.
+type recording struct {
+	Method          string              `json:"method"`
+	Path            string              `json:"path"`
+	RequestBody     json.RawMessage     `json:"request_body"`
+	Status          int                 `json:"status"`
+	ResponseHeaders map[string][]string `json:"response_headers"`
+	ResponseBody    string              `json:"response_body"`
+	GzipBase64      string              `json:"response_body_gzip_base64"`
+}
+
+func loadRecording(t *testing.T, name string) recording {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(recordings(t), name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r recording
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return r
+}
+
+// replay serves rec's response to any request.
+func replay(t *testing.T, rec recording) *backend {
+	return newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		body := []byte(rec.ResponseBody)
+		for k, vs := range rec.ResponseHeaders {
+			if strings.EqualFold(k, "Content-Length") || strings.EqualFold(k, "Transfer-Encoding") {
+				continue
+			}
+			for _, v := range vs {
+				w.Header().Add(k, v)
+			}
+		}
+		if rec.GzipBase64 != "" {
+			var err error
+			if body, err = base64.StdEncoding.DecodeString(rec.GzipBase64); err != nil {
+				t.Error(err)
+			}
+		} else {
+			w.Header().Del("Content-Encoding")
+		}
+		w.WriteHeader(rec.Status)
+		w.Write(body)
+	})
+}
+
+// TestRecordedUsagePriced replays real responses through the proxy: an
+// alias (gemini-flash-latest) is priced by the response's modelVersion,
+// and a client calling the Interactions API directly has its usage (whose
+// fields differ) counted and priced (issue 19).
+func TestRecordedUsagePriced(t *testing.T) {
+	price := Price{Input: 0.75, CachedInput: 0.075, Output: 3.75}
+	tests := []struct {
+		file, label                          string
+		prompt, cached, candidates, thoughts int64
+	}{
+		{"jsonarray-flash-latest-3.6.json", "gemini-3.6-flash", 11, 0, 2, 291},
+		{"interactions-unary-2.5-flash-steps.json", "gemini-2.5-flash", 7, 0, 19, 32},
+		{"interactions-sse-2.5-flash-steps.json", "gemini-2.5-flash", 7, 0, 26, 115},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			rec := loadRecording(t, tt.file)
+			be := replay(t, rec)
+			f := newFixture(t, be.URL, Options{
+				ModelAllowlist: []string{"gemini-flash-latest", "gemini-3.6-flash", "gemini-2.5-flash"},
+				Prices:         map[string]Price{"gemini-3.6-flash": price, "gemini-2.5-flash": price},
+			})
+			req, _ := http.NewRequest(rec.Method, f.front.URL+rec.Path, strings.NewReader(string(rec.RequestBody)))
+			req.Header.Set("X-Goog-Api-Key", "k")
+			req.Header.Set("Content-Type", "application/json")
+			res, got := do(t, http.DefaultClient, req)
+			if res.StatusCode != rec.Status {
+				t.Fatalf("status %d, want %d", res.StatusCode, rec.Status)
+			}
+			if rec.GzipBase64 == "" && string(got) != rec.ResponseBody {
+				t.Errorf("body through the proxy differs from the recording")
+			}
+			want := map[string]int64{metrics.TokensPrompt: tt.prompt, metrics.TokensCandidates: tt.candidates, metrics.TokensThoughts: tt.thoughts}
+			waitFor(t, "usage counted", func() bool {
+				return testutil.ToFloat64(f.m.UsageTokens.WithLabelValues(tt.label, metrics.TokensPrompt)) == float64(tt.prompt)
+			})
+			for kind, n := range want {
+				if got := testutil.ToFloat64(f.m.UsageTokens.WithLabelValues(tt.label, kind)); got != float64(n) {
+					t.Errorf("usage_tokens_total{model=%s,kind=%s} = %v, want %d", tt.label, kind, got, n)
+				}
+			}
+			wantDollars := (float64(tt.prompt)*price.Input + float64(tt.candidates+tt.thoughts)*price.Output) / 1e6
+			if got := testutil.ToFloat64(f.m.SpentDollars.WithLabelValues(tt.label)); math.Abs(got-wantDollars) > 1e-12 {
+				t.Errorf("spent_dollars_total{model=%s} = %v, want %v", tt.label, got, wantDollars)
+			}
+			if n := testutil.CollectAndCount(f.m.UnpricedRequests); n != 0 {
+				t.Errorf("unpriced_requests_total has %d series, want none", n)
+			}
+		})
+	}
+}
