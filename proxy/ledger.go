@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gemini-proxy/gemini-proxy/internal/implicitcache"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 )
 
@@ -32,16 +33,6 @@ import (
 
 // Ledger defaults.
 const (
-	// DefaultImplicitCacheMinTokens is the smallest shared prefix, in
-	// tokens, the counterfactual bills at the cached rate when
-	// LedgerOptions.ImplicitCacheMinTokens has no entry for the model: the
-	// minimum of the caching documentation's latest revision for 2.5 Flash
-	// and Pro (gemini-api.md §6.1; 3.x models are documented at 4096), and
-	// the emulator's. Gemini has been seen caching below it (594 of 859
-	// prompt tokens on 2.5 Flash in the shared recordings); where it does,
-	// the counterfactual assumes too little caching and overstates the
-	// saving of small prompts.
-	DefaultImplicitCacheMinTokens = 2048
 	// DefaultImplicitCacheWindow is how long the counterfactual assumes a
 	// prefix stays in the implicit cache when LedgerOptions.
 	// ImplicitCacheWindow is zero. Google documents no figure ("a short
@@ -77,8 +68,9 @@ type LedgerOptions struct {
 	// rewrites every conversation.
 	HoldoutFraction float64
 	// ImplicitCacheMinTokens maps normalised model names to the smallest
-	// prefix Gemini caches implicitly. A model without an entry uses
-	// DefaultImplicitCacheMinTokens.
+	// prefix Gemini caches implicitly (0: off). A model without an entry
+	// uses the table of internal/implicitcache, documented and recorded
+	// figures that the emulator models Gemini with too.
 	ImplicitCacheMinTokens map[string]int
 	// ImplicitCacheWindow is how long a prefix is assumed to stay in the
 	// implicit cache. Zero means DefaultImplicitCacheWindow.
@@ -121,11 +113,17 @@ func newLedger(o LedgerOptions, m *metrics.Metrics, sav *savings, secret []byte)
 	return l, nil
 }
 
+// minTokens is the smallest prefix the counterfactual bills at the
+// cached rate for model; +Inf where implicit caching is off.
 func (l *ledger) minTokens(model string) float64 {
-	if n, ok := l.minByMod[model]; ok {
-		return float64(n)
+	n, ok := l.minByMod[model]
+	if !ok {
+		n = implicitcache.Min(model)
 	}
-	return DefaultImplicitCacheMinTokens
+	if n <= 0 {
+		return math.Inf(1)
+	}
+	return float64(n)
 }
 
 // layout is one prompt as the implicit cache sees it, in the order the

@@ -3,7 +3,7 @@ package emulator
 import (
 	"crypto/sha256"
 	"encoding/json"
-	"strings"
+	"github.com/gemini-proxy/gemini-proxy/internal/implicitcache"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -183,34 +183,10 @@ func runEnd(text string, i int) int {
 // DefaultImplicitCacheMinTokens are the per-model minimum shared prefixes,
 // in tokens, that implicit caching reports when Options set none, by
 // model id prefix (the longest matching prefix wins; ids are resolved
-// from their aliases first). Sources (gemini-api.md §6.1 and
-// shared/gemini-recordings):
-//   - gemini-2.5-flash 512: recorded. unary-2.5-flash-implicit-cache
-//     shows 594 cached tokens of an 859-token prompt, below every
-//     documented minimum (1,024, later 2,048); 512 is a round value below
-//     the recorded hit.
-//   - gemini-2.5-pro 2,048, gemini-3.1-pro 4,096, gemini-3.5/3.6/3.7/3.8
-//     flash 4,096: documented (caching page, revision of 2026-07-07).
-//   - gemini-3-flash-preview 1,024, gemini-3-pro-preview 4,096:
-//     documented (revision of early 2026; the later one omits them).
-//   - gemini-2.0 and gemini-1.5 0 (off): documented ("on by default for
-//     Gemini 2.5 and newer").
-//   - any other model 2,048: assumed (the emulator's former default).
-var DefaultImplicitCacheMinTokens = map[string]int{
-	"gemini-2.5-flash":       512,
-	"gemini-2.5-flash-lite":  2048,
-	"gemini-2.5-pro":         2048,
-	"gemini-3-flash-preview": 1024,
-	"gemini-3-pro-preview":   4096,
-	"gemini-3.1-pro":         4096,
-	"gemini-3.5-flash":       4096,
-	"gemini-3.6-flash":       4096,
-	"gemini-3.7-flash":       4096,
-	"gemini-3.8-flash":       4096,
-	"gemini-2.0":             0,
-	"gemini-1.":              0,
-	"":                       2048,
-}
+// from their aliases first). They are implicitcache.MinTokens, which
+// says which figure is documented and which recorded; the proxy's ledger
+// reads the same table.
+var DefaultImplicitCacheMinTokens = implicitcache.MinTokens
 
 // implicitMin is the minimum shared prefix implicit caching reports for
 // model; 0 means off.
@@ -222,13 +198,7 @@ func (s *Server) implicitMin(model string) int {
 	if n, ok := s.opts.ImplicitCacheMinTokensByModel[v]; ok {
 		return max(n, 0)
 	}
-	best, n := -1, 2048
-	for prefix, min := range DefaultImplicitCacheMinTokens {
-		if strings.HasPrefix(v, prefix) && len(prefix) > best {
-			best, n = len(prefix), min
-		}
-	}
-	return n
+	return implicitcache.Min(v)
 }
 
 // implicitHit reports the cached tokens of req's longest prompt prefix
