@@ -232,10 +232,10 @@ var flatCases = []flatCase{
 		want:   []flatTurn{u("User: show me"), m("```go\nfunc f() {}\n```\nThat is all."), u("```go\nfunc g() {}\n```\nand g?")}},
 	{name: "truncated answer leaves fence open", text: "User: code please\nAssistant: Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")... [truncated]\nUser: ```go\nfunc g() {}\n```\nand this?\nAssistant: " + hello + "\nUser: thanks",
 		served: servedSet{"Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")\n\tfmt.Println(\"and cheap\")\n}\n```\nThat prints two lines.", hello},
-		want: []flatTurn{u("User: code please"), m("Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")... [truncated]"), u("```go\nfunc g() {}\n```\nand this?"), m(hello), u("thanks")}},
+		want:   []flatTurn{u("User: code please"), m("Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")... [truncated]"), u("```go\nfunc g() {}\n```\nand this?"), m(hello), u("thanks")}},
 	{name: "open fence then balanced fences", text: "User: a\nAssistant: Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")\nUser: next\nAssistant: " + hello + "\n```go\nx\n```\nUser: more",
 		served: servedSet{"Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")", hello + "\n```go\nx\n```"},
-		want: []flatTurn{u("User: a"), m("Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")"), u("next"), m(hello + "\n```go\nx\n```"), u("more")}},
+		want:   []flatTurn{u("User: a"), m("Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")"), u("next"), m(hello + "\n```go\nx\n```"), u("more")}},
 	// Labels inside real code never split it.
 	{name: "program building a transcript", text: "User: my script fails:\n```python\nprompt = \"\"\"\nUser: hi\nAssistant: " + hello + "\nUser: more\n\"\"\"\nprint(prompt)\n```\nWhy?\nAssistant: " + longAns + "\nUser: thanks",
 		served: servedSet{hello, longAns},
