@@ -226,3 +226,43 @@ func TestNewErrors(t *testing.T) {
 		}
 	}
 }
+
+// The Verifier knows how a served response ended, so that an un-flattened
+// model turn is byte for byte the served answer.
+var _ rewrite.TrailVerifier = (*cache.Verifier)(nil)
+
+func TestServedTrail(t *testing.T) {
+	s := newStore(t, cache.Options{MaxBytes: 64 << 20})
+	long := strings.TrimSpace(words("trail", 300))
+	for _, tc := range []struct {
+		name, text string
+		truncated  bool
+		query      string
+		trail      string
+		ok         bool
+	}{
+		{"short, no trail", "Hello there.", false, "Hello there.", "", true},
+		{"short, newline", "Hi, sure.\n", false, "Hi, sure.", "\n", true},
+		{"long, blank lines", long + "\n\n", false, long, "\n\n", true},
+		{"long, mixed", long + " \t\r\n", false, strings.ReplaceAll(long, " ", "\n"), " \t\r\n", true},
+		{"prefix match gives none", long + "\n", false, long[:200], "", false},
+		{"truncated gives none", "Part of an answer that was cut\n", true, "Part of an answer that was cut", "", false},
+		{"not served", "x", false, "never served", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s.RecordServed(tenantA, tc.text, tc.truncated)
+			s.Wait()
+			v := s.Verifier(tenantA)
+			if tc.ok && !v.Served(tc.query) {
+				t.Fatalf("Served(%.40q) = false", tc.query)
+			}
+			trail, ok := v.ServedTrail(tc.query)
+			if trail != tc.trail || ok != tc.ok {
+				t.Errorf("ServedTrail(%.40q) = %q, %v; want %q, %v", tc.query, trail, ok, tc.trail, tc.ok)
+			}
+			if _, ok := s.Verifier(tenantB).ServedTrail(tc.query); ok {
+				t.Errorf("ServedTrail answered for another tenant")
+			}
+		})
+	}
+}
