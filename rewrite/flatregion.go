@@ -9,11 +9,13 @@ package rewrite
 // of a line, role tags and chat-template tokens anywhere) keeps them as
 // content only when it is closed and in step:
 //
-//   - a fence is in step when no label line inside it opens a fence of its
-//     own on the label's line ("User: ```go"), no fence line with an info
-//     string of its kind ("```py", which can only open a fence) lies inside
-//     it, and the text before the first label inside it does not end with a
-//     truncation marker ("... [truncated]");
+//   - a fence of three characters is in step when no label line inside it
+//     opens a fence of its own on the label's line ("User: ```go"), no
+//     fence line with an info string of its kind ("```py", which can only
+//     open a fence) lies inside it, and the text before the first label
+//     inside it does not end with a truncation marker ("... [truncated]");
+//     a fence of four or more characters is always in step (it is how one
+//     quotes text that holds fences of three);
 //   - a document tag is in step when no tag of the same name opens inside it;
 //   - a triple-quoted document is in step when it is closed.
 //
@@ -236,10 +238,12 @@ func (s *flatScan) fence(o, next int, ch byte, n int) int {
 	if lo < hi {
 		first := ix.cands[lo].pos
 		k := fenceKind(ch)
-		inStep := ci < len(ix.fences) &&
+		// A fence of four or more characters is taken as written: it
+		// is how one quotes text that holds fences of three.
+		inStep := ci < len(ix.fences) && (n > 3 ||
 			ix.glued[hi] == ix.glued[lo] &&
-			ix.info[k][ci] == ix.info[k][from] &&
-			flatUntruncate(s.text[o:first]) == strings.TrimSpace(s.text[o:first])
+				ix.info[k][ci] == ix.info[k][from] &&
+				flatUntruncate(s.text[o:first]) == strings.TrimSpace(s.text[o:first]))
 		if !inStep {
 			end = first
 		}

@@ -830,7 +830,7 @@ func (s *flatScan) plans() []flatPlan {
 			if len(plans) == 3 {
 				break
 			}
-			if (c.n >= 2 || c.either) && s.alternates(c.key, known, "") {
+			if (c.n >= 2 || c.either || s.introduced(c.key)) && s.alternates(c.key, known, "") {
 				plans = append(plans, flatPlan{c.key: other})
 			}
 		}
@@ -865,6 +865,33 @@ func (s *flatScan) plans() []flatPlan {
 	}
 	return plans
 }
+
+// introduced reports whether the name key is a word of the preamble, the
+// text before the first mark ("You are FRIDAY, …"): a persona named there
+// counts from its first label.
+func (s *flatScan) introduced(key string) bool {
+	if len(s.marks) == 0 || key == "" {
+		return false
+	}
+	pre := lexCollapse(s.text[:s.marks[0].start])
+	for i := 0; ; {
+		j := strings.Index(pre[i:], key)
+		if j < 0 {
+			return false
+		}
+		j += i
+		before, _ := utf8.DecodeLastRuneInString(pre[:j])
+		after, _ := utf8.DecodeRuneInString(pre[j+len(key):])
+		if j == 0 || !lexWordRune(before) {
+			if j+len(key) == len(pre) || !lexWordRune(after) {
+				return true
+			}
+		}
+		i = j + 1
+	}
+}
+
+func lexWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) || r == '_' }
 
 // alternates reports whether the name key never follows itself among the
 // marks of the known kind (or of the name other) and key.

@@ -533,6 +533,12 @@ func TestUnflattenLarge(t *testing.T) {
 		"colons":          strings.Repeat(":", mb),
 		"one long line":   "User: " + strings.Repeat("a", mb),
 		"long name lines": strings.Repeat(strings.Repeat("word ", 9)+": x\n", mb/50),
+		// Regions cut short at the next label, one after another.
+		"glued open fences": strings.Repeat("User: ```go\nx\n", mb/14),
+		"open fences":       strings.Repeat("```go\nUser: x\n", mb/14) + "```\n",
+		"open file tags":    strings.Repeat("<file>\nUser: x\n", mb/15) + "</file>",
+		"open quotes":       strings.Repeat("\"\"\"\nUser: x\n", mb/12),
+		"xml glued fences":  strings.Repeat("<user>```go\nx\n</user><assistant>y</assistant>\n", mb/45),
 	} {
 		if _, ok := unflatten(text, DefaultLexicon(), false, servedSet{hello}); ok {
 			t.Errorf("unflatten(%s) ok = true, want false", name)
