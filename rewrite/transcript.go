@@ -33,10 +33,20 @@ package rewrite
 //     is the model when it alternates with a user label and the user when
 //     it alternates with a model label; a repeated name outside the lexicon
 //     that alternates with the labels of one role is the other role (a
-//     persona such as "FRIDAY:"). "system:" lines stay user text.
-//   - Where. Labels are looked for only outside code fences (``` and ~~~),
+//     persona such as "FRIDAY:"; a name the preamble mentions, "You are
+//     FRIDAY", counts from its first label). "system:" lines stay user
+//     text.
+//   - Where. Labels are looked for only outside code fences (``` and ~~~,
+//     also opened on a label's line: "User: ```go", "<user>```go"),
 //     document tags (<file …>, <document>, <source>, <context>, …) and
-//     triple-quoted documents; inside those they are content.
+//     triple-quoted documents; inside those they are content. Turns are
+//     split before blocks are read: such a region is matched inside its
+//     segment, never across the labels that split the transcript. One that
+//     would hold label lines keeps them as content only when it is closed
+//     and in step (flatregion.go); otherwise it ends at the first label
+//     inside it. So a fence left open by a truncated answer, or a closing
+//     fence read out of step, never swallows the exchanges after it, while
+//     a program that builds a transcript keeps its "User:" lines.
 //   - Trust. A model segment becomes a model turn only when the Verifier
 //     says this proxy served it to the same tenant (exact, long prefix or
 //     whitespace-normalised match, decided by the Verifier; a trailing
@@ -59,10 +69,16 @@ package rewrite
 //   - Output. Turns start and end with user and alternate; adjacent
 //     same-role pieces are joined with "\n\n"; no turn is empty. The
 //     preamble and the first user segment form the first user turn
-//     verbatim. Labels and structural tokens (</user>, <|im_end|>) of
-//     promoted model turns are removed, and so is the user label of a user
-//     segment that directly follows a promoted model turn. Everything else
-//     is kept verbatim and in order, so nothing the user wrote is lost.
+//     verbatim, except that a first user label glued to an opening fence
+//     is removed (so the fence starts its line and reads as a block).
+//     Labels and structural tokens (</user>, <|im_end|>) of promoted model
+//     turns are removed, and so is the user label of a user segment that
+//     directly follows a promoted model turn. A promoted model turn is the
+//     quoted answer byte for byte: leading white space and the separator
+//     before the next label are not part of it, and the answer's own
+//     trailing white space is kept when the Verifier is a TrailVerifier
+//     that knows it and the transcript holds it. Everything else is kept
+//     verbatim and in order, so nothing the user wrote is lost.
 //   - Cost. One linear pass finds labels; a text without two label-like
 //     lines exits early. No regular expressions.
 
