@@ -1,6 +1,7 @@
 package cache_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -265,4 +266,45 @@ func TestServedTrail(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestServedTrailUnflatten runs the rewriter with the cache's Verifier: a
+// served answer that ends in a line break comes back as a model turn byte
+// for byte, line break included (issue 13, defect 3).
+func TestServedTrailUnflatten(t *testing.T) {
+	s := newStore(t, cache.Options{MaxBytes: 64 << 20})
+	answer := "Goroutines are scheduled by the Go runtime onto a few OS threads.\n\n- cheap to start\n- cheap to block\n"
+	s.RecordServed(tenantA, answer, false)
+	s.Wait()
+	text := "User: what are goroutines?\nAssistant: " + answer + "\nUser: and channels?\nAssistant:"
+	body := []byte(`{"contents":[{"role":"user","parts":[{"text":` + jsonString(text) + `}]}]}`)
+	for _, tc := range []struct {
+		tenant string
+		want   string
+	}{
+		{tenantA, `{"role":"model","parts":[{"text":` + jsonString(answer) + `}]}`},
+		{tenantB, ""},
+	} {
+		out, rep, err := rewrite.Request(body, rewrite.DefaultOptions(), s.Verifier(tc.tenant))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.want == "" {
+			if rep.UnflattenedTurns != 0 {
+				t.Errorf("tenant B: un-flattened another tenant's answer: %s", out)
+			}
+			continue
+		}
+		if !strings.Contains(string(out), tc.want) {
+			t.Errorf("rewritten body %s\nlacks the model turn %s", out, tc.want)
+		}
+	}
+}
+
+func jsonString(s string) string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }
