@@ -171,12 +171,11 @@ func flatTokenAt(t string, i int, lx *Lexicon) bool {
 		if c < 0 {
 			return false
 		}
-		name := strings.ToLower(rest[2 : 2+c])
-		if name == "im_start" || name == "start_header_id" {
+		name := rest[2 : 2+c]
+		if strings.EqualFold(name, "im_start") || strings.EqualFold(name, "start_header_id") {
 			return true
 		}
-		_, k := lx.kind(name)
-		return k == lexUser || k == lexModel
+		return lx.roleWord(name)
 	}
 	if strings.HasPrefix(rest, "<start_of_turn>") {
 		return true
@@ -188,13 +187,31 @@ func flatTokenAt(t string, i int, lx *Lexicon) bool {
 	if j == 1 || j >= len(rest) {
 		return false
 	}
-	name := strings.ToLower(rest[1:j])
-	switch name {
-	case "message", "turn", "msg", "utterance", "chat_message":
-		return rest[j] == ' '
+	name := rest[1:j]
+	for _, w := range []string{"message", "turn", "msg", "utterance", "chat_message"} {
+		if strings.EqualFold(name, w) {
+			return rest[j] == ' '
+		}
 	}
 	if rest[j] != '>' || j < 3 {
 		return false
+	}
+	return lx.roleWord(name)
+}
+
+// roleWord reports whether name (a tag or token name) is a user or model
+// word. A lower-case name is looked up as it is, without allocating.
+func (lx *Lexicon) roleWord(name string) bool {
+	lower := true
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c >= 'A' && c <= 'Z' || c == '_' || c == ' ' || c >= 0x80 {
+			lower = false
+			break
+		}
+	}
+	if lower {
+		k := lx.labels[name]
+		return k == lexUser || k == lexModel
 	}
 	_, k := lx.kind(strings.ReplaceAll(name, "_", " "))
 	return k == lexUser || k == lexModel
