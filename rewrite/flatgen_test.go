@@ -22,6 +22,15 @@ func (s goldenServed) ServedTrail(text string) (string, bool) {
 	return servedSet(s).ServedTrail(text)
 }
 
+// ServedTrail forwards to the wrapped Verifier, as a Verifier that is also
+// a Memo must (the output may not depend on the memo).
+func (v memoVerifier) ServedTrail(text string) (string, bool) {
+	if tv, ok := v.Verifier.(TrailVerifier); ok {
+		return tv.ServedTrail(text)
+	}
+	return "", false
+}
+
 // genLang is the wording of one language.
 type genLang struct {
 	name            string
