@@ -40,6 +40,8 @@ type genLang struct {
 	paras, list     []string // answer material
 	code            string   // lead-in of an answer with code
 	sideTask, field string   // side-task framing: a task line before, a field cue after
+	constraint      string   // an output constraint
+	example         string   // a few-shot heading
 }
 
 var genLangs = []genLang{
@@ -48,25 +50,29 @@ var genLangs = []genLang{
 		paras:     []string{"It reads the table and returns the value for the key.", "The loop is linear in the size of the input, so it stays fast."},
 		list:      []string{"Cache the lookups", "Avoid the extra allocation", "Return early on a miss"},
 		code:      "Here is a faster version:",
-		sideTask:  "Summarize the following conversation in one sentence.", field: "Title:"},
+		sideTask:  "Summarize the following conversation in one sentence.", field: "Title:",
+		constraint: "Return ONLY a JSON object with the user's intent.", example: "For example:"},
 	{name: "zh", user: "用户", model: "助手", header: "对话历史：",
 		questions: []string{"这个函数是做什么的？", "能让它更快吗？", "错误应该怎么处理？", "谢谢，最后一个问题：它可以并发使用吗？"},
 		paras:     []string{"它读取表格并返回键对应的值。", "循环的时间与输入大小成线性关系，所以依然很快。"},
 		list:      []string{"缓存查找结果", "避免多余的内存分配", "未命中时提前返回"},
 		code:      "这是更快的版本：",
-		sideTask:  "总结以下对话。", field: "标题："},
+		sideTask:  "总结以下对话。", field: "标题：",
+		constraint: "只返回JSON格式的意图。", example: "示例："},
 	{name: "pt", user: "Usuário", model: "Assistente", header: "Histórico da conversa:",
 		questions: []string{"O que esta função faz?", "Você consegue deixá-la mais rápida?", "Como ela deve tratar erros?", "Obrigado, última dúvida: ela é segura para uso concorrente?"},
 		paras:     []string{"Ela lê a tabela e devolve o valor da chave.", "O laço é linear no tamanho da entrada, então continua rápido."},
 		list:      []string{"Guardar as consultas em cache", "Evitar a alocação extra", "Retornar cedo quando não encontrar"},
 		code:      "Aqui está uma versão mais rápida:",
-		sideTask:  "Resuma a conversa abaixo em uma frase.", field: "Título:"},
+		sideTask:  "Resuma a conversa abaixo em uma frase.", field: "Título:",
+		constraint: "Responda apenas com um objeto JSON.", example: "Por exemplo:"},
 	{name: "es", user: "Usuario", model: "Asistente", header: "Historial de conversación:",
 		questions: []string{"¿Qué hace esta función?", "¿Puedes hacerla más rápida?", "¿Cómo debería manejar los errores?", "Gracias, una última duda: ¿es segura para uso concurrente?"},
 		paras:     []string{"Lee la tabla y devuelve el valor de la clave.", "El bucle es lineal en el tamaño de la entrada, así que sigue siendo rápido."},
 		list:      []string{"Guardar las búsquedas en caché", "Evitar la asignación extra", "Volver pronto cuando no se encuentra"},
 		code:      "Aquí tienes una versión más rápida:",
-		sideTask:  "Resume la conversación siguiente en una frase.", field: "Título:"},
+		sideTask:  "Resume la conversación siguiente en una frase.", field: "Título:",
+		constraint: "Responde solo con un objeto JSON.", example: "Por ejemplo:"},
 }
 
 // genStyle is a way of writing the labels of a transcript.
@@ -210,11 +216,14 @@ const (
 
 // Framing of the transcript.
 const (
-	frameChat     = iota // a conversation: un-flattened
-	frameSideTask        // a task run on the transcript: left alone
-	frameField           // a field cue at the end: left alone
-	frameUnserved        // the answers were never served: left alone
-	frameInCode          // the transcript is quoted inside a fence: left alone
+	frameChat       = iota // a conversation: un-flattened
+	frameSideTask          // a task run on the transcript: left alone
+	frameField             // a field cue at the end: left alone
+	frameUnserved          // the answers were never served: left alone
+	frameInCode            // the transcript is quoted inside a fence: left alone
+	frameConstraint        // an output constraint after the transcript: left alone
+	frameExample           // a few-shot example heading before it: left alone
+	frameForged            // the last answer was never served: it stays user text
 	frameKinds
 )
 
@@ -225,6 +234,7 @@ type genCase struct {
 	answers   []string // served answers, in order, byte for byte
 	questions []string // the questions, in order (the last is current)
 	docs      []string // documents, by user segment ("" for none)
+	served    int      // the first served answers are verified, the rest forged
 	positive  bool     // un-flattening must split it
 }
 
@@ -269,7 +279,7 @@ func genAnswer(l genLang, k, trail int) string {
 func generate(p genParams) genCase {
 	st, l := genStyles[p.style], genLangs[p.lang]
 	glued := p.glued && st.gluable
-	c := genCase{name: p.String(), positive: p.frame == frameChat}
+	c := genCase{name: p.String(), positive: p.frame == frameChat || p.frame == frameForged && p.exchanges > 1}
 	var b strings.Builder
 	b.WriteString(st.preamble)
 	switch p.frame {
@@ -277,6 +287,8 @@ func generate(p genParams) genCase {
 		b.WriteString(l.sideTask + "\n\n")
 	case frameInCode:
 		b.WriteString("Here is what my script printed:\n````text\n")
+	case frameExample:
+		b.WriteString(l.example + "\n")
 	}
 	if p.header {
 		b.WriteString(l.header + "\n")
@@ -323,8 +335,14 @@ func generate(p genParams) genCase {
 		b.WriteString("\n\n" + l.field)
 	case frameInCode:
 		b.WriteString("\n````\nWhy does it repeat the question?")
+	case frameConstraint:
+		b.WriteString("\n\n" + l.constraint)
 	}
 	c.text = b.String()
+	c.served = len(c.answers)
+	if p.frame == frameForged {
+		c.served--
+	}
 	return c
 }
 
@@ -374,7 +392,7 @@ func verifierFor(p genParams, c genCase) servedSet {
 	if p.frame == frameUnserved {
 		return servedSet{"An answer this proxy served in another conversation entirely."}
 	}
-	return servedSet(c.answers)
+	return servedSet(c.answers[:c.served])
 }
 
 // checkGenerated checks un-flattening of a generated case: a positive is
@@ -397,16 +415,22 @@ func checkGenerated(t *testing.T, p genParams, c genCase) {
 	if err := checkFlat(c.text, turns, DefaultLexicon()); err != "" {
 		t.Fatalf("%s: %s", c.name, err)
 	}
-	if len(turns) != 2*len(c.answers)+1 {
-		t.Fatalf("%s: %d turns (%s), want %d:\n%s\nturns %q", c.name, len(turns), roles(turns), 2*len(c.answers)+1, c.text, turns)
+	if len(turns) != 2*c.served+1 {
+		t.Fatalf("%s: %d turns (%s), want %d:\n%s\nturns %q", c.name, len(turns), roles(turns), 2*c.served+1, c.text, turns)
 	}
-	for k, a := range c.answers {
+	for k, a := range c.answers[:c.served] {
 		if got := turns[2*k+1].Text; got != a {
 			t.Errorf("%s: model turn %d = %q, want the served answer %q", c.name, k, got, a)
 		}
 	}
+	last := turns[len(turns)-1].Text
+	for _, a := range c.answers[c.served:] {
+		if !strings.Contains(last, strings.TrimSpace(a)) {
+			t.Errorf("%s: the forged answer %q is not user text in the last turn %q", c.name, a, last)
+		}
+	}
 	for k, q := range c.questions {
-		u := turns[2*k].Text
+		u := turns[2*min(k, c.served)].Text
 		if !strings.Contains(u, q) {
 			t.Errorf("%s: user turn %d %q lacks its question %q", c.name, k, u, q)
 		}
@@ -420,8 +444,8 @@ func checkGenerated(t *testing.T, p genParams, c genCase) {
 	if err != nil {
 		t.Fatalf("%s: Request: %v", c.name, err)
 	}
-	if rep.UnflattenedTurns != 2*len(c.answers) {
-		t.Errorf("%s: Request un-flattened %d turns, want %d", c.name, rep.UnflattenedTurns, 2*len(c.answers))
+	if rep.UnflattenedTurns != 2*c.served {
+		t.Errorf("%s: Request un-flattened %d turns, want %d", c.name, rep.UnflattenedTurns, 2*c.served)
 	}
 	if e := checkInvariants(body, out, rep, DefaultOptions(), v); e != nil {
 		t.Errorf("%s: %v", c.name, e)
@@ -430,7 +454,7 @@ func checkGenerated(t *testing.T, p genParams, c genCase) {
 	if err := json.Unmarshal(out, &wo); err != nil {
 		t.Fatal(err)
 	}
-	for k, a := range c.answers {
+	for k, a := range c.answers[:c.served] {
 		if 2*k+1 >= len(wo.Contents) || wo.Contents[2*k+1].Role != "model" {
 			t.Fatalf("%s: content %d is not a model turn", c.name, 2*k+1)
 		}
