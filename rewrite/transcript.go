@@ -1050,7 +1050,13 @@ func (s *flatScan) build(plan flatPlan, v Verifier) ([]flatTurn, bool) {
 	// the turn again for every segment (quadratic in a long run of them).
 	var turns []flatTurn
 	var pieces [][]string
-	add := func(role, text string) {
+	// add adds t[a:b] without its surrounding white space, or exactly
+	// t[a:b] when exact (a model turn, the served answer byte for byte).
+	add := func(role string, a, b int, exact bool) {
+		text := t[a:b]
+		if !exact {
+			text = strings.TrimSpace(text)
+		}
 		if text == "" {
 			return
 		}
@@ -1081,11 +1087,11 @@ func (s *flatScan) build(plan flatPlan, v Verifier) ([]flatTurn, bool) {
 			// The first user label is glued to a fence ("User: ```go"):
 			// it is dropped like the labels of later user segments, so
 			// that the fence starts its line and reads as a block.
-			add("user", strings.TrimSpace(t[:s.stripTrail(0, segs[f].start)]))
+			add("user", 0, s.stripTrail(0, segs[f].start), false)
 			us = segs[f].end
 		}
 		if us < ue {
-			add("user", strings.TrimSpace(t[us:ue]))
+			add("user", us, ue, false)
 		}
 		be := s.bodyEnd(segs, p.ext)
 		ms := be - len(strings.TrimLeftFunc(t[g.end:be], unicode.IsSpace))
@@ -1098,7 +1104,7 @@ func (s *flatScan) build(plan flatPlan, v Verifier) ([]flatTurn, bool) {
 				me = be + len(trail)
 			}
 		}
-		add("model", t[ms:me])
+		add("model", ms, me, true)
 		cur, first = me, false
 	}
 	us := userAt(s.stripLead(cur, textEnd))
@@ -1106,7 +1112,7 @@ func (s *flatScan) build(plan flatPlan, v Verifier) ([]flatTurn, bool) {
 	if us >= ue || strings.TrimSpace(t[us:ue]) == "" {
 		return nil, false
 	}
-	add("user", strings.TrimSpace(t[us:ue]))
+	add("user", us, ue, false)
 	if len(turns) < 3 || turns[0].Role != "user" || turns[len(turns)-1].Role != "user" {
 		return nil, false
 	}
