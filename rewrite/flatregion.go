@@ -12,8 +12,11 @@ package rewrite
 //   - a fence of three characters is in step when no label line inside it
 //     opens a fence of its own on the label's line ("User: ```go"), no
 //     fence line with an info string of its kind ("```py", which can only
-//     open a fence) lies inside it, and the text before the first label
-//     inside it does not end with a truncation marker ("... [truncated]");
+//     open a fence) lies inside it, the text before the first label
+//     inside it does not end with a truncation marker ("... [truncated]"),
+//     and its closing line, read inside its own segment, does not open a
+//     fence that closes there (then it is that segment's fence, and the
+//     fence before the labels was left open);
 //     a fence of four or more characters is always in step (it is how one
 //     quotes text that holds fences of three);
 //   - a document tag is in step when no tag of the same name opens inside it;
@@ -43,6 +46,8 @@ import (
 type flatCand struct {
 	pos   int
 	glued bool
+	gch   byte // the glued fence's character and length
+	gn    int
 }
 
 // flatFenceLine is a line that looks like a fence: at most three spaces, then
@@ -68,6 +73,9 @@ type flatIndex struct {
 	// triple quotes: no close lies in [from, start).
 	tmemo map[string][3]int
 	qmemo [2]int
+	// pmemo remembers the last answer of pairsLocally: fence line pmemo[0]
+	// gave pmemo[1] (1 true, 0 false).
+	pmemo [2]int
 }
 
 func fenceKind(ch byte) int {
@@ -82,7 +90,7 @@ func (s *flatScan) index() *flatIndex {
 	if s.ix != nil {
 		return s.ix
 	}
-	ix := &flatIndex{fmemo: [2]struct{ from, res, n int }{{-1, -1, 0}, {-1, -1, 0}}, qmemo: [2]int{-1, -1}}
+	ix := &flatIndex{fmemo: [2]struct{ from, res, n int }{{-1, -1, 0}, {-1, -1, 0}}, qmemo: [2]int{-1, -1}, pmemo: [2]int{-1, 0}}
 	t := s.text
 	for pos := 0; pos < len(t); {
 		eol := strings.IndexByte(t[pos:], '\n')
@@ -98,8 +106,8 @@ func (s *flatScan) index() *flatIndex {
 			rest := strings.TrimLeft(line, " ")[n:]
 			ix.fences = append(ix.fences, flatFenceLine{pos: pos, next: next, ch: ch, n: n, bare: strings.TrimRight(rest, " \t") == ""})
 		} else if l, ok := parseFlatLabel(line, s.lx); ok && s.candLabel(l) {
-			_, _, g := flatFence(l.rest)
-			ix.cands = append(ix.cands, flatCand{pos: pos, glued: g})
+			ch, n, g := flatFence(l.rest)
+			ix.cands = append(ix.cands, flatCand{pos: pos, glued: g, gch: ch, gn: n})
 		}
 		for i := pos; i < eol; i++ {
 			c := t[i]
@@ -107,11 +115,11 @@ func (s *flatScan) index() *flatIndex {
 				continue
 			}
 			if flatTokenAt(t, i, s.lx) && (len(ix.cands) == 0 || ix.cands[len(ix.cands)-1].pos != i) {
-				g := false
+				c := flatCand{pos: i}
 				if gt := strings.IndexByte(t[i:eol], '>'); gt >= 0 {
-					_, _, g = flatFence(strings.TrimSuffix(t[i+gt+1:eol], "\r"))
+					c.gch, c.gn, c.glued = flatFence(strings.TrimSuffix(t[i+gt+1:eol], "\r"))
 				}
-				ix.cands = append(ix.cands, flatCand{pos: i, glued: g})
+				ix.cands = append(ix.cands, c)
 			}
 		}
 		pos = next
@@ -260,13 +268,59 @@ func (s *flatScan) fence(o, next int, ch byte, n int) int {
 		inStep := ci < len(ix.fences) && (n > 3 ||
 			ix.glued[hi] == ix.glued[lo] &&
 				ix.info[k][ci] == ix.info[k][from] &&
-				flatUntruncate(s.text[o:first]) == strings.TrimSpace(s.text[o:first]))
+				flatUntruncate(s.text[o:first]) == strings.TrimSpace(s.text[o:first]) &&
+				!ix.pairsLocally(ci, hi-1, len(s.text)))
 		if !inStep {
 			end = first
 		}
 	}
 	s.prot = append(s.prot, flatSpan{o, end})
 	return end
+}
+
+// pairsLocally reports whether fence line ci, read inside its own segment
+// (from candidate c to the next candidate, or to textEnd), opens a fence
+// that also closes there: then it belongs to that segment and cannot close
+// a fence opened before the label.
+func (ix *flatIndex) pairsLocally(ci, c, textEnd int) bool {
+	if ix.pmemo[0] == ci {
+		return ix.pmemo[1] == 1
+	}
+	end := textEnd
+	if c+1 < len(ix.cands) {
+		end = ix.cands[c+1].pos
+	}
+	seg := ix.cands[c]
+	var ch byte
+	n := 0 // the open local fence, n == 0 when none
+	if seg.glued {
+		ch, n = seg.gch, seg.gn
+	}
+	j := sort.Search(len(ix.fences), func(i int) bool { return ix.fences[i].pos > seg.pos })
+	res := false
+	for ; j < len(ix.fences) && ix.fences[j].pos < end; j++ {
+		f := ix.fences[j]
+		switch {
+		case n == 0:
+			ch, n = f.ch, f.n
+		case f.bare && f.ch == ch && f.n >= n:
+			n = 0
+			if j > ci {
+				res = true
+			}
+		}
+		if j == ci && n == 0 {
+			break // ci closes a fence opened in its segment
+		}
+		if j > ci && res {
+			break
+		}
+	}
+	ix.pmemo = [2]int{ci, 0}
+	if res {
+		ix.pmemo[1] = 1
+	}
+	return res
 }
 
 // docTag handles a document tag named name that opens at i and whose

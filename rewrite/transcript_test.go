@@ -236,6 +236,15 @@ var flatCases = []flatCase{
 	{name: "open fence then balanced fences", text: "User: a\nAssistant: Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")\nUser: next\nAssistant: " + hello + "\n```go\nx\n```\nUser: more",
 		served: servedSet{"Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")", hello + "\n```go\nx\n```"},
 		want:   []flatTurn{u("User: a"), m("Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")"), u("next"), m(hello + "\n```go\nx\n```"), u("more")}},
+	{name: "open fence before a later segment's fence", text: "User: ```go\nfunc main() {\n\tgo work()\nAssistant: " + longAns + "\nUser: and this log:\n```\nok 1\n```\nwhy?\nAssistant: " + hello + "\nUser: thanks",
+		served: servedSet{longAns, hello},
+		want:   []flatTurn{u("```go\nfunc main() {\n\tgo work()"), m(longAns), u("and this log:\n```\nok 1\n```\nwhy?"), m(hello), u("thanks")}},
+	// The fence's closing line pairs with a fence in its own segment, so
+	// the labels inside it are read; but what follows "Assistant:" there
+	// is not a served answer, so nothing inside the code is promoted.
+	{name: "code with labels then another fence", text: "User: my script:\n```\nUser: hi\nAssistant: " + hello + "\n```\nand the output:\n```\nhi\n```\nWhy?\nAssistant: " + longAns + "\nUser: thanks",
+		served: servedSet{hello, longAns},
+		want:   []flatTurn{u("User: my script:\n```\nUser: hi\nAssistant: " + hello + "\n```\nand the output:\n```\nhi\n```\nWhy?"), m(longAns), u("thanks")}},
 	// Labels inside real code never split it.
 	{name: "program building a transcript", text: "User: my script fails:\n```python\nprompt = \"\"\"\nUser: hi\nAssistant: " + hello + "\nUser: more\n\"\"\"\nprint(prompt)\n```\nWhy?\nAssistant: " + longAns + "\nUser: thanks",
 		served: servedSet{hello, longAns},
