@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+	"unicode/utf8"
 )
 
 // ServedTrail makes goldenServed a TrailVerifier, like the proxy's cache.
@@ -232,6 +233,7 @@ type genCase struct {
 	name      string
 	text      string
 	answers   []string // served answers, in order, byte for byte
+	quoted    []string // the answers as the transcript quotes them (truncated or whole)
 	questions []string // the questions, in order (the last is current)
 	docs      []string // documents, by user segment ("" for none)
 	served    int      // the first served answers are verified, the rest forged
@@ -241,13 +243,13 @@ type genCase struct {
 // genParams selects one combination.
 type genParams struct {
 	style, lang, docs, trail, frame, exchanges int
-	glued, header, cue, blank                  bool
+	glued, header, cue, blank, trunc           bool
 }
 
 func (p genParams) String() string {
 	st, l := genStyles[p.style], genLangs[p.lang]
-	return fmt.Sprintf("%s/%s/glued=%v/docs=%d/trail=%d/frame=%d/ex=%d/header=%v/cue=%v/blank=%v",
-		st.name, l.name, p.glued, p.docs, p.trail, p.frame, p.exchanges, p.header, p.cue, p.blank)
+	return fmt.Sprintf("%s/%s/glued=%v/docs=%d/trail=%d/frame=%d/ex=%d/header=%v/cue=%v/blank=%v/trunc=%v",
+		st.name, l.name, p.glued, p.docs, p.trail, p.frame, p.exchanges, p.header, p.cue, p.blank, p.trunc)
 }
 
 // genDoc returns document k of a case: a Go file in a fence.
@@ -273,6 +275,19 @@ func genAnswer(l genLang, k, trail int) string {
 		a = fmt.Sprintf("%s (%d)\n\n```go\nfunc Lookup(k int) int { return table[k] } // %d\n```\n\n%s", l.code, k, k, l.paras[0])
 	}
 	return a + []string{"", "\n", "\n\n"}[trail]
+}
+
+// genTruncate cuts an answer the way clients shorten history: the first
+// part (inside the code fence for an answer with code) and a marker.
+func genTruncate(a string) string {
+	cut := len(a) * 2 / 3
+	if i := strings.Index(a, "func Lookup"); i >= 0 {
+		cut = i + len("func Lookup")
+	}
+	for cut > 0 && !utf8.RuneStart(a[cut]) {
+		cut--
+	}
+	return strings.TrimRightFunc(a[:cut], unicode.IsSpace) + "... [truncated]"
 }
 
 // generate builds the case for p.
@@ -319,9 +334,14 @@ func generate(p genParams) genCase {
 		}
 		b.WriteString(join)
 		a := genAnswer(l, k, p.trail)
+		quoted := a
+		if p.trunc {
+			quoted = genTruncate(a)
+		}
 		c.answers = append(c.answers, a)
+		c.quoted = append(c.quoted, quoted)
 		st.open(&b, l, "model", glued)
-		b.WriteString(a)
+		b.WriteString(quoted)
 		st.close(&b, "model")
 		b.WriteString(join)
 	}
@@ -360,7 +380,7 @@ func genAll() []genParams {
 					for _, glued := range []bool{true, false} {
 						h := uint64(i) * 0x9e3779b97f4a7c15 >> 32
 						ps = append(ps, genParams{style: style, lang: lang, docs: docs, trail: trail, glued: glued,
-							exchanges: 1 + int(h%3), header: h>>2&1 == 0, cue: h>>3&1 == 0, blank: h>>4&1 == 0})
+							exchanges: 1 + int(h%3), header: h>>2&1 == 0, cue: h>>3&1 == 0, blank: h>>4&1 == 0, trunc: h>>5%4 == 0})
 						i++
 					}
 				}
@@ -368,7 +388,7 @@ func genAll() []genParams {
 			for frame := frameSideTask; frame < frameKinds; frame++ {
 				h := uint64(i) * 0x9e3779b97f4a7c15 >> 32
 				ps = append(ps, genParams{style: style, lang: lang, frame: frame, docs: int(h % docKinds), trail: int(h >> 2 % 3),
-					glued: h>>4&1 == 0, exchanges: 1 + int(h>>5%3), header: h>>7&1 == 0, cue: h>>8&1 == 0, blank: h>>9&1 == 0})
+					glued: h>>4&1 == 0, exchanges: 1 + int(h>>5%3), header: h>>7&1 == 0, cue: h>>8&1 == 0, blank: h>>9&1 == 0, trunc: h>>10%4 == 0})
 				i++
 			}
 		}
@@ -383,6 +403,7 @@ func genRandom(seed uint64) genParams {
 		style: r.IntN(len(genStyles)), lang: r.IntN(len(genLangs)), docs: r.IntN(docKinds),
 		trail: r.IntN(3), frame: r.IntN(frameKinds), exchanges: 1 + r.IntN(3),
 		glued: r.IntN(2) == 0, header: r.IntN(2) == 0, cue: r.IntN(2) == 0, blank: r.IntN(2) == 0,
+		trunc: r.IntN(4) == 0,
 	}
 }
 
@@ -418,13 +439,13 @@ func checkGenerated(t *testing.T, p genParams, c genCase) {
 	if len(turns) != 2*c.served+1 {
 		t.Fatalf("%s: %d turns (%s), want %d:\n%s\nturns %q", c.name, len(turns), roles(turns), 2*c.served+1, c.text, turns)
 	}
-	for k, a := range c.answers[:c.served] {
+	for k, a := range c.quoted[:c.served] {
 		if got := turns[2*k+1].Text; got != a {
 			t.Errorf("%s: model turn %d = %q, want the served answer %q", c.name, k, got, a)
 		}
 	}
 	last := turns[len(turns)-1].Text
-	for _, a := range c.answers[c.served:] {
+	for _, a := range c.quoted[c.served:] {
 		if !strings.Contains(last, strings.TrimSpace(a)) {
 			t.Errorf("%s: the forged answer %q is not user text in the last turn %q", c.name, a, last)
 		}
@@ -454,7 +475,7 @@ func checkGenerated(t *testing.T, p genParams, c genCase) {
 	if err := json.Unmarshal(out, &wo); err != nil {
 		t.Fatal(err)
 	}
-	for k, a := range c.answers[:c.served] {
+	for k, a := range c.quoted[:c.served] {
 		if 2*k+1 >= len(wo.Contents) || wo.Contents[2*k+1].Role != "model" {
 			t.Fatalf("%s: content %d is not a model turn", c.name, 2*k+1)
 		}

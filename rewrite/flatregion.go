@@ -168,7 +168,8 @@ func (s *flatScan) candLabel(l flatLabel) bool {
 
 // flatTokenAt reports whether a role tag or chat-template token starts at
 // text[i]: <|im_start|>, <|user|>, <start_of_turn>, <user>, <assistant>,
-// <message role=…>, [INST], [/INST].
+// <message role=…>, [INST], [/INST], and the tokens that end a segment
+// (<|im_end|>, <|end|>, <end_of_turn>, </assistant>).
 func flatTokenAt(t string, i int, lx *Lexicon) bool {
 	rest := t[i:]
 	if rest[0] == '[' {
@@ -180,28 +181,34 @@ func flatTokenAt(t string, i int, lx *Lexicon) bool {
 			return false
 		}
 		name := rest[2 : 2+c]
-		if strings.EqualFold(name, "im_start") || strings.EqualFold(name, "start_header_id") {
-			return true
+		for _, w := range []string{"im_start", "start_header_id", "im_end", "end", "eot_id", "eot", "end_of_turn"} {
+			if strings.EqualFold(name, w) {
+				return true
+			}
 		}
 		return lx.roleWord(name)
 	}
-	if strings.HasPrefix(rest, "<start_of_turn>") {
+	if strings.HasPrefix(rest, "<start_of_turn>") || strings.HasPrefix(rest, "<end_of_turn>") {
 		return true
 	}
 	j := 1
-	for j < len(rest) && j < 40 && (isASCIILetter(rest[j]) || (j > 1 && rest[j] == '_')) {
+	if len(rest) > 1 && rest[1] == '/' {
+		j = 2 // a closing role tag ends a segment too
+	}
+	ns := j
+	for j < len(rest) && j < 40 && (isASCIILetter(rest[j]) || (j > ns && rest[j] == '_')) {
 		j++
 	}
-	if j == 1 || j >= len(rest) {
+	if j == ns || j >= len(rest) {
 		return false
 	}
-	name := rest[1:j]
+	name := rest[ns:j]
 	for _, w := range []string{"message", "turn", "msg", "utterance", "chat_message"} {
 		if strings.EqualFold(name, w) {
 			return rest[j] == ' '
 		}
 	}
-	if rest[j] != '>' || j < 3 {
+	if rest[j] != '>' || j-ns < 2 {
 		return false
 	}
 	return lx.roleWord(name)
