@@ -435,6 +435,17 @@ func flatScanText(text string, lx *Lexicon) *flatScan {
 				s.examples = append(s.examples, eol)
 			}
 			if r := s.lineLabel(pos, line, next); r > eol {
+				// A Role:/Content: record: a fence may open after
+				// "Content:".
+				ce := strings.IndexByte(text[r:], '\n')
+				if ce < 0 {
+					ce = len(text) - r
+				}
+				if ch, n, ok := flatFence(strings.TrimSuffix(text[r:r+ce], "\r")); ok {
+					pos = s.fence(r, min(r+ce+1, len(text)), ch, n)
+					bol = pos == 0 || text[pos-1] == '\n'
+					continue
+				}
 				pos, bol = r, false
 				continue
 			} else if r >= 0 {

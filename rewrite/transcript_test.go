@@ -245,6 +245,12 @@ var flatCases = []flatCase{
 	{name: "code with labels then another fence", text: "User: my script:\n```\nUser: hi\nAssistant: " + hello + "\n```\nand the output:\n```\nhi\n```\nWhy?\nAssistant: " + longAns + "\nUser: thanks",
 		served: servedSet{hello, longAns},
 		want:   []flatTurn{u("User: my script:\n```\nUser: hi\nAssistant: " + hello + "\n```\nand the output:\n```\nhi\n```\nWhy?"), m(longAns), u("thanks")}},
+	{name: "role content records with fences", text: "Role: user\nContent: ```go\n" + goCode + "\n```\nWhat?\nRole: assistant\nContent: " + longAns + "\nRole: user\nContent: ```go\n" + goCode + "\n```\nNow?",
+		served: servedSet{longAns},
+		want:   []flatTurn{u("```go\n" + goCode + "\n```\nWhat?"), m(longAns), u("```go\n" + goCode + "\n```\nNow?")}},
+	{name: "emoji labels with fences", text: "❓ ```go\n" + goCode + "\n```\nWhat?\n💡 " + longAns + "\n❓ ```go\n" + goCode + "\n```\nNow?",
+		served: servedSet{longAns},
+		want:   []flatTurn{u("```go\n" + goCode + "\n```\nWhat?"), m(longAns), u("```go\n" + goCode + "\n```\nNow?")}},
 	// Labels inside real code never split it.
 	{name: "program building a transcript", text: "User: my script fails:\n```python\nprompt = \"\"\"\nUser: hi\nAssistant: " + hello + "\nUser: more\n\"\"\"\nprint(prompt)\n```\nWhy?\nAssistant: " + longAns + "\nUser: thanks",
 		served: servedSet{hello, longAns},
