@@ -212,6 +212,7 @@ const (
 	docNone = iota
 	docFirst
 	docEvery
+	docEdited // a new version of the document in every user segment
 	docKinds
 )
 
@@ -318,8 +319,11 @@ func generate(p genParams) genCase {
 			q = l.questions[len(l.questions)-1]
 		}
 		doc := ""
-		if p.docs == docEvery || (p.docs == docFirst && k == 0) {
+		switch {
+		case p.docs == docEvery || (p.docs == docFirst && k == 0):
 			doc = genDoc(0)
+		case p.docs == docEdited:
+			doc = genDoc(k)
 		}
 		c.questions = append(c.questions, q)
 		c.docs = append(c.docs, doc)
@@ -474,6 +478,22 @@ func checkGenerated(t *testing.T, p genParams, c genCase) {
 	var wo wireRequest
 	if err := json.Unmarshal(out, &wo); err != nil {
 		t.Fatal(err)
+	}
+	// Every question reaches the model, and so does the newest document.
+	var all strings.Builder
+	for _, wc := range wo.Contents {
+		for _, raw := range wc.Parts {
+			x, _ := wireText(raw)
+			all.WriteString(x)
+		}
+	}
+	for _, q := range c.questions {
+		if !strings.Contains(all.String(), q) {
+			t.Errorf("%s: the rewritten request lacks the question %q", c.name, q)
+		}
+	}
+	if d := c.docs[len(c.docs)-1]; d != "" && !strings.Contains(all.String(), d) {
+		t.Errorf("%s: the rewritten request lacks the newest document", c.name)
 	}
 	for k, a := range c.quoted[:c.served] {
 		if 2*k+1 >= len(wo.Contents) || wo.Contents[2*k+1].Role != "model" {
