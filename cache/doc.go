@@ -27,8 +27,12 @@
 // whitespace-normalised text (runs of white space become one space, ends
 // trimmed), and by the SHA-256 of its first 64, 256, 1 Ki, 4 Ki, 16 Ki,
 // 64 Ki and 256 Ki bytes (cut back to a rune boundary). The full-text
-// entry holds the normalised text (one flag byte for responses shorter than
-// 64 bytes); each prefix entry holds up to eight response ids.
+// entry holds a flag byte, the white space the response ended with (up to
+// 255 bytes, exactly as served; none for a truncated response) and the
+// normalised text (only from 64 bytes on); each prefix entry holds up to
+// eight response ids. Verifier.ServedTrail gives that trailing white space
+// for a full match, so that an un-flattened model turn is byte for byte
+// the served answer (rewrite.TrailVerifier).
 //
 // Verifier.Served(text) normalises text and says true when
 //   - its hash is a served response's (a full match, any length), or

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
 )
 
 // Long-prefix rule of Verifier.Served (see the package doc).
@@ -20,10 +22,49 @@ const (
 	maxCandidates = 8
 )
 
-// Record value layout: one flag byte, then the normalised text when it is
-// at least MinPrefixBytes long (shorter responses can only match in full,
-// which the key alone proves).
-const flagTruncated = 1
+// Record value layout: one flag byte; with flagTrail, one length byte and
+// the white space the response ended with, exactly as served; then the
+// normalised text when it is at least MinPrefixBytes long (shorter
+// responses can only match in full, which the key alone proves).
+// flagEnd says that the end of the response is known: a record without
+// it (a truncated response, or one written before the flag existed) has
+// no trail to give.
+const (
+	flagTruncated = 1
+	flagEnd       = 2 // the response's end is known: its trail follows if flagTrail
+	flagTrail     = 4 // a length byte and the trailing white space follow
+	maxTrail      = 255
+)
+
+// recordText returns the normalised text held by a record (empty for a
+// response shorter than MinPrefixBytes).
+func recordText(rec []byte) []byte {
+	if len(rec) < 1 {
+		return nil
+	}
+	if rec[0]&flagTrail != 0 {
+		if len(rec) < 2 || len(rec) < 2+int(rec[1]) {
+			return nil
+		}
+		return rec[2+int(rec[1]):]
+	}
+	return rec[1:]
+}
+
+// recordTrail returns the white space a recorded response ended with, and
+// whether the record knows it.
+func recordTrail(rec []byte) (string, bool) {
+	if len(rec) < 1 || rec[0]&flagEnd == 0 {
+		return "", false
+	}
+	if rec[0]&flagTrail == 0 {
+		return "", true
+	}
+	if len(rec) < 2 || len(rec) < 2+int(rec[1]) {
+		return "", false
+	}
+	return string(rec[2 : 2+int(rec[1])]), true
+}
 
 // Internal key kinds inside AreaServed.
 const (
@@ -37,10 +78,26 @@ const (
 // one SHA-256 pass over the normalised text (the prefix hashes are taken
 // on the way) and never waits for Redis.
 func (s *Store) RecordServed(tenant, text string, truncated bool) {
-	// The record is the flag byte and the normalised text, built in place
-	// so that the text is copied once.
-	rec := appendNormalized(make([]byte, 1, 1+len(text)), text)
-	n := rec[1:]
+	// The record is the flag byte, the trail and the normalised text,
+	// built in place so that the text is copied once.
+	flag := byte(0)
+	trail := text[len(strings.TrimRightFunc(text, unicode.IsSpace)):]
+	switch {
+	case truncated:
+		flag = flagTruncated
+	case trail == "":
+		flag = flagEnd
+	case len(trail) <= maxTrail:
+		flag = flagEnd | flagTrail
+	}
+	rec := make([]byte, 1, 2+len(trail)+len(text))
+	rec[0] = flag
+	if flag&flagTrail != 0 {
+		rec = append(append(rec, byte(len(trail))), trail...)
+	}
+	head := len(rec)
+	rec = appendNormalized(rec, text)
+	n := rec[head:]
 	if len(n) == 0 {
 		return
 	}
@@ -64,14 +121,11 @@ func (s *Store) RecordServed(tenant, text string, truncated bool) {
 	h.Sum(id[:0])
 	switch {
 	case len(n) < MinPrefixBytes:
-		rec = make([]byte, 1)
+		rec = append(make([]byte, 0, head), rec[:head]...)
 	case cap(rec)-len(rec) > len(rec)/8:
 		// Normalising removed much white space: store an exact copy, as
 		// the entry's cost counts only its length.
 		rec = append(make([]byte, 0, len(rec)), rec...)
-	}
-	if truncated {
-		rec[0] = flagTruncated
 	}
 	a := s.areas[AreaServed]
 	a.set(idKey(tenant, kindRecord, id), rec, s.opts.TTL)
@@ -186,12 +240,30 @@ func (v *Verifier) served(text string) bool {
 	return false
 }
 
+// ServedTrail reports, for text that matches a served response in full
+// after whitespace normalisation, the white space that response ended
+// with, exactly as served. ok is false for a prefix match, for no match,
+// and for a response recorded as truncated. It implements
+// rewrite.TrailVerifier, so that an un-flattened model turn is byte for
+// byte the served answer. It costs one SHA-256 of text and one lookup.
+func (v *Verifier) ServedTrail(text string) (trail string, ok bool) {
+	n := appendNormalized(make([]byte, 0, len(text)), text)
+	if len(n) == 0 {
+		return "", false
+	}
+	rec, ok := v.record(digest(sha256.Sum256(n)))
+	if !ok {
+		return "", false
+	}
+	return recordTrail(rec)
+}
+
 // isLongPrefix reports whether n is a long prefix of the record's text.
 func isLongPrefix(n, rec []byte) bool {
 	if len(rec) < 1 {
 		return false
 	}
-	full := rec[1:]
+	full := recordText(rec)
 	q := len(n)
 	if q < MinPrefixBytes || q > len(full) || !bytes.Equal(full[:q], n) {
 		return false

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -39,9 +40,13 @@ func TestRecordServedEntries(t *testing.T) {
 
 			n := normalize(tc.text)
 			id := sha256.Sum256([]byte(n))
-			want := []byte{0}
-			if tc.truncated {
+			want := []byte{flagEnd}
+			trail := tc.text[len(strings.TrimRightFunc(tc.text, unicode.IsSpace)):]
+			switch {
+			case tc.truncated:
 				want[0] = flagTruncated
+			case trail != "":
+				want = append([]byte{flagEnd | flagTrail, byte(len(trail))}, trail...)
 			}
 			if len(n) >= MinPrefixBytes {
 				want = append(want, n...)

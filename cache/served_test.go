@@ -1,6 +1,7 @@
 package cache_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -225,4 +226,85 @@ func TestNewErrors(t *testing.T) {
 			t.Errorf("New(%+v) = nil error", o)
 		}
 	}
+}
+
+// The Verifier knows how a served response ended, so that an un-flattened
+// model turn is byte for byte the served answer.
+var _ rewrite.TrailVerifier = (*cache.Verifier)(nil)
+
+func TestServedTrail(t *testing.T) {
+	s := newStore(t, cache.Options{MaxBytes: 64 << 20})
+	long := strings.TrimSpace(words("trail", 300))
+	for _, tc := range []struct {
+		name, text string
+		truncated  bool
+		query      string
+		trail      string
+		ok         bool
+	}{
+		{"short, no trail", "Hello there.", false, "Hello there.", "", true},
+		{"short, newline", "Hi, sure.\n", false, "Hi, sure.", "\n", true},
+		{"long, blank lines", long + "\n\n", false, long, "\n\n", true},
+		{"long, mixed", long + " \t\r\n", false, strings.ReplaceAll(long, " ", "\n"), " \t\r\n", true},
+		{"prefix match gives none", long + "\n", false, long[:200], "", false},
+		{"truncated gives none", "Part of an answer that was cut\n", true, "Part of an answer that was cut", "", false},
+		{"not served", "x", false, "never served", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s.RecordServed(tenantA, tc.text, tc.truncated)
+			s.Wait()
+			v := s.Verifier(tenantA)
+			if tc.ok && !v.Served(tc.query) {
+				t.Fatalf("Served(%.40q) = false", tc.query)
+			}
+			trail, ok := v.ServedTrail(tc.query)
+			if trail != tc.trail || ok != tc.ok {
+				t.Errorf("ServedTrail(%.40q) = %q, %v; want %q, %v", tc.query, trail, ok, tc.trail, tc.ok)
+			}
+			if _, ok := s.Verifier(tenantB).ServedTrail(tc.query); ok {
+				t.Errorf("ServedTrail answered for another tenant")
+			}
+		})
+	}
+}
+
+// TestServedTrailUnflatten runs the rewriter with the cache's Verifier: a
+// served answer that ends in a line break comes back as a model turn byte
+// for byte, line break included (issue 13, defect 3).
+func TestServedTrailUnflatten(t *testing.T) {
+	s := newStore(t, cache.Options{MaxBytes: 64 << 20})
+	answer := "Goroutines are scheduled by the Go runtime onto a few OS threads.\n\n- cheap to start\n- cheap to block\n"
+	s.RecordServed(tenantA, answer, false)
+	s.Wait()
+	text := "User: what are goroutines?\nAssistant: " + answer + "\nUser: and channels?\nAssistant:"
+	body := []byte(`{"contents":[{"role":"user","parts":[{"text":` + jsonString(text) + `}]}]}`)
+	for _, tc := range []struct {
+		tenant string
+		want   string
+	}{
+		{tenantA, `{"role":"model","parts":[{"text":` + jsonString(answer) + `}]}`},
+		{tenantB, ""},
+	} {
+		out, rep, err := rewrite.Request(body, rewrite.DefaultOptions(), s.Verifier(tc.tenant))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.want == "" {
+			if rep.UnflattenedTurns != 0 {
+				t.Errorf("tenant B: un-flattened another tenant's answer: %s", out)
+			}
+			continue
+		}
+		if !strings.Contains(string(out), tc.want) {
+			t.Errorf("rewritten body %s\nlacks the model turn %s", out, tc.want)
+		}
+	}
+}
+
+func jsonString(s string) string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }

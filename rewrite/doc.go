@@ -108,6 +108,22 @@
 // References are never parsed back: a user who types a reference-looking
 // string only adds text, which is kept like any other text.
 //
+// # Un-flattening
+//
+// A last user turn whose one text part is a flattened transcript becomes
+// real alternating turns (transcript.go gives the rules; DESIGN §3 N2).
+// Turns are split before blocks are read: label lines are found first,
+// and fences, document tags and triple-quoted documents are matched inside
+// a segment, never across the labels that split it; a region that would
+// hold label lines keeps them as content only when it is closed and in
+// step (flatregion.go), so labels inside a program that builds a
+// transcript never split it, while a fence left open by a truncated answer
+// or opened on the label's line ("User: ```go") does not swallow the
+// exchanges after it. Only text the Verifier says this proxy served to the
+// tenant is promoted to a model turn, and the turn is the quoted answer
+// byte for byte, with the answer's own trailing white space when the
+// Verifier is a TrailVerifier. Blocks are then segmented turn by turn.
+//
 // # Guarantees
 //
 // Request is idempotent (rewriting its output changes nothing) and

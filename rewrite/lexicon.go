@@ -267,6 +267,16 @@ func (lx *Lexicon) role(name string) bool {
 // lexNormKey lower-cases s and collapses white space and underscores
 // between words to one space.
 func lexNormKey(s string) string {
+	// Fast path: s is already normalised (lower-case ASCII, single inner
+	// spaces), as most labels and tag names are; no allocation.
+	norm := s != "" && s[0] != ' ' && s[len(s)-1] != ' '
+	for i := 0; norm && i < len(s); i++ {
+		c := s[i]
+		norm = c < 0x80 && !(c >= 'A' && c <= 'Z') && c != '_' && (c > ' ' || c == ' ' && s[i-1] != ' ')
+	}
+	if norm {
+		return s
+	}
 	var b strings.Builder
 	b.Grow(len(s))
 	space := false

@@ -33,10 +33,20 @@ package rewrite
 //     is the model when it alternates with a user label and the user when
 //     it alternates with a model label; a repeated name outside the lexicon
 //     that alternates with the labels of one role is the other role (a
-//     persona such as "FRIDAY:"). "system:" lines stay user text.
-//   - Where. Labels are looked for only outside code fences (``` and ~~~),
+//     persona such as "FRIDAY:"; a name the preamble mentions, "You are
+//     FRIDAY", counts from its first label). "system:" lines stay user
+//     text.
+//   - Where. Labels are looked for only outside code fences (``` and ~~~,
+//     also opened on a label's line: "User: ```go", "<user>```go"),
 //     document tags (<file …>, <document>, <source>, <context>, …) and
-//     triple-quoted documents; inside those they are content.
+//     triple-quoted documents; inside those they are content. Turns are
+//     split before blocks are read: such a region is matched inside its
+//     segment, never across the labels that split the transcript. One that
+//     would hold label lines keeps them as content only when it is closed
+//     and in step (flatregion.go); otherwise it ends at the first label
+//     inside it. So a fence left open by a truncated answer, or a closing
+//     fence read out of step, never swallows the exchanges after it, while
+//     a program that builds a transcript keeps its "User:" lines.
 //   - Trust. A model segment becomes a model turn only when the Verifier
 //     says this proxy served it to the same tenant (exact, long prefix or
 //     whitespace-normalised match, decided by the Verifier; a trailing
@@ -59,10 +69,16 @@ package rewrite
 //   - Output. Turns start and end with user and alternate; adjacent
 //     same-role pieces are joined with "\n\n"; no turn is empty. The
 //     preamble and the first user segment form the first user turn
-//     verbatim. Labels and structural tokens (</user>, <|im_end|>) of
-//     promoted model turns are removed, and so is the user label of a user
-//     segment that directly follows a promoted model turn. Everything else
-//     is kept verbatim and in order, so nothing the user wrote is lost.
+//     verbatim, except that a first user label glued to an opening fence
+//     is removed (so the fence starts its line and reads as a block).
+//     Labels and structural tokens (</user>, <|im_end|>) of promoted model
+//     turns are removed, and so is the user label of a user segment that
+//     directly follows a promoted model turn. A promoted model turn is the
+//     quoted answer byte for byte: leading white space and the separator
+//     before the next label are not part of it, and the answer's own
+//     trailing white space is kept when the Verifier is a TrailVerifier
+//     that knows it and the transcript holds it. Everything else is kept
+//     verbatim and in order, so nothing the user wrote is lost.
 //   - Cost. One linear pass finds labels; a text without two label-like
 //     lines exits early. No regular expressions.
 
@@ -72,6 +88,20 @@ import (
 	"unicode"
 	"unicode/utf8"
 )
+
+// TrailVerifier is a Verifier that also knows how each served response
+// ended. ServedTrail reports, for text that matches a served response in
+// full (not as a prefix), the white space that response ended with,
+// exactly as served ("" when none); ok is false when text matches no
+// served response in full. Un-flattening keeps that white space in the
+// model turn when the transcript holds it right after the answer, so that
+// the turn is byte for byte what the model returned (what a stateful
+// client would send, and what implicit caching matches). With a plain
+// Verifier a model turn ends at its last non-space character.
+type TrailVerifier interface {
+	Verifier
+	ServedTrail(text string) (trail string, ok bool)
+}
 
 // flatTurn is one turn recovered from a flattened transcript.
 type flatTurn struct {
@@ -110,6 +140,7 @@ type flatScan struct {
 	exampleTag bool       // an <example> or <examples> tag
 	closeStart map[int]int
 	closeEnd   map[int]int
+	ix         *flatIndex // built on the first protected region (flatregion.go)
 }
 
 // flatRole is a resolved role.
@@ -396,18 +427,34 @@ func flatScanText(text string, lx *Lexicon) *flatScan {
 		from := pos
 		if bol {
 			if ch, n, ok := flatFence(line); ok {
-				end := flatFenceEnd(text, next, ch, n)
-				s.prot = append(s.prot, flatSpan{pos, end})
-				pos = end
+				pos = s.fence(pos, next, ch, n)
+				bol = pos == 0 || text[pos-1] == '\n'
 				continue
 			}
 			if lx.exampleLine(line) {
 				s.examples = append(s.examples, eol)
 			}
 			if r := s.lineLabel(pos, line, next); r > eol {
+				// A Role:/Content: record: a fence may open after
+				// "Content:".
+				ce := strings.IndexByte(text[r:], '\n')
+				if ce < 0 {
+					ce = len(text) - r
+				}
+				if ch, n, ok := flatFence(strings.TrimSuffix(text[r:r+ce], "\r")); ok {
+					pos = s.fence(r, min(r+ce+1, len(text)), ch, n)
+					bol = pos == 0 || text[pos-1] == '\n'
+					continue
+				}
 				pos, bol = r, false
 				continue
 			} else if r >= 0 {
+				// A fence may open on the label's line ("User: ```go").
+				if ch, n, ok := flatFence(text[r : pos+len(line)]); ok {
+					pos = s.fence(r, next, ch, n)
+					bol = pos == 0 || text[pos-1] == '\n'
+					continue
+				}
 				from = r
 			}
 		}
@@ -449,35 +496,6 @@ func flatFence(line string) (ch byte, n int, ok bool) {
 		return 0, 0, false
 	}
 	return ch, j - i, true
-}
-
-// flatFenceEnd returns the offset after the line that closes a fence opened
-// with n characters ch, searching from pos, or len(text) if none does.
-func flatFenceEnd(text string, pos int, ch byte, n int) int {
-	for pos < len(text) {
-		eol := strings.IndexByte(text[pos:], '\n')
-		next := len(text)
-		if eol >= 0 {
-			eol += pos
-			next = eol + 1
-		} else {
-			eol = len(text)
-		}
-		t := strings.TrimRight(text[pos:eol], " \t\r")
-		i := 0
-		for i < 3 && i < len(t) && t[i] == ' ' {
-			i++
-		}
-		j := i
-		for j < len(t) && t[j] == ch {
-			j++
-		}
-		if j-i >= n && j == len(t) {
-			return next
-		}
-		pos = next
-	}
-	return len(text)
 }
 
 // lineLabel records a label at the start of the line at pos and returns the
@@ -565,9 +583,20 @@ func (s *flatScan) inline(from, end int) int {
 		}
 		switch t[i] {
 		case '<':
+			n := len(s.marks)
 			adv, stop := s.tag(i)
 			if stop >= 0 {
 				return stop
+			}
+			// A fence may open right after a role tag ("<user>```go").
+			if len(s.marks) > n && s.marks[n].kind == fmRole {
+				if ch, fn, ok := flatFence(t[adv:end]); ok {
+					next := end
+					if next < len(t) && t[next] == '\r' {
+						next++
+					}
+					return s.fence(adv, min(next+1, len(t)), ch, fn)
+				}
 			}
 			i = adv
 		case '[':
@@ -586,12 +615,7 @@ func (s *flatScan) inline(from, end int) int {
 				i++
 				continue
 			}
-			stop := len(t)
-			if c := strings.Index(t[i+3:], `"""`); c >= 0 {
-				stop = i + 3 + c + 3
-			}
-			s.prot = append(s.prot, flatSpan{i, stop})
-			return stop
+			return s.quoted(i)
 		}
 	}
 	return -1
@@ -657,8 +681,7 @@ func (s *flatScan) tag(i int) (adv, stop int) {
 		if name == "example" || name == "examples" {
 			s.exampleTag = true
 		}
-		stop := flatCloseTag(t, end, name)
-		s.prot = append(s.prot, flatSpan{i, stop})
+		stop := s.docTag(i, end, name)
 		return stop, stop
 	}
 	if selfClosing {
@@ -723,25 +746,26 @@ func (s *flatScan) tokenRole(i, end int, header bool) int {
 	return j
 }
 
-// flatCloseTag returns the offset after "</name>" (any case) at or after
-// pos, or len(text) when the tag is never closed.
-func flatCloseTag(text string, pos int, name string) int {
+// flatCloseTag returns the start of the first "</name>" (any case) at or
+// after pos and the offset after it, or -1 and len(text) when the tag is
+// never closed.
+func flatCloseTag(text string, pos int, name string) (start, end int) {
 	for pos < len(text) {
 		c := strings.Index(text[pos:], "</")
 		if c < 0 {
-			return len(text)
+			return -1, len(text)
 		}
 		c += pos
 		e := c + 2 + len(name)
 		if e < len(text) && strings.EqualFold(text[c+2:e], name) && (text[e] == '>' || text[e] == ' ') {
 			if gt := strings.IndexByte(text[e:], '>'); gt >= 0 {
-				return e + gt + 1
+				return c, e + gt + 1
 			}
-			return len(text)
+			return -1, len(text)
 		}
 		pos = c + 2
 	}
-	return len(text)
+	return -1, len(text)
 }
 
 // flatAttr returns the value of a role-like attribute (role, speaker, from,
@@ -833,7 +857,7 @@ func (s *flatScan) plans() []flatPlan {
 			if len(plans) == 3 {
 				break
 			}
-			if (c.n >= 2 || c.either) && s.alternates(c.key, known, "") {
+			if (c.n >= 2 || c.either || s.introduced(c.key)) && s.alternates(c.key, known, "") {
 				plans = append(plans, flatPlan{c.key: other})
 			}
 		}
@@ -868,6 +892,33 @@ func (s *flatScan) plans() []flatPlan {
 	}
 	return plans
 }
+
+// introduced reports whether the name key is a word of the preamble, the
+// text before the first mark ("You are FRIDAY, …"): a persona named there
+// counts from its first label.
+func (s *flatScan) introduced(key string) bool {
+	if len(s.marks) == 0 || key == "" {
+		return false
+	}
+	pre := lexCollapse(s.text[:s.marks[0].start])
+	for i := 0; ; {
+		j := strings.Index(pre[i:], key)
+		if j < 0 {
+			return false
+		}
+		j += i
+		before, _ := utf8.DecodeLastRuneInString(pre[:j])
+		after, _ := utf8.DecodeRuneInString(pre[j+len(key):])
+		if j == 0 || !lexWordRune(before) {
+			if j+len(key) == len(pre) || !lexWordRune(after) {
+				return true
+			}
+		}
+		i = j + 1
+	}
+}
+
+func lexWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) || r == '_' }
 
 // alternates reports whether the name key never follows itself among the
 // marks of the known kind (or of the name other) and key.
@@ -1010,7 +1061,13 @@ func (s *flatScan) build(plan flatPlan, v Verifier) ([]flatTurn, bool) {
 	// the turn again for every segment (quadratic in a long run of them).
 	var turns []flatTurn
 	var pieces [][]string
-	add := func(role, text string) {
+	// add adds t[a:b] without its surrounding white space, or exactly
+	// t[a:b] when exact (a model turn, the served answer byte for byte).
+	add := func(role string, a, b int, exact bool) {
+		text := t[a:b]
+		if !exact {
+			text = strings.TrimSpace(text)
+		}
 		if text == "" {
 			return
 		}
@@ -1031,25 +1088,42 @@ func (s *flatScan) build(plan flatPlan, v Verifier) ([]flatTurn, bool) {
 		}
 		return pos
 	}
+	tv, _ := v.(TrailVerifier)
 	for _, p := range proms {
 		g := segs[p.i]
 		us, ue := cur, s.stripTrail(cur, g.start)
 		if !first {
 			us = userAt(s.stripLead(cur, ue))
+		} else if f := s.gluedFirst(segs, g.start); f >= 0 {
+			// The first user label is glued to a fence ("User: ```go"):
+			// it is dropped like the labels of later user segments, so
+			// that the fence starts its line and reads as a block.
+			add("user", 0, s.stripTrail(0, segs[f].start), false)
+			us = segs[f].end
 		}
 		if us < ue {
-			add("user", strings.TrimSpace(t[us:ue]))
+			add("user", us, ue, false)
 		}
 		be := s.bodyEnd(segs, p.ext)
-		add("model", strings.TrimSpace(t[g.end:be]))
-		cur, first = be, false
+		ms := be - len(strings.TrimLeftFunc(t[g.end:be], unicode.IsSpace))
+		// The served answer's own trailing white space, when the Verifier
+		// knows it and the transcript has it, stays: the turn is then byte
+		// for byte what the model returned.
+		me := be
+		if tv != nil {
+			if trail, ok := tv.ServedTrail(t[ms:be]); ok && trail != "" && be+len(trail) <= segs[p.ext].next && t[be:be+len(trail)] == trail {
+				me = be + len(trail)
+			}
+		}
+		add("model", ms, me, true)
+		cur, first = me, false
 	}
 	us := userAt(s.stripLead(cur, textEnd))
 	ue := s.stripTrail(us, textEnd)
 	if us >= ue || strings.TrimSpace(t[us:ue]) == "" {
 		return nil, false
 	}
-	add("user", strings.TrimSpace(t[us:ue]))
+	add("user", us, ue, false)
 	if len(turns) < 3 || turns[0].Role != "user" || turns[len(turns)-1].Role != "user" {
 		return nil, false
 	}
@@ -1057,6 +1131,29 @@ func (s *flatScan) build(plan flatPlan, v Verifier) ([]flatTurn, bool) {
 		turns[i].Text = strings.Join(pieces[i], "\n\n")
 	}
 	return turns, true
+}
+
+// gluedFirst returns the index of the first segment when it is a user
+// segment, before pos, whose label is followed on its line by an opening
+// fence, or -1.
+func (s *flatScan) gluedFirst(segs []flatSeg, pos int) int {
+	for i, g := range segs {
+		if g.start >= pos || g.kind != fmRole {
+			return -1
+		}
+		if g.role != frUser {
+			return -1
+		}
+		eol := strings.IndexByte(s.text[g.end:], '\n')
+		if eol < 0 {
+			eol = len(s.text) - g.end
+		}
+		if _, _, ok := flatFence(strings.TrimSuffix(s.text[g.end:g.end+eol], "\r")); ok {
+			return i
+		}
+		return -1
+	}
+	return -1
 }
 
 // absorbable reports whether segment j may be absorbed into a verified

@@ -26,7 +26,26 @@ func (ss servedSet) Served(text string) bool {
 	return false
 }
 
+// ServedTrail makes servedSet a TrailVerifier: the white space a served
+// response ends with, for text equal to it after normalisation.
+func (ss servedSet) ServedTrail(text string) (string, bool) {
+	t := strings.Join(strings.Fields(text), " ")
+	for _, s := range ss {
+		if strings.Join(strings.Fields(s), " ") == t {
+			return s[len(strings.TrimRightFunc(s, unicode.IsSpace)):], true
+		}
+	}
+	return "", false
+}
+
+// plainSet is a servedSet without ServedTrail: a Verifier that does not
+// know how a response ended.
+type plainSet struct{ ss servedSet }
+
+func (p plainSet) Served(text string) bool { return p.ss.Served(text) }
+
 const (
+	goCode  = "package main\n\nfunc main() {\n\tprintln(\"goroutines are lightweight threads\")\n}"
 	hello   = "Hello! How can I help you today?"
 	friday  = "Good evening, sir. Systems are online."
 	longAns = "Goroutines are lightweight threads managed by the Go runtime. Channels connect them."
@@ -186,7 +205,75 @@ var flatCases = []flatCase{
 	{name: "fence inside served reply", text: "User: show me\nAssistant: Here:\n```\nUser: x\n```\nDone, that is the log.\nUser: thanks", served: servedSet{"Here:\n```\nUser: x\n```\nDone, that is the log."},
 		want: []flatTurn{u("User: show me"), m("Here:\n```\nUser: x\n```\nDone, that is the log."), u("thanks")}},
 	{name: "labels in blockquote", text: "> User: hi\n> Assistant: " + hello + "\n> User: more", served: servedSet{hello}},
-	{name: "unclosed fence", text: "User: hi\n```go\nAssistant: " + hello + "\nUser: more", served: servedSet{hello}},
+	// A fence is matched inside its segment: one left open ends at the
+	// next label (issue 13).
+	{name: "unclosed fence", text: "User: hi\n```go\nAssistant: " + hello + "\nUser: more", served: servedSet{hello},
+		want: []flatTurn{u("User: hi\n```go"), m(hello), u("more")}},
+
+	// Labels glued to an opening fence (issue 13, defect 2): the fence is
+	// matched inside its segment, and every exchange is split.
+	{name: "glued fence colon", text: "User: ```go\n" + goCode + "\n```\nWhat does it do?\nAssistant: " + longAns + "\nUser: ```go\n" + goCode + "\n```\nAnd now?\nAssistant: " + hello + "\nUser: ```go\n" + goCode + "\n```\nLast one?\nAssistant:",
+		served: servedSet{longAns, hello},
+		want:   []flatTurn{u("```go\n" + goCode + "\n```\nWhat does it do?"), m(longAns), u("```go\n" + goCode + "\n```\nAnd now?"), m(hello), u("```go\n" + goCode + "\n```\nLast one?")}},
+	{name: "glued fence after header", text: "Chat history:\nUser: ```go\n" + goCode + "\n```\nWhat does it do?\nAssistant: " + longAns + "\nUser: ```go\n" + goCode + "\n```\nAnd now?",
+		served: servedSet{longAns},
+		want:   []flatTurn{u("Chat history:\n\n```go\n" + goCode + "\n```\nWhat does it do?"), m(longAns), u("```go\n" + goCode + "\n```\nAnd now?")}},
+	{name: "glued fence full-width colon", text: "用户：```go\n" + goCode + "\n```\n这段代码做什么？\n助手：" + longAns + "\n用户：```go\n" + goCode + "\n```\n现在呢？\n助手：",
+		served: servedSet{longAns},
+		want:   []flatTurn{u("```go\n" + goCode + "\n```\n这段代码做什么？"), m(longAns), u("```go\n" + goCode + "\n```\n现在呢？")}},
+	{name: "glued fence langchain", text: "Human: ```py\nprint('hi')\n```\nWhy?\nAI: " + longAns + "\nHuman: ```py\nprint('hi')\n```\nAgain?\nAI:",
+		served: servedSet{longAns},
+		want:   []flatTurn{u("```py\nprint('hi')\n```\nWhy?"), m(longAns), u("```py\nprint('hi')\n```\nAgain?")}},
+	{name: "glued fence bracketed upper", text: "[USER]: ```ts\nlet x = 1;\n```\nok?\n[ASSISTANT]: " + longAns + "\n[USER]: ```ts\nlet x = 2;\n```\nand this?",
+		served: servedSet{longAns},
+		want:   []flatTurn{u("```ts\nlet x = 1;\n```\nok?"), m(longAns), u("```ts\nlet x = 2;\n```\nand this?")}},
+	{name: "glued fence model answer", text: "User: show me\nAssistant: ```go\nfunc f() {}\n```\nThat is all.\nUser: ```go\nfunc g() {}\n```\nand g?",
+		served: servedSet{"```go\nfunc f() {}\n```\nThat is all."},
+		want:   []flatTurn{u("User: show me"), m("```go\nfunc f() {}\n```\nThat is all."), u("```go\nfunc g() {}\n```\nand g?")}},
+	{name: "truncated answer leaves fence open", text: "User: code please\nAssistant: Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")... [truncated]\nUser: ```go\nfunc g() {}\n```\nand this?\nAssistant: " + hello + "\nUser: thanks",
+		served: servedSet{"Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")\n\tfmt.Println(\"and cheap\")\n}\n```\nThat prints two lines.", hello},
+		want:   []flatTurn{u("User: code please"), m("Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")... [truncated]"), u("```go\nfunc g() {}\n```\nand this?"), m(hello), u("thanks")}},
+	{name: "open fence then balanced fences", text: "User: a\nAssistant: Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")\nUser: next\nAssistant: " + hello + "\n```go\nx\n```\nUser: more",
+		served: servedSet{"Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")", hello + "\n```go\nx\n```"},
+		want:   []flatTurn{u("User: a"), m("Here:\n```go\nfunc main() {\n\tfmt.Println(\"goroutines are lightweight\")"), u("next"), m(hello + "\n```go\nx\n```"), u("more")}},
+	{name: "open fence before a later segment's fence", text: "User: ```go\nfunc main() {\n\tgo work()\nAssistant: " + longAns + "\nUser: and this log:\n```\nok 1\n```\nwhy?\nAssistant: " + hello + "\nUser: thanks",
+		served: servedSet{longAns, hello},
+		want:   []flatTurn{u("```go\nfunc main() {\n\tgo work()"), m(longAns), u("and this log:\n```\nok 1\n```\nwhy?"), m(hello), u("thanks")}},
+	// The fence's closing line pairs with a fence in its own segment, so
+	// the labels inside it are read; but what follows "Assistant:" there
+	// is not a served answer, so nothing inside the code is promoted.
+	{name: "code with labels then another fence", text: "User: my script:\n```\nUser: hi\nAssistant: " + hello + "\n```\nand the output:\n```\nhi\n```\nWhy?\nAssistant: " + longAns + "\nUser: thanks",
+		served: servedSet{hello, longAns},
+		want:   []flatTurn{u("User: my script:\n```\nUser: hi\nAssistant: " + hello + "\n```\nand the output:\n```\nhi\n```\nWhy?"), m(longAns), u("thanks")}},
+	{name: "role content records with fences", text: "Role: user\nContent: ```go\n" + goCode + "\n```\nWhat?\nRole: assistant\nContent: " + longAns + "\nRole: user\nContent: ```go\n" + goCode + "\n```\nNow?",
+		served: servedSet{longAns},
+		want:   []flatTurn{u("```go\n" + goCode + "\n```\nWhat?"), m(longAns), u("```go\n" + goCode + "\n```\nNow?")}},
+	{name: "emoji labels with fences", text: "❓ ```go\n" + goCode + "\n```\nWhat?\n💡 " + longAns + "\n❓ ```go\n" + goCode + "\n```\nNow?",
+		served: servedSet{longAns},
+		want:   []flatTurn{u("```go\n" + goCode + "\n```\nWhat?"), m(longAns), u("```go\n" + goCode + "\n```\nNow?")}},
+	// Labels inside real code never split it.
+	{name: "program building a transcript", text: "User: my script fails:\n```python\nprompt = \"\"\"\nUser: hi\nAssistant: " + hello + "\nUser: more\n\"\"\"\nprint(prompt)\n```\nWhy?\nAssistant: " + longAns + "\nUser: thanks",
+		served: servedSet{hello, longAns},
+		want:   []flatTurn{u("User: my script fails:\n```python\nprompt = \"\"\"\nUser: hi\nAssistant: " + hello + "\nUser: more\n\"\"\"\nprint(prompt)\n```\nWhy?"), m(longAns), u("thanks")}},
+	{name: "program with glued fence building a transcript", text: "User: ```python\nlines = [\nUser: hi\nAssistant: " + hello + "\n]\n```\nWhy?\nAssistant: " + longAns + "\nUser: thanks",
+		served: servedSet{hello, longAns},
+		want:   []flatTurn{u("```python\nlines = [\nUser: hi\nAssistant: " + hello + "\n]\n```\nWhy?"), m(longAns), u("thanks")}},
+	{name: "pasted log in glued fence only", text: "User: ```\nUser: hi\nAssistant: " + hello + "\nUser: more\n```\nWhat happened here?", served: servedSet{hello}},
+	{name: "xml turns with fences", text: "<turn><user>```go\n" + goCode + "\n```\nWhat?</user><assistant>" + longAns + "</assistant></turn>\n<turn><user>```go\n" + goCode + "\n```\nNow?</user></turn>",
+		served: servedSet{longAns},
+		want:   []flatTurn{u("```go\n" + goCode + "\n```\nWhat?"), m(longAns), u("```go\n" + goCode + "\n```\nNow?")}},
+
+	// The served answer's trailing white space (defect 3).
+	{name: "trailing newline kept", text: "User: hi\nAssistant: " + hello + "\n\nUser: more", served: servedSet{hello + "\n"},
+		want: []flatTurn{u("User: hi"), m(hello + "\n"), u("more")}},
+	{name: "trailing blank lines kept", text: "User: hi\nAssistant: " + longAns + "\n\n\n\nUser: more", served: servedSet{longAns + "\n\n"},
+		want: []flatTurn{u("User: hi"), m(longAns + "\n\n"), u("more")}},
+	{name: "trailing space before closing tag", text: "<user>hi</user><assistant>" + hello + "\n</assistant><user>more</user>", served: servedSet{hello + "\n"},
+		want: []flatTurn{u("<user>hi"), m(hello + "\n"), u("more")}},
+	{name: "trailing newline the client dropped", text: "User: hi\nAssistant: " + hello + "\nUser: more", served: servedSet{hello + "\n\n"},
+		want: []flatTurn{u("User: hi"), m(hello), u("more")}},
+	{name: "trailing white space of a prefix", text: "User: hi\nAssistant: Goroutines are lightweight threads\n\nUser: more", served: servedSet{longAns + "\n"},
+		want: []flatTurn{u("User: hi"), m("Goroutines are lightweight threads"), u("more")}},
 
 	// Side tasks.
 	{name: "hint", text: "User: hi\nAssistant: " + hello + "\nUser: more", served: servedSet{hello}, hint: true},
@@ -461,6 +548,12 @@ func TestUnflattenLarge(t *testing.T) {
 		"colons":          strings.Repeat(":", mb),
 		"one long line":   "User: " + strings.Repeat("a", mb),
 		"long name lines": strings.Repeat(strings.Repeat("word ", 9)+": x\n", mb/50),
+		// Regions cut short at the next label, one after another.
+		"glued open fences": strings.Repeat("User: ```go\nx\n", mb/14),
+		"open fences":       strings.Repeat("```go\nUser: x\n", mb/14) + "```\n",
+		"open file tags":    strings.Repeat("<file>\nUser: x\n", mb/15) + "</file>",
+		"open quotes":       strings.Repeat("\"\"\"\nUser: x\n", mb/12),
+		"xml glued fences":  strings.Repeat("<user>```go\nx\n</user><assistant>y</assistant>\n", mb/45),
 	} {
 		if _, ok := unflatten(text, DefaultLexicon(), false, servedSet{hello}); ok {
 			t.Errorf("unflatten(%s) ok = true, want false", name)
