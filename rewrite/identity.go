@@ -279,17 +279,21 @@ func (e *engine) decide() {
 		o := &e.occs[i]
 		d := e.docs[o.doc]
 		switch {
-		case !compact:
+		case !compact, o.turn == e.newest && !d.split:
 			e.occs[e.versions[verKey{d.id, o.cid}]].active = true
-		case d.split:
+		case o.turn == e.newest:
 			// Pinned: the first occurrence in the newest user turn.
-			if k := (verKey{-4 - d.id, o.cid}); o.turn == e.newest && e.versions[k] == 0 {
+			if k := (verKey{-4 - d.id, o.cid}); e.versions[k] == 0 {
 				e.versions[k] = i + 1
 				o.active, o.pinned = true, true
 			}
-		case o.cid == d.latestID:
+		case o.cid != d.latestID && o.b.kind != kindImage && e.holdsLabel(o):
+			// Never superseded: it may hold turns of a transcript.
 			e.occs[e.versions[verKey{d.id, o.cid}]].active = true
 		}
+	}
+	for _, d := range e.docs {
+		e.occs[e.versions[verKey{d.id, d.latestID}]].active = true
 	}
 	// The full copy of a content is its first pinned occurrence, else its
 	// first active one, whatever document holds it. It is recorded in
@@ -328,6 +332,66 @@ func (e *engine) decide() {
 		}
 		o.replace = e.reference(o)
 	}
+}
+
+// holdsLabel reports whether the text of o, a block, has a line that
+// reads as a turn label of a flattened transcript ("User:", "Assistant：",
+// "<|user|>", "<start_of_turn>model", "<assistant>", "### Human:"): such a
+// block may be a span that fence parsing carried across turns, holding a
+// question or a served answer, and is never superseded (DESIGN §3). Real
+// code that builds a transcript only loses a saving. The test is its own,
+// not the un-flattener's, and looks at a few bytes of each line.
+func (e *engine) holdsLabel(o *occ) bool {
+	text := e.parts[o.tp].text[o.b.cstart:o.b.cend]
+	for text != "" {
+		line := text
+		if k := strings.IndexByte(text, '\n'); k >= 0 {
+			line, text = text[:k], text[k+1:]
+		} else {
+			text = ""
+		}
+		if turnLabel(line) {
+			return true
+		}
+	}
+	return false
+}
+
+// labelWords are the role words of turn labels, lower case.
+var labelWords = []string{"user", "assistant", "human", "ai", "model", "bot", "system", "gpt", "claude", "gemini", "chatgpt",
+	"usuario", "usuário", "asistente", "assistente", "modelo", "utilisateur", "用户", "助手", "人类", "模型", "ユーザー", "アシスタント"}
+
+// turnTokens are the chat-template tokens and XML tags that open a turn.
+var turnTokens = []string{"<|user|>", "<|assistant|>", "<|system|>", "<|im_start|>", "<start_of_turn>", "<user>", "<assistant>", "<human>", "<model>", "<turn>"}
+
+// turnLabel reports whether line starts with a turn label: a role word
+// followed by a colon (also after "#", "*", "[" or "_" decorations), or a
+// chat-template token.
+func turnLabel(line string) bool {
+	t := strings.TrimLeft(line, " \t")
+	if len(line)-len(t) > 3 || t == "" {
+		return false
+	}
+	switch t[0] {
+	case '<':
+		for _, p := range turnTokens {
+			if len(t) >= len(p) && strings.EqualFold(t[:len(p)], p) {
+				return true
+			}
+		}
+		return false
+	case '#', '*', '[', '_':
+		t = strings.TrimLeft(t, "#*[_ ")
+	}
+	for _, w := range labelWords {
+		if len(t) > len(w) && strings.EqualFold(t[:len(w)], w) {
+			r := strings.TrimLeft(t[len(w):], "]*_")
+			if strings.HasPrefix(r, ":") || strings.HasPrefix(r, "：") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // fullKey is the key in engine.versions of the full copy of content cid in
