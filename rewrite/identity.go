@@ -341,8 +341,54 @@ func (e *engine) decide() {
 // question or a served answer, and is never superseded (DESIGN §3). Real
 // code that builds a transcript only loses a saving. The test is its own,
 // not the un-flattener's, and looks at a few bytes of each line.
+//
+// Only a block of a text that has such a line outside its blocks is read
+// (the first label of a transcript, "User: ```go" when a fence is glued
+// to it, is outside every block): a text whose labels are all inside one
+// block quotes a transcript and is a document like any other. The answers
+// are cached, by part and by content.
 func (e *engine) holdsLabel(o *occ) bool {
-	text := e.parts[o.tp].text[o.b.cstart:o.b.cend]
+	if e.labels == nil {
+		e.labels = make([]int8, len(e.ids)+len(e.parts))
+	}
+	known := func(k int, f func() bool) bool {
+		if v := e.labels[k]; v != 0 {
+			return v > 0
+		}
+		e.labels[k] = -1
+		if f() {
+			e.labels[k] = 1
+		}
+		return e.labels[k] > 0
+	}
+	tp := &e.parts[o.tp]
+	return known(len(e.ids)+o.tp, func() bool { return freeLabel(tp) }) &&
+		known(int(o.cid), func() bool { return textHoldsLabel(tp.text[o.b.cstart:o.b.cend]) })
+}
+
+// freeLabel reports whether a line of tp outside its blocks starts with a
+// turn label.
+func freeLabel(tp *textPart) bool {
+	l := &tp.lines
+	from := 0
+	for _, b := range tp.blocks {
+		for i := from; i < min(lineAt(l, b.start)+1, l.n()); i++ {
+			if turnLabel(l.at(i)) {
+				return true
+			}
+		}
+		from = max(from, min(lineAt(l, b.end)+1, l.n()))
+	}
+	for i := from; i < l.n(); i++ {
+		if turnLabel(l.at(i)) {
+			return true
+		}
+	}
+	return false
+}
+
+// textHoldsLabel reports whether a line of text starts with a turn label.
+func textHoldsLabel(text string) bool {
 	for text != "" {
 		line := text
 		if k := strings.IndexByte(text, '\n'); k >= 0 {
@@ -366,7 +412,8 @@ var turnTokens = []string{"<|user|>", "<|assistant|>", "<|system|>", "<|im_start
 
 // turnLabel reports whether line starts with a turn label: a role word
 // followed by a colon (also after "#", "*", "[" or "_" decorations), or a
-// chat-template token.
+// chat-template token. Most lines are rejected by their first bytes: a
+// label word ends at a colon within the first few dozen bytes.
 func turnLabel(line string) bool {
 	t := strings.TrimLeft(line, " \t")
 	if len(line)-len(t) > 3 || t == "" {
@@ -383,12 +430,18 @@ func turnLabel(line string) bool {
 	case '#', '*', '[', '_':
 		t = strings.TrimLeft(t, "#*[_ ")
 	}
-	for _, w := range labelWords {
-		if len(t) > len(w) && strings.EqualFold(t[:len(w)], w) {
-			r := strings.TrimLeft(t[len(w):], "]*_")
-			if strings.HasPrefix(r, ":") || strings.HasPrefix(r, "：") {
-				return true
-			}
+	head := t[:min(len(t), 32)]
+	k := strings.IndexByte(head, ':')
+	if w := strings.Index(head, "："); w >= 0 && (k < 0 || w < k) {
+		k = w
+	}
+	if k <= 0 {
+		return false
+	}
+	w := strings.TrimRight(t[:k], "]*_")
+	for _, lw := range labelWords {
+		if len(lw) == len(w) && strings.EqualFold(lw, w) {
+			return true
 		}
 	}
 	return false

@@ -338,6 +338,9 @@ type engine struct {
 	// perTurn counts the blocks and references of each turn, once an
 	// identity test needs them (see alone).
 	perTurn []int32
+	// labels caches holdsLabel by content id, then by part: 1 yes, -1
+	// no, 0 not known.
+	labels []int8
 }
 
 // newEngine returns an engine for req that keeps its maps and documents in
