@@ -255,3 +255,96 @@ func checkTwoDocuments(t *testing.T, body []byte, opts Options, want []string) {
 		t.Errorf("not idempotent: %v; second report:\n%s", err, renderReport(rep2, nil))
 	}
 }
+
+// FuzzTwoDocuments places two fuzzed documents, with fuzzed captions, in
+// the turns of a conversation (a bit pattern picks, for each of up to four
+// user turns, which of them it sends) and checks what holds whatever their
+// identity: nothing in the newest user turn is superseded, each document
+// the newest user turn sends is in full in the output, the invariants hold
+// and the rewrite is idempotent.
+func FuzzTwoDocuments(f *testing.F) {
+	f.Add(envConfig("staging"), envConfig("production"), "Staging:", "Production:", uint8(0x1b), uint8(0))
+	f.Add(goVersion(1), goVersion(2), "Old version:", "New version:", uint8(0x0c), uint8(1))
+	f.Add(pyVersion(1), pyVersion(2), "", "", uint8(0xe4), uint8(2))
+	f.Add(goVersion(2), goVersion(1), "Here is the file:", "Here is the file:", uint8(0x36), uint8(3))
+	styles := []string{"fence", "bare", "tilde", "tag"}
+	f.Fuzz(func(t *testing.T, a, b, ca, cb string, pat, style uint8) {
+		opts := DefaultOptions()
+		opts.MinBlockBytes = 64
+		docs := [2]string{a, b}
+		capts := [2]string{ca, cb}
+		turns := 1 + int(pat>>6)
+		var contents []map[string]any
+		var newest []string
+		for ti := range turns {
+			var text []string
+			var sent []string
+			for k := range 2 {
+				if pat>>(2*ti+k)&1 == 1 {
+					s := wrap(styles[int(style)%len(styles)], "yaml", "", docs[k])
+					if capts[k] != "" {
+						s = capts[k] + "\n" + s
+					}
+					text = append(text, s)
+					sent = append(sent, docs[k])
+				}
+			}
+			text = append(text, "What changed?")
+			contents = append(contents, map[string]any{"role": "user", "parts": []map[string]any{{"text": strings.Join(text, "\n")}}})
+			if ti < turns-1 {
+				contents = append(contents, map[string]any{"role": "model", "parts": []map[string]any{{"text": "A few lines."}}})
+			} else {
+				newest = sent
+			}
+		}
+		body, err := json.Marshal(map[string]any{"contents": contents})
+		if err != nil {
+			t.Skip()
+		}
+		out, rep, err := Request(body, opts, nil)
+		if err != nil {
+			return // not rewritten: the original goes
+		}
+		if err := checkInvariants(body, out, rep, opts, nil); err != nil {
+			t.Fatalf("invariant: %v", err)
+		}
+		last := len(contents) - 1
+		for _, r := range rep.Replacements {
+			if r.Rule == RuleSuperseded && r.Turn == last {
+				t.Fatalf("superseded in the newest user turn: %+v", r)
+			}
+		}
+		var req struct {
+			Contents []struct {
+				Parts []struct {
+					Text string `json:"text"`
+				} `json:"parts"`
+			} `json:"contents"`
+		}
+		if err := json.Unmarshal(out, &req); err != nil {
+			t.Fatalf("output is not JSON: %v", err)
+		}
+		var all strings.Builder
+		for _, c := range req.Contents {
+			for _, p := range c.Parts {
+				all.WriteString(p.Text)
+				all.WriteString("\x00")
+			}
+		}
+		for _, d := range newest {
+			// A document that ends a fence early, or holds what the
+			// segmenter reads as another block, is not one block: only
+			// clean documents are checked.
+			if strings.ContainsAny(d, "`~<[\x00") || strings.Contains(d, "\r") || strings.TrimSpace(d) == "" {
+				continue
+			}
+			if !strings.Contains(all.String(), d) {
+				t.Fatalf("document of the newest user turn not in full:\n%q\noutput:\n%s", d, out)
+			}
+		}
+		again, rep2, err := Request(out, opts, nil)
+		if err != nil || string(again) != string(out) || rep2.Changed() {
+			t.Fatalf("not idempotent: %v; second report:\n%s", err, renderReport(rep2, nil))
+		}
+	})
+}
