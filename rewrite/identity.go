@@ -14,20 +14,27 @@ import (
 //     same document, unless their captions differ.
 //   - Otherwise an unnamed block continues an earlier document only across
 //     turns, never one that already has a block in the same turn, and only
-//     on positive evidence beyond line similarity: the same lead-in line
-//     in a user turn as one of the document's user-turn occurrences, or the
-//     document's last occurrence being in the turn right before, of the
-//     other role (a model's proposal, or the user's copy that the model
-//     answers with a new version). The block must then resemble the
-//     document's latest version (line-set similarity ≥ Options.Similarity),
-//     and no other document may have the same evidence and similarity:
-//     when two documents could be the one continued, the block is a
-//     document of its own. Being the only block in both turns is not
-//     taken as evidence, nor is the same tag with the same attributes:
-//     two environments' configurations are often sent one per turn, in
-//     the same wrapper, and tell themselves apart only in prose.
+//     on positive evidence beyond line similarity (evidence): in a user
+//     turn with a lead-in line, the same lead-in as one of the document's
+//     user-turn occurrences; in a model turn or without a lead-in, the
+//     document's last occurrence being the one block of the turn right
+//     before, of the other role, and the block the one block of its own
+//     turn (a model's proposal for the file the user just sent, or the
+//     user's copy of the model's proposal). An unnamed tag needs the same
+//     opening tag as well. The block must then resemble the document's
+//     latest version (line-set similarity ≥ Options.Similarity), and no
+//     other document may have the same evidence: when two documents could
+//     be the one continued, the block is a document of its own. Being the
+//     only block in two turns further apart is not evidence, nor is the
+//     same tag with the same attributes alone: two environments' configs
+//     are often sent one per turn, in the same wrapper, and tell
+//     themselves apart only in prose.
 //   - Blocks whose captions (lead-in lines in user turns, opening tags of
 //     unnamed tags) differ are never one document.
+//
+// Each test asks only for what the blocks kept in full show, so that
+// rewriting the output again, where copies became references, finds no
+// evidence the first rewrite did not (idempotence).
 //
 // When in doubt, two documents: a missed saving costs cents, a lost
 // document costs the user's trust.
@@ -102,10 +109,6 @@ func (e *engine) conflict(o *occ, d *doc) bool {
 //     other block or reference (a model's proposal for the file the user
 //     just sent, or the user's copy of the model's proposal);
 //   - an unnamed tag continues only a document opened by the same tag.
-//
-// Each test only asks for what a copy of the document in full shows, so
-// that rewriting the output again, where copies became references, never
-// finds evidence the first rewrite did not.
 func (e *engine) evidence(o *occ, d *doc) (ok, lead bool) {
 	if o.b.name == "" && o.open != "" && !slices.Contains(d.opens, o.open) {
 		return false, false
