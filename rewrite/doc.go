@@ -63,9 +63,10 @@
 // document of its file name; two blocks in one turn are two documents
 // unless they share a name. An unnamed block continues an earlier
 // document only across turns and on evidence beyond line similarity: the
-// same lead-in line in a user turn, or being the one block of its turn
-// right after the document's one block in the other role (a model's
-// proposal, or the user's copy of one); it must then resemble the
+// same lead-in line in a user turn (one that introduces no two blocks of
+// a turn, in a turn that re-sends no other copy), or being the one block
+// of its turn right after the document's one block in the other role (a
+// model's proposal, or the user's copy of one); it must then resemble the
 // document's latest version (line-set similarity ≥ Options.Similarity),
 // and differing lead-ins or opening tags, or two documents that could be
 // continued, keep it a document of its own. An exact repeat of an unnamed

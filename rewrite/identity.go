@@ -16,7 +16,9 @@ import (
 //     turns, never one that already has a block in the same turn, and only
 //     on positive evidence beyond line similarity (evidence): in a user
 //     turn with a lead-in line, the same lead-in as one of the document's
-//     user-turn occurrences; in a model turn or without a lead-in, the
+//     user-turn occurrences, when the turn holds no other repeat or
+//     reference and the lead-in never stands above two blocks of one turn;
+//     in a model turn or without a lead-in, the
 //     document's last occurrence being the one block of the turn right
 //     before, of the other role, and the block the one block of its own
 //     turn (a model's proposal for the file the user just sent, or the
@@ -102,7 +104,12 @@ func (e *engine) conflict(o *occ, d *doc) bool {
 //
 //   - o, in a user turn with a lead-in line, continues only a document
 //     that had the same lead-in in a user turn (the template of a client
-//     that re-sends its file each turn);
+//     that re-sends its file each turn), and only when o's turn holds no
+//     other reference, run or exact repeat of an earlier block (once
+//     rewritten, a reference there may stand for another copy of that
+//     document, which makes o a second document of the turn) and the
+//     lead-in stands above no two blocks or references of one turn
+//     ("Here is the config:" above two configs names neither);
 //   - o, in a model turn or without a lead-in, continues only the
 //     document whose last occurrence is in the turn right before, of the
 //     other role, when each of the two turns holds that one block and no
@@ -114,41 +121,138 @@ func (e *engine) evidence(o *occ, d *doc) (ok, lead bool) {
 		return false, false
 	}
 	if o.lead != "" && e.role(o.turn) == "user" {
-		ok = slices.Contains(d.leads, o.lead)
+		c := e.census()
+		others := c.repeats[o.turn]
+		if o.repeat {
+			others-- // o itself is not a reference once it continues d
+		}
+		ok = slices.Contains(d.leads, o.lead) && others == 0 && !c.ambiguous[o.lead]
 		return ok, ok
 	}
 	t := int(e.occs[d.last].turn)
 	return t == o.turn-1 && e.role(t) != e.role(o.turn) && e.alone(t) && e.alone(o.turn), false
 }
 
-// alone reports whether turn t holds exactly one block or reference: its
-// blocks, the inlineData parts among them, the runs found in it and the
-// reference lines of its texts, counted once for the request.
-func (e *engine) alone(t int) bool {
-	if e.perTurn == nil {
-		e.perTurn = make([]int32, len(e.req.contents))
-		for k := range e.parts {
-			tp := &e.parts[k]
-			n := len(tp.blocks)
-			for i := range tp.lines.n() {
-				if s := tp.lines.at(i); strings.IndexByte(s, '[') >= 0 && isRefLine(s) {
-					n++
-				}
+// alone reports whether turn t holds exactly one block or reference.
+func (e *engine) alone(t int) bool { return e.census().blocks[t] == 1 }
+
+// turnCensus counts what each turn holds, for the identity tests.
+type turnCensus struct {
+	// blocks counts a turn's blocks, the inlineData parts among them, the
+	// runs found in it and the reference lines of its texts.
+	blocks []int32
+	// repeats counts the reference lines, runs and exact repeats of an
+	// earlier block that a turn holds: there, once rewritten, a reference
+	// may stand for a copy of any document (occ.repeat marks the exact
+	// repeats).
+	repeats []int32
+	// ambiguous holds the lead-in lines that stand above two blocks or
+	// references of one user turn: they name neither.
+	ambiguous map[string]bool
+}
+
+// census returns the turn census, made once per request.
+func (e *engine) census() *turnCensus {
+	c := &e.turns
+	if c.blocks != nil {
+		return c
+	}
+	c.blocks = make([]int32, len(e.req.contents))
+	c.repeats = make([]int32, len(e.req.contents))
+	for k := range e.parts {
+		tp := &e.parts[k]
+		n := len(tp.blocks)
+		for i := range tp.lines.n() {
+			if s := tp.lines.at(i); strings.IndexByte(s, '[') >= 0 && isRefLine(s) {
+				n++
+				c.repeats[tp.turn]++
 			}
-			e.perTurn[tp.turn] += int32(n)
 		}
-		for _, r := range e.runs {
-			e.perTurn[r.turn]++
-		}
-		for ti := range e.req.contents {
-			for pi := range e.req.contents[ti].parts {
-				if e.req.contents[ti].parts[pi].kind == partInline {
-					e.perTurn[ti]++
-				}
+		c.blocks[tp.turn] += int32(n)
+	}
+	for _, r := range e.runs {
+		c.blocks[r.turn]++
+		c.repeats[r.turn]++
+	}
+	for ti := range e.req.contents {
+		for pi := range e.req.contents[ti].parts {
+			if e.req.contents[ti].parts[pi].kind == partInline {
+				c.blocks[ti]++
 			}
 		}
 	}
-	return e.perTurn[t] == 1
+	c.ambiguous = e.ambiguousLeads()
+	seen := make([]bool, len(e.ids))
+	for i := range e.occs {
+		o := &e.occs[i]
+		if seen[o.cid] {
+			c.repeats[o.turn]++
+			o.repeat = true
+		}
+		seen[o.cid] = true
+	}
+	return c
+}
+
+// ambiguousLeads returns the lead-in lines that stand above two blocks or
+// reference lines of one user turn (see leadIn), or nil. Reference lines
+// count as the blocks they replaced, so that the output, rewritten again,
+// finds the same.
+func (e *engine) ambiguousLeads() map[string]bool {
+	var out map[string]bool
+	var count map[string]int
+	for k := 0; k < len(e.parts); k++ {
+		tp := &e.parts[k]
+		if e.role(tp.turn) != "user" {
+			continue
+		}
+		if k == 0 || e.parts[k-1].turn != tp.turn {
+			clear(count)
+		}
+		see := func(lead string) {
+			if lead == "" {
+				return
+			}
+			if count == nil {
+				count = map[string]int{}
+			}
+			if count[lead]++; count[lead] == 2 {
+				if out == nil {
+					out = map[string]bool{}
+				}
+				out[lead] = true
+			}
+		}
+		l := &tp.lines
+		last, blanks := "", 0
+		j := 0 // the next block
+		for i := 0; i < l.n(); i++ {
+			if j < len(tp.blocks) && l.s(i) <= tp.blocks[j].start && tp.blocks[j].start <= l.e(i) {
+				see(leadIn(tp, j))
+				i = lineAt(l, tp.blocks[j].end)
+				j++
+				last, blanks = "", 0
+				continue
+			}
+			line := strings.TrimSpace(l.at(i))
+			switch {
+			case i < len(tp.gone) && tp.gone[i]:
+				last, blanks = "", 0
+			case line == "":
+				if blanks++; blanks > 2 {
+					last = ""
+				}
+			case isRefLine(line):
+				see(last)
+				last, blanks = "", 0
+			case len(line) > 240:
+				last, blanks = "", 0
+			default:
+				last, blanks = line, 0
+			}
+		}
+	}
+	return out
 }
 
 func (e *engine) identify(o *occ) int {

@@ -3,6 +3,7 @@ package rewrite
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -347,4 +348,73 @@ func FuzzTwoDocuments(f *testing.F) {
 			t.Fatalf("not idempotent: %v; second report:\n%s", err, renderReport(rep2, nil))
 		}
 	})
+}
+
+// TestIdentityMixes rewrites conversations drawn at random (a fixed seed)
+// from three similar documents, each sent by the user or proposed by the
+// model, with or without one of a few captions and names, one to three
+// blocks per turn, and checks what holds in any mix: nothing in the newest
+// user turn is superseded, each document the newest user turn sends is in
+// full in the output, the invariants hold and the rewrite is idempotent.
+func TestIdentityMixes(t *testing.T) {
+	docs := []string{envConfig("staging"), envConfig("production"), strings.Replace(envConfig("staging"), "tag: 2.14.0", "tag: 2.15.1", 1)}
+	captions := []string{"", "", "Here is the config:", "This is our staging config:", "And this is production:"}
+	names := []string{"", "", "", "config.yaml"}
+	styles := []string{"fence", "bare", "tag"}
+	rng := rand.New(rand.NewPCG(13, 1))
+	opts := DefaultOptions()
+	for n := range 2000 {
+		turns := 1 + rng.IntN(6)
+		var contents []map[string]any
+		var newest []string
+		for ti := range turns {
+			role := "user"
+			if ti%2 == 1 {
+				role = "model"
+			}
+			var text []string
+			var sent []string
+			for range rng.IntN(4) {
+				d := docs[rng.IntN(len(docs))]
+				s := wrap(styles[rng.IntN(len(styles))], "yaml", names[rng.IntN(len(names))], d)
+				if c := captions[rng.IntN(len(captions))]; c != "" {
+					s = c + "\n" + s
+				}
+				text = append(text, s)
+				sent = append(sent, d)
+			}
+			text = append(text, fmt.Sprintf("Sentence %d.", ti))
+			contents = append(contents, map[string]any{"role": role, "parts": []map[string]any{{"text": strings.Join(text, "\n")}}})
+			newest = sent
+		}
+		if turns%2 == 0 { // end on a user turn
+			contents = append(contents, map[string]any{"role": "user", "parts": []map[string]any{{"text": "And now?"}}})
+			newest = nil
+		}
+		body, err := json.Marshal(map[string]any{"contents": contents})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, rep, err := Request(body, opts, nil)
+		if err != nil {
+			t.Fatalf("case %d: %v", n, err)
+		}
+		if err := checkInvariants(body, out, rep, opts, nil); err != nil {
+			t.Fatalf("case %d: invariant: %v", n, err)
+		}
+		for _, r := range rep.Replacements {
+			if r.Rule == RuleSuperseded && r.Turn == len(contents)-1 {
+				t.Fatalf("case %d: superseded in the newest user turn: %+v\n%s", n, r, body)
+			}
+		}
+		for _, d := range newest {
+			if !strings.Contains(string(out), strings.ReplaceAll(strings.ReplaceAll(d, "\n", `\n`), `"`, `\"`)) {
+				t.Fatalf("case %d: a document of the newest user turn is not in full:\n%s\noutput:\n%s", n, body, out)
+			}
+		}
+		again, rep2, err := Request(out, opts, nil)
+		if err != nil || string(again) != string(out) || rep2.Changed() {
+			t.Fatalf("case %d: not idempotent: %v; second report:\n%s\ninput:\n%s\noutput:\n%s", n, err, renderReport(rep2, nil), body, out)
+		}
+	}
 }

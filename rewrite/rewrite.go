@@ -269,12 +269,14 @@ type occ struct {
 	// that may keep its full text, pinned one in the newest user turn
 	// (see decide).
 	active, pinned bool
-	sha            string
-	ref            string
-	refEsc         bool   // ref holds a byte that JSON escapes (set with ref)
-	refName        string // the name inside ref, when refText made it
-	refBytes       int
-	from           loc // a run: the part and line where its earlier copy starts
+	// repeat marks an exact repeat of an earlier block (turnCensus).
+	repeat   bool
+	sha      string
+	ref      string
+	refEsc   bool   // ref holds a byte that JSON escapes (set with ref)
+	refName  string // the name inside ref, when refText made it
+	refBytes int
+	from     loc // a run: the part and line where its earlier copy starts
 }
 
 // doc is one document: every block that is a version of the same file.
@@ -335,9 +337,8 @@ type engine struct {
 	// newest is the index of the newest user turn (-1: none), nothing of
 	// which is ever superseded.
 	newest int
-	// perTurn counts the blocks and references of each turn, once an
-	// identity test needs them (see alone).
-	perTurn []int32
+	// turns is the turn census, once an identity test needs it.
+	turns turnCensus
 	// labels caches holdsLabel by content id, then by part: 1 yes, -1
 	// no, 0 not known.
 	labels []int8
@@ -489,6 +490,9 @@ func (e *engine) analyse() error {
 			}
 		}
 	}
+	for i := range e.occs {
+		e.place(i)
+	}
 	e.decide()
 	return nil
 }
@@ -520,8 +524,9 @@ func decodeBase64(raw []byte, esc bool) (string, bool) {
 	return string(b), true
 }
 
-// add assigns an occurrence to a document (DESIGN §3 "Identity"). o.cid
-// is the id of o.content when known, else -1.
+// add appends an occurrence, with the id of its content; o.cid is that id
+// when known, else -1. Its document is assigned later (place), once every
+// occurrence is known.
 func (e *engine) add(o occ) {
 	if o.cid < 0 {
 		id, ok := e.ids[o.content]
@@ -532,11 +537,16 @@ func (e *engine) add(o occ) {
 		}
 		o.cid = id
 	}
-	o.doc = e.identify(&o)
 	o.next = -1
-	d := e.docs[o.doc]
 	e.occs = append(e.occs, o)
-	idx := len(e.occs) - 1
+}
+
+// place assigns occurrence idx to a document (DESIGN §3 "Identity"),
+// after the occurrences before it.
+func (e *engine) place(idx int) {
+	o := &e.occs[idx]
+	o.doc = e.identify(o)
+	d := e.docs[o.doc]
 	if d.first < 0 {
 		d.first = int32(idx)
 	} else {
