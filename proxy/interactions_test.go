@@ -800,9 +800,11 @@ func TestInteractionsErrorStatuses(t *testing.T) {
 }
 
 // TestInteractionsSessionSupersededNotSent: a session request holding two
-// versions of a file sends the older one as a superseded reference; the
-// next request of the session that sends the older version again must
-// carry it in full, since the upstream never saw it (issue 8 review).
+// versions of a file, the older in an earlier turn, sends the older one as
+// a superseded reference; the next request of the session that sends the
+// older version again must carry it in full, since the upstream never saw
+// it (issue 8 review). Both versions sent in the new turn, to be compared,
+// both go in full (issue 13).
 func TestInteractionsSessionSupersededNotSent(t *testing.T) {
 	f := newIxFixture(t, emulator.Options{})
 	file := func(v int) string {
@@ -821,7 +823,18 @@ func TestInteractionsSessionSupersededNotSent(t *testing.T) {
 		}
 		return lastReceived(t, f.emu)
 	}
-	r1 := ask("Old:\n```go a.go\n" + v1 + "```\nNew:\n```go a.go\n" + v2 + "```\nWhat changed?")
+	compare := "Old:\n```go a.go\n" + v1 + "```\nNew:\n```go a.go\n" + v2 + "```\nWhat changed?"
+	code, got := call(t, f.front.URL, genURL, keyA, fmt.Sprintf(turnsJSON, userTurn(compare)), HeaderSession, "s0")
+	if r0 := lastReceived(t, f.emu); code != 200 || !strings.Contains(string(r0.Body), "return 39 + 1") || !strings.Contains(string(r0.Body), "return 39 + 2") {
+		t.Fatalf("two versions compared in the new turn: status %d, want both in full:\n%s\n%s", code, r0.Body, got)
+	}
+	code, got = call(t, f.front.URL, genURL, keyA, fmt.Sprintf(turnsJSON, strings.Join([]string{
+		userTurn("```go a.go\n" + v1 + "```\nWhat does it do?"), modelTurn("It adds one."), userTurn("Now:\n```go a.go\n" + v2 + "```\nWhat changed?"),
+	}, ",")), HeaderSession, "s1")
+	if code != 200 {
+		t.Fatalf("status %d: %s", code, got)
+	}
+	r1 := lastReceived(t, f.emu)
 	if strings.Contains(string(r1.Body), "return 39 + 1") || !strings.Contains(string(r1.Body), "return 39 + 2") {
 		t.Fatalf("first request: want v1 superseded and v2 in full:\n%s", r1.Body)
 	}

@@ -72,7 +72,7 @@ func (e *engine) source(o *occ) (q, delta int, ok bool) {
 	if o.b.kind == kindRun {
 		q, delta = int(o.from.tp), int(o.from.line)-lineAt(l, o.b.start)
 	} else {
-		t := &e.occs[e.versions[verKey{int32(o.doc), o.cid}]]
+		t := &e.occs[e.versions[fullKey(o, o.cid)]-1] // the full copy (decide)
 		if t.tp < 0 {
 			return 0, 0, false
 		}
@@ -135,7 +135,7 @@ func (e *engine) group(reps []*occ, i int, done []*occ) (int, *occ) {
 			}
 			return match(a, z)
 		}
-		t := &e.occs[e.versions[verKey{int32(r.doc), r.cid}]]
+		t := &e.occs[e.versions[fullKey(r, r.cid)]-1]
 		ca, ce := lineAt(l, r.b.cstart), lineAt(l, r.b.cend)
 		if t.tp != q || ca+delta >= m.n() || ce+delta >= m.n() || ca+delta < 0 ||
 			lineAt(m, t.b.cstart) != ca+delta || lineAt(m, t.b.cend) != ce+delta ||

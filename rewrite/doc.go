@@ -59,21 +59,39 @@
 // verbatim. A whole inlineData part is a block compared by its decoded
 // bytes, so standard and URL-safe base64 are the same block.
 //
-// A block belongs to a document: its file name when it has one, else the
-// earlier document whose latest version it resembles most (line-set
-// similarity ≥ Options.Similarity), else a document of its own. A block that
-// is a strict substring of less than half of a document's latest version (a
-// retrieval chunk), or the reverse, is a document of its own: it is only
-// ever replaced by a reference to an identical block. So is a named block
-// less than half the size of its file's latest version once the substring
-// tests of one request have scanned 8× the body (many small blocks named as
-// one huge file would otherwise cost their number times its size). The
-// active version of
-// a document is the content of its latest occurrence; its first full copy is
-// kept, later copies become unchanged references and copies of older
-// versions superseded references (Options.CompactSuperseded). Line endings
-// are normalised only for comparison. A block is replaced only when it is at
-// least Options.MinBlockBytes long and its reference at most half its size.
+// A block belongs to a document (identity.go): a named block to the
+// document of its file name; two blocks in one turn are two documents
+// unless they share a name. An unnamed block continues an earlier
+// document only across turns and on evidence beyond line similarity: the
+// same lead-in line in a user turn (one that introduces no two blocks of
+// a turn, in a turn that re-sends no other copy), or being the one block
+// of its turn right after the document's one block in the other role (a
+// model's proposal, or the user's copy of one); it must then resemble the
+// document's latest version (line-set similarity ≥ Options.Similarity),
+// and differing lead-ins or opening tags, or two documents that could be
+// continued, keep it a document of its own. An exact repeat of an unnamed
+// block belongs to the same document unless its lead-in differs. A block
+// that is a strict substring of less than half of a document's latest
+// version (a retrieval chunk), or the reverse, is a document of its own:
+// it is only ever replaced by a reference to an identical block. So is a
+// named block less than half the size of its file's latest version once
+// the substring tests of one request have scanned 8× the body (many small
+// blocks named as one huge file would otherwise cost their number times
+// its size).
+//
+// The active versions of a document are its latest version (the content
+// of its latest occurrence) and every version in the newest user turn.
+// The full text of each active content is kept once, at its first
+// occurrence as an active version (in the newest user turn when that turn
+// holds an older version, so that a second rewrite finds nothing to
+// supersede); its other copies become unchanged references, whichever
+// document they belong to. Copies of other versions, which are never in
+// the newest user turn, become superseded references to the latest
+// (Options.CompactSuperseded), unless the block holds a line that reads as
+// a transcript turn label. Runs of repeated lines are only ever unchanged
+// references. Line endings are normalised only for comparison. A block is
+// replaced only when it is at least Options.MinBlockBytes long and its
+// reference at most half its size.
 //
 // Consecutive unchanged references in one text part, with the text between
 // them, become one reference when that whole span, grown over the lines

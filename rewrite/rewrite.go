@@ -256,12 +256,21 @@ type occ struct {
 	doc    int
 	next   int32 // the document's next occurrence; -1 for none
 	// decision
-	replace  bool
-	rule     Rule
-	target   int  // turn holding the full copy
-	later    bool // the full copy comes after o
-	super    bool // o is an older version (superseded reference)
-	img      *part
+	replace bool
+	rule    Rule
+	target  int  // turn holding the full copy
+	later   bool // the full copy comes after o
+	super   bool // o is an older version (superseded reference)
+	img     *part
+	// lead is the caption or lead-in line right above the block and open
+	// its opening tag, for identity (see leadIn); both "" when none.
+	lead, open string
+	// active marks the occurrence of an active version of its document
+	// that may keep its full text, pinned one in the newest user turn
+	// (see decide).
+	active, pinned bool
+	// repeat marks an exact repeat of an earlier block (turnCensus).
+	repeat   bool
 	sha      string
 	ref      string
 	refEsc   bool   // ref holds a byte that JSON escapes (set with ref)
@@ -282,7 +291,21 @@ type doc struct {
 	set         []uint64 // lineSet(latest), computed lazily
 	hasSet      bool
 	id          int32 // index into engine.docs
+	// leads and opens are the distinct lead-in lines of the document's
+	// occurrences in user turns and the opening tags of its tag
+	// occurrences, at most maxLeads each; overLeads and overOpens are set
+	// when more were seen. They are the captions that tell two documents
+	// apart (identity.go).
+	leads, opens         []string
+	overLeads, overOpens bool
+	// split is set when the newest user turn holds an older version of
+	// the document (see decide).
+	split bool
 }
+
+// maxLeads bounds the captions a document remembers; one that has seen
+// more takes any caption it does not hold as a different one.
+const maxLeads = 4
 
 // verKey names one version of a document: the document and a content id.
 type verKey struct{ doc, cid int32 }
@@ -311,6 +334,14 @@ type engine struct {
 	// exhaustive turns off the shortcuts that must change nothing (the
 	// segmentation reuse, the run pre-test), for tests to compare.
 	exhaustive bool
+	// newest is the index of the newest user turn (-1: none), nothing of
+	// which is ever superseded.
+	newest int
+	// turns is the turn census, once an identity test needs it.
+	turns turnCensus
+	// labels caches holdsLabel by content id, then by part: 1 yes, -1
+	// no, 0 not known.
+	labels []int8
 }
 
 // newEngine returns an engine for req that keeps its maps and documents in
@@ -411,6 +442,13 @@ func (e *engine) analyse() error {
 		}
 	}
 	e.findRuns()
+	e.newest = -1
+	for ti := len(e.req.contents) - 1; ti >= 0; ti-- {
+		if e.role(ti) == "user" {
+			e.newest = ti
+			break
+		}
+	}
 	// Occurrences in request order: parts in order, blocks in order, images
 	// interleaved by their position. A block that segReuse copied has the
 	// content of the block it copied: its occurrence shares that string
@@ -426,7 +464,10 @@ func (e *engine) analyse() error {
 			case partText:
 				tp := &e.parts[k]
 				for j, b := range tp.blocks {
-					o := occ{tp: k, turn: ti, part: pi, b: b, cid: -1}
+					o := occ{tp: k, turn: ti, part: pi, b: b, cid: -1, lead: leadIn(tp, j)}
+					if b.kind == kindTag {
+						o.open = strings.TrimSpace(tp.text[b.start:b.cstart])
+					}
 					if tp.blockOff >= 0 {
 						if src := st.copyOf[tp.blockOff+j]; src >= 0 {
 							q := &e.occs[st.occOf[src]]
@@ -448,6 +489,9 @@ func (e *engine) analyse() error {
 				}
 			}
 		}
+	}
+	for i := range e.occs {
+		e.place(i)
 	}
 	e.decide()
 	return nil
@@ -480,8 +524,9 @@ func decodeBase64(raw []byte, esc bool) (string, bool) {
 	return string(b), true
 }
 
-// add assigns an occurrence to a document (DESIGN §3 "Identity"). o.cid
-// is the id of o.content when known, else -1.
+// add appends an occurrence, with the id of its content; o.cid is that id
+// when known, else -1. Its document is assigned later (place), once every
+// occurrence is known.
 func (e *engine) add(o occ) {
 	if o.cid < 0 {
 		id, ok := e.ids[o.content]
@@ -492,11 +537,16 @@ func (e *engine) add(o occ) {
 		}
 		o.cid = id
 	}
-	o.doc = e.identify(&o)
 	o.next = -1
-	d := e.docs[o.doc]
 	e.occs = append(e.occs, o)
-	idx := len(e.occs) - 1
+}
+
+// place assigns occurrence idx to a document (DESIGN §3 "Identity"),
+// after the occurrences before it.
+func (e *engine) place(idx int) {
+	o := &e.occs[idx]
+	o.doc = e.identify(o)
+	d := e.docs[o.doc]
 	if d.first < 0 {
 		d.first = int32(idx)
 	} else {
@@ -514,6 +564,12 @@ func (e *engine) add(o occ) {
 	if d.latestID != o.cid {
 		d.latest, d.latestID, d.hasSet, d.set = o.content, o.cid, false, nil
 	}
+	if o.lead != "" && e.role(o.turn) == "user" {
+		d.leads = remember(d.leads, o.lead, &d.overLeads)
+	}
+	if o.open != "" {
+		d.opens = remember(d.opens, o.open, &d.overOpens)
+	}
 }
 
 func (e *engine) newDoc(name string, kind blockKind) int {
@@ -526,93 +582,6 @@ func (e *engine) newDoc(name string, kind blockKind) int {
 	st.docs = append(st.docs, doc{name: name, kind: kind, latestID: -1, id: int32(len(e.docs)), first: -1, last: -1})
 	e.docs = append(e.docs, &st.docs[len(st.docs)-1])
 	return len(e.docs) - 1
-}
-
-func (e *engine) identify(o *occ) int {
-	switch k := o.b.kind; {
-	case k == kindImage:
-		key := "\x00image\x00" + o.content
-		if d, ok := e.byName[key]; ok {
-			return d
-		}
-		d := e.newDoc(o.b.name, k)
-		e.byName[key] = d
-		return d
-	case k.secondary():
-		key := "\x00" + o.b.name
-		if d, ok := e.byName[key]; ok {
-			return d
-		}
-		d := e.newDoc(o.b.name, k)
-		e.byName[key] = d
-		return d
-	}
-	if o.b.name != "" {
-		key := cleanName(o.b.name)
-		d, ok := e.byName[key]
-		if !ok {
-			d = e.newDoc(o.b.name, o.b.kind)
-			e.byName[key] = d
-			return d
-		}
-		if _, same := e.versions[verKey{int32(d), o.cid}]; same {
-			return d
-		}
-		if td := e.byText[o.cid]; td >= 0 && cleanName(e.docs[td].name) == key {
-			return int(td) // a repeat of a retrieval chunk of this file
-		}
-		latest := e.docs[d].latest
-		if len(o.content)*2 < len(latest) {
-			// Testing a small block against a large latest version scans
-			// the latest, which need not be sent again: many small blocks
-			// named as one huge file would cost their number times its
-			// size. Past a budget linear in the body, such a block is a
-			// document of its own, as a retrieval chunk is: it is then
-			// never taken as a newer version, so nothing is superseded.
-			if e.chunkScan < len(latest) {
-				return e.newDoc(o.b.name, o.b.kind)
-			}
-			e.chunkScan -= len(latest)
-		}
-		switch chunk(latest, o.content) {
-		case -1: // a retrieval chunk of the file: a document of its own
-			return e.newDoc(o.b.name, o.b.kind)
-		case 1: // the earlier copy was a chunk of this one
-			d = e.newDoc(o.b.name, o.b.kind)
-			e.byName[key] = d
-		}
-		return d
-	}
-	if d := e.byText[o.cid]; d >= 0 {
-		return int(d)
-	}
-	set := lineSet(o.content)
-	best, bestSim := -1, e.opts.Similarity
-	// Compare with the most recent documents only, and only those whose
-	// size allows the similarity (Jaccard ≤ min/max), so that a request
-	// with many distinct blocks stays near linear.
-	for i := len(e.docs) - 1; i >= 0 && i >= len(e.docs)-maxCandidates; i-- {
-		d := e.docs[i]
-		if d.kind == kindImage || d.kind.secondary() {
-			continue
-		}
-		if lo, hi := min(len(d.latest), len(o.content)), max(len(d.latest), len(o.content)); float64(lo) < e.opts.Similarity*float64(hi)/4 {
-			continue
-		}
-		if !d.hasSet {
-			d.set, d.hasSet = lineSet(d.latest), true
-		}
-		if sim := similarity(set, d.set); sim >= bestSim && (best < 0 || sim >= bestSim) {
-			if chunk(d.latest, o.content) != 0 {
-				continue
-			}
-			best, bestSim = i, sim
-		}
-	}
-	if best >= 0 {
-		return best
-	}
-	return e.newDoc(firstLine(o.content), o.b.kind)
 }
 
 // chunkScanFactor bounds the bytes that the retrieval-chunk tests of named
@@ -657,43 +626,6 @@ func firstLine(s string) string {
 		}
 	}
 	return ""
-}
-
-// decide applies "keep once" to every document (DESIGN §3).
-func (e *engine) decide() {
-	for _, d := range e.docs {
-		keep := e.versions[verKey{d.id, d.latestID}]
-		for i := d.first; i >= 0; i = e.occs[i].next {
-			idx := int(i)
-			o := &e.occs[idx]
-			if idx == keep {
-				continue
-			}
-			target := keep
-			switch {
-			case o.cid == d.latestID:
-			case e.opts.CompactSuperseded:
-				o.super = true
-			default:
-				target = e.versions[verKey{d.id, o.cid}]
-				if target == idx {
-					continue
-				}
-			}
-			o.target = e.occs[target].turn
-			o.later = target > idx
-			o.rule = RuleUnchanged
-			switch {
-			case o.b.kind == kindImage:
-				o.rule = RuleImage
-			case o.b.kind.secondary():
-				o.rule = RuleSecondary
-			case o.super:
-				o.rule = RuleSuperseded
-			}
-			o.replace = e.reference(o)
-		}
-	}
 }
 
 // segReuse segments the texts of one request into st.blocks, starting

@@ -131,25 +131,39 @@ func TestElideErrors(t *testing.T) {
 }
 
 // TestSessionBlocks: the blocks of the body that is sent are those whose
-// full copy is in it. A file's older version that Request turned into a
-// superseded reference is listed by Report.Blocks but not by
-// SessionBlocks, since the upstream never saw it (issue 8 review).
+// full copy is in it. A block of the new turn that Request turned into a
+// reference is listed by Report.Blocks but not by SessionBlocks, since
+// the upstream never saw that copy (issue 8 review). Nothing in the new
+// turn is ever superseded (issue 13): two versions of a file sent to be
+// compared are both listed, and both sent.
 func TestSessionBlocks(t *testing.T) {
 	opts := rewrite.DefaultOptions()
 	v1, v2 := sessionFile(1), sessionFile(2)
-	body := sessionBody(t, "Old:\n```go a.go\n"+v1+"```\nNew:\n```go a.go\n"+v2+"```\nWhat changed?")
-	rw, rep, err := rewrite.Request(body, opts, nil)
+	compare := sessionBody(t, "Old:\n```go a.go\n"+v1+"```\nNew:\n```go a.go\n"+v2+"```\nWhat changed?")
+	rw, rep, err := rewrite.Request(compare, opts, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if text := lastText(t, rw); strings.Contains(text, v1) || !strings.Contains(text, v2) {
-		t.Fatalf("Request did not supersede v1 by v2:\n%s", text)
+	if text := lastText(t, rw); !strings.Contains(text, v1) || !strings.Contains(text, v2) || len(rep.Replacements) > 0 {
+		t.Fatalf("Request replaced a version the user compares: %v\n%s", rep.Replacements, text)
+	}
+	if got, err := rewrite.SessionBlocks(rw, opts); err != nil || !cmp.Equal(got, rep.Blocks) || len(got) != 2 {
+		t.Errorf("SessionBlocks of two versions = %v, %v; want Report.Blocks %v", got, err, rep.Blocks)
+	}
+	// The same version again, in another wrapper: an unchanged reference.
+	body := sessionBody(t, "Old:\n```go a.go\n"+v1+"```\nAs a tag:\n<file path=\"a.go\">\n"+v1+"</file>\nSame?")
+	rw, rep, err = rewrite.Request(body, opts, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var v1sum string
 	for _, r := range rep.Replacements {
-		if r.Rule == rewrite.RuleSuperseded {
+		if r.Rule == rewrite.RuleUnchanged {
 			v1sum = r.SHA256
 		}
+	}
+	if v1sum == "" || strings.Count(lastText(t, rw), v1) != 1 {
+		t.Fatalf("Request did not replace the second copy of v1: %v", rep.Replacements)
 	}
 	hashes := func(bs []rewrite.Block) []string {
 		var out []string
@@ -159,7 +173,7 @@ func TestSessionBlocks(t *testing.T) {
 		return out
 	}
 	if v1sum == "" || !slices.Contains(hashes(rep.Blocks), v1sum) {
-		t.Fatalf("Report.Blocks = %v lacks the superseded v1 %q; the test no longer shows the difference", hashes(rep.Blocks), v1sum)
+		t.Fatalf("Report.Blocks = %v lacks the replaced copy %q; the test no longer shows the difference", hashes(rep.Blocks), v1sum)
 	}
 	got, err := rewrite.SessionBlocks(rw, opts)
 	if err != nil {
@@ -167,7 +181,7 @@ func TestSessionBlocks(t *testing.T) {
 	}
 	want := slices.DeleteFunc(hashes(rep.Blocks), func(h string) bool { return h == v1sum })
 	if diff := cmp.Diff(want, hashes(got)); diff != "" {
-		t.Errorf("SessionBlocks of the sent body, want Report.Blocks without v1 (-want +got):\n%s", diff)
+		t.Errorf("SessionBlocks of the sent body, want Report.Blocks without the replaced copy (-want +got):\n%s", diff)
 	}
 	// On a body nothing replaced, it is Report.Blocks.
 	plain := sessionBody(t, "```go a.go\n"+v2+"```\nOK?")

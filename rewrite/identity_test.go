@@ -1,0 +1,420 @@
+package rewrite
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// twoDocs is a pair of similar but different documents: two versions of
+// one file that a user asks to compare, or two environments' configs.
+type twoDocs struct {
+	name string
+	a, b string
+	lang string
+}
+
+func goVersion(n int) string {
+	var s strings.Builder
+	s.WriteString("package ratelimit\n\nimport \"time\"\n\n// Limiter hands out tokens at a fixed rate.\ntype Limiter struct {\n\trate   time.Duration\n\ttokens int\n\tlast   time.Time\n}\n")
+	for i := range 8 {
+		body := fmt.Sprintf("return l.tokens > %d", i)
+		if n == 2 && (i == 2 || i == 5) {
+			body = fmt.Sprintf("return l.tokens >= %d && !l.last.IsZero()", i)
+		}
+		fmt.Fprintf(&s, "\n// Allow%d reports whether a request of weight %d may pass now.\nfunc (l *Limiter) Allow%d(now time.Time) bool {\n\t%s\n}\n", i, i, i, body)
+	}
+	if n == 2 {
+		s.WriteString("\n// Reset empties the bucket.\nfunc (l *Limiter) Reset() { l.tokens = 0 }\n")
+	}
+	return s.String()
+}
+
+func envConfig(env string) string {
+	prod := env == "production"
+	pick := func(staging, production string) string {
+		if prod {
+			return production
+		}
+		return staging
+	}
+	return strings.Join([]string{
+		"service: checkout", "environment: " + env, "replicas: " + pick("1", "6"),
+		"image:", "  repository: registry.example.com/checkout", "  tag: 2.14.0",
+		"ingress:", "  host: " + pick("staging.internal.example.com", "api.example.com"), "  tls: true",
+		"resources:", "  requests:", "    cpu: 250m", "    memory: 256Mi", "  limits:",
+		"    cpu: " + pick("500m", "2"), "    memory: " + pick("512Mi", "2Gi"),
+		"database:", "  host: db-" + env + ".internal", "  pool_size: " + pick("5", "40"), "  timeout_ms: 3000",
+		"cache:", "  redis_url: redis://cache-" + env + ":6379/0", "  ttl_seconds: 300",
+		"features:", "  new_checkout_flow: " + pick("true", "false"), "  fraud_checks: true", "  gift_cards: true",
+		"logging:", "  level: " + pick("debug", "info"), "  format: json",
+		"metrics:", "  enabled: true", "  path: /metrics", "  port: 9090",
+		"retries:", "  max_attempts: 3", "  backoff_ms: 200",
+		"healthcheck:", "  path: /healthz", "  interval_seconds: 10",
+	}, "\n")
+}
+
+func pyVersion(n int) string {
+	var s strings.Builder
+	s.WriteString("import csv\nimport sys\n\n\ndef load(path):\n    with open(path) as f:\n        return list(csv.DictReader(f))\n")
+	for i := range 7 {
+		op := "+"
+		if n == 2 && i%3 == 1 {
+			op = "-"
+		}
+		fmt.Fprintf(&s, "\n\ndef column_%d(rows):\n    \"\"\"Sum column %d of the report.\"\"\"\n    return sum(int(r['c%d']) %s 0 for r in rows)\n", i, i, i, op)
+	}
+	s.WriteString("\n\nif __name__ == '__main__':\n    print(column_0(load(sys.argv[1])))\n")
+	return s.String()
+}
+
+var docPairs = []twoDocs{
+	{"go", goVersion(1), goVersion(2), "go"},
+	{"yaml", envConfig("staging"), envConfig("production"), "yaml"},
+	{"py", pyVersion(1), pyVersion(2), "python"},
+}
+
+// wrap returns doc as the block a client sends: style picks the wrapper,
+// name the file name it carries ("" for none).
+func wrap(style, lang, name, doc string) string {
+	switch style {
+	case "fence":
+		if name != "" {
+			return "```" + lang + " " + name + "\n" + doc + "\n```"
+		}
+		return "```" + lang + "\n" + doc + "\n```"
+	case "bare":
+		return "```\n" + doc + "\n```"
+	case "tilde":
+		return "~~~" + lang + "\n" + doc + "\n~~~"
+	case "tag":
+		if name != "" {
+			return "<document path=\"" + name + "\">\n" + doc + "\n</document>"
+		}
+		return "<document>\n" + doc + "\n</document>"
+	}
+	panic(style)
+}
+
+// TestTwoDocumentsKept builds requests that carry two similar but
+// different documents (two versions to compare, two environments) in
+// every placement (one text, two parts of one turn, turns 1 and 3, both
+// re-sent, both in history), with every kind of caption and name, in
+// several wrappers and languages, and checks the rules of DESIGN §3: each
+// document reaches the output in full at least once unless one name, or
+// one caption across turns, makes the first an older version of the
+// second; nothing in the newest user turn is superseded; the invariants
+// hold and the rewrite is idempotent.
+func TestTwoDocumentsKept(t *testing.T) {
+	type caption struct{ name, a, b, after string }
+	captions := []caption{
+		{"none", "", "", ""},
+		{"versions", "Old version:\n", "New version:\n", ""},
+		{"envs", "This is our staging config:\n", "And this is production:\n", ""},
+		{"same", "Here is the file:\n", "Here is the file:\n", ""},
+		{"trailing", "", "", "\nThis one is the %s environment."},
+	}
+	type naming struct{ name, a, b string }
+	namings := []naming{{"unnamed", "", ""}, {"distinct", "staging.cfg", "production.cfg"}, {"same", "app.cfg", "app.cfg"}}
+	styles := []string{"fence", "bare", "tilde", "tag"}
+	type placement struct {
+		name string
+		// turns lists the user turns (a model answer in prose follows
+		// each but the last); in each, "A" and "B" stand for the two
+		// blocks, "|" starts a new part, "Q" is only a question.
+		turns []string
+	}
+	placements := []placement{
+		{"one-text", []string{"AB"}},
+		{"two-parts", []string{"A|B"}},
+		{"turns-1-3", []string{"A", "B"}},
+		{"both-resent", []string{"AB", "AB", "Q"}},
+		{"resent-later", []string{"A", "B", "AB"}},
+		{"in-history", []string{"A", "B", "Q"}},
+		{"one-turn-in-history", []string{"AB", "Q"}},
+	}
+	opts := DefaultOptions()
+	n := 0
+	for _, dp := range docPairs {
+		for _, c := range captions {
+			for _, nm := range namings {
+				for _, style := range styles {
+					for _, pl := range placements {
+						name := strings.Join([]string{dp.name, c.name, nm.name, style, pl.name}, "/")
+						block := func(which byte) string {
+							doc, capt, fname, env := dp.a, c.a, nm.a, "staging"
+							if which == 'B' {
+								doc, capt, fname, env = dp.b, c.b, nm.b, "production"
+							}
+							s := capt + wrap(style, dp.lang, fname, doc)
+							if c.after != "" {
+								s += fmt.Sprintf(c.after, env)
+							}
+							return s
+						}
+						var contents []map[string]any
+						aTurn, bTurn := -1, -1
+						for ti, turn := range pl.turns {
+							var parts []map[string]any
+							for _, p := range strings.Split(turn, "|") {
+								var text []string
+								for i := 0; i < len(p); i++ {
+									switch p[i] {
+									case 'A', 'B':
+										text = append(text, block(p[i]))
+										if p[i] == 'A' && aTurn < 0 {
+											aTurn = 2 * ti
+										}
+										if p[i] == 'B' && bTurn < 0 {
+											bTurn = 2 * ti
+										}
+									case 'Q':
+										text = append(text, "Which of the two should I change?")
+									}
+								}
+								parts = append(parts, map[string]any{"text": strings.Join(text, "\n") + "\nWhat is the difference?"})
+							}
+							contents = append(contents, map[string]any{"role": "user", "parts": parts})
+							if ti < len(pl.turns)-1 {
+								contents = append(contents, map[string]any{"role": "model", "parts": []map[string]any{{"text": fmt.Sprintf("Answer %d: they differ in a few lines.", ti)}}})
+							}
+						}
+						body, err := json.Marshal(map[string]any{"contents": contents})
+						if err != nil {
+							t.Fatal(err)
+						}
+						// The first may be an older version of the second only
+						// when both carry one name, or one caption in two turns.
+						legit := nm.a != "" && nm.a == nm.b || c.a != "" && c.a == c.b && aTurn != bTurn
+						want := []string{dp.b}
+						newest := pl.turns[len(pl.turns)-1]
+						if !legit || strings.Contains(newest, "A") {
+							want = append(want, dp.a)
+						}
+						n++
+						t.Run(name, func(t *testing.T) {
+							checkTwoDocuments(t, body, opts, want)
+						})
+					}
+				}
+			}
+		}
+	}
+	if n < 400 {
+		t.Fatalf("only %d cases", n)
+	}
+}
+
+// checkTwoDocuments rewrites body and checks that every text of want is
+// in full in one text of the output, that the newest user turn holds no
+// superseded reference, the invariants and idempotence.
+func checkTwoDocuments(t *testing.T, body []byte, opts Options, want []string) {
+	t.Helper()
+	out, rep, err := Request(body, opts, nil)
+	if err != nil {
+		t.Fatalf("Request: %v", err)
+	}
+	if err := checkInvariants(body, out, rep, opts, nil); err != nil {
+		t.Errorf("invariant: %v", err)
+	}
+	var req struct {
+		Contents []struct {
+			Role  string `json:"role"`
+			Parts []struct {
+				Text string `json:"text"`
+			} `json:"parts"`
+		} `json:"contents"`
+	}
+	if err := json.Unmarshal(out, &req); err != nil {
+		t.Fatalf("output is not JSON: %v", err)
+	}
+	var all []string
+	for _, c := range req.Contents {
+		for _, p := range c.Parts {
+			all = append(all, p.Text)
+		}
+	}
+	for _, w := range want {
+		found := false
+		for _, s := range all {
+			found = found || strings.Contains(s, w)
+		}
+		if !found {
+			t.Errorf("document %q… is not in full in the output:\n%s", firstLine(w), out)
+		}
+	}
+	last := req.Contents[len(req.Contents)-1]
+	for _, p := range last.Parts {
+		if strings.Contains(p.Text, "[superseded: ") {
+			t.Errorf("the newest user turn holds a superseded reference: %q", p.Text)
+		}
+	}
+	again, rep2, err := Request(out, opts, nil)
+	if err != nil || string(again) != string(out) || rep2.Changed() {
+		t.Errorf("not idempotent: %v; second report:\n%s", err, renderReport(rep2, nil))
+	}
+}
+
+// FuzzTwoDocuments places two fuzzed documents, with fuzzed captions, in
+// the turns of a conversation (a bit pattern picks, for each of up to four
+// user turns, which of them it sends) and checks what holds whatever their
+// identity: nothing in the newest user turn is superseded, each document
+// the newest user turn sends is in full in the output, the invariants hold
+// and the rewrite is idempotent.
+func FuzzTwoDocuments(f *testing.F) {
+	f.Add(envConfig("staging"), envConfig("production"), "Staging:", "Production:", uint8(0x1b), uint8(0))
+	f.Add(goVersion(1), goVersion(2), "Old version:", "New version:", uint8(0x0c), uint8(1))
+	f.Add(pyVersion(1), pyVersion(2), "", "", uint8(0xe4), uint8(2))
+	f.Add(goVersion(2), goVersion(1), "Here is the file:", "Here is the file:", uint8(0x36), uint8(3))
+	styles := []string{"fence", "bare", "tilde", "tag"}
+	f.Fuzz(func(t *testing.T, a, b, ca, cb string, pat, style uint8) {
+		opts := DefaultOptions()
+		opts.MinBlockBytes = 64
+		docs := [2]string{a, b}
+		capts := [2]string{ca, cb}
+		turns := 1 + int(pat>>6)
+		var contents []map[string]any
+		var newest []string
+		for ti := range turns {
+			var text []string
+			var sent []string
+			for k := range 2 {
+				if pat>>(2*ti+k)&1 == 1 {
+					s := wrap(styles[int(style)%len(styles)], "yaml", "", docs[k])
+					if capts[k] != "" {
+						s = capts[k] + "\n" + s
+					}
+					text = append(text, s)
+					sent = append(sent, docs[k])
+				}
+			}
+			text = append(text, "What changed?")
+			contents = append(contents, map[string]any{"role": "user", "parts": []map[string]any{{"text": strings.Join(text, "\n")}}})
+			if ti < turns-1 {
+				contents = append(contents, map[string]any{"role": "model", "parts": []map[string]any{{"text": "A few lines."}}})
+			} else {
+				newest = sent
+			}
+		}
+		body, err := json.Marshal(map[string]any{"contents": contents})
+		if err != nil {
+			t.Skip()
+		}
+		out, rep, err := Request(body, opts, nil)
+		if err != nil {
+			return // not rewritten: the original goes
+		}
+		if err := checkInvariants(body, out, rep, opts, nil); err != nil {
+			t.Fatalf("invariant: %v", err)
+		}
+		last := len(contents) - 1
+		for _, r := range rep.Replacements {
+			if r.Rule == RuleSuperseded && r.Turn == last {
+				t.Fatalf("superseded in the newest user turn: %+v", r)
+			}
+		}
+		var req struct {
+			Contents []struct {
+				Parts []struct {
+					Text string `json:"text"`
+				} `json:"parts"`
+			} `json:"contents"`
+		}
+		if err := json.Unmarshal(out, &req); err != nil {
+			t.Fatalf("output is not JSON: %v", err)
+		}
+		var all strings.Builder
+		for _, c := range req.Contents {
+			for _, p := range c.Parts {
+				all.WriteString(p.Text)
+				all.WriteString("\x00")
+			}
+		}
+		for _, d := range newest {
+			// A document that ends a fence early, or holds what the
+			// segmenter reads as another block, is not one block: only
+			// clean documents are checked.
+			if strings.ContainsAny(d, "`~<[\x00") || strings.Contains(d, "\r") || strings.TrimSpace(d) == "" {
+				continue
+			}
+			if !strings.Contains(all.String(), d) {
+				t.Fatalf("document of the newest user turn not in full:\n%q\noutput:\n%s", d, out)
+			}
+		}
+		again, rep2, err := Request(out, opts, nil)
+		if err != nil || string(again) != string(out) || rep2.Changed() {
+			t.Fatalf("not idempotent: %v; second report:\n%s", err, renderReport(rep2, nil))
+		}
+	})
+}
+
+// TestIdentityMixes rewrites conversations drawn at random (a fixed seed)
+// from three similar documents, each sent by the user or proposed by the
+// model, with or without one of a few captions and names, one to three
+// blocks per turn, and checks what holds in any mix: nothing in the newest
+// user turn is superseded, each document the newest user turn sends is in
+// full in the output, the invariants hold and the rewrite is idempotent.
+func TestIdentityMixes(t *testing.T) {
+	docs := []string{envConfig("staging"), envConfig("production"), strings.Replace(envConfig("staging"), "tag: 2.14.0", "tag: 2.15.1", 1)}
+	captions := []string{"", "", "Here is the config:", "This is our staging config:", "And this is production:"}
+	names := []string{"", "", "", "config.yaml"}
+	styles := []string{"fence", "bare", "tag"}
+	rng := rand.New(rand.NewPCG(13, 1))
+	opts := DefaultOptions()
+	for n := range 2000 {
+		turns := 1 + rng.IntN(6)
+		var contents []map[string]any
+		var newest []string
+		for ti := range turns {
+			role := "user"
+			if ti%2 == 1 {
+				role = "model"
+			}
+			var text []string
+			var sent []string
+			for range rng.IntN(4) {
+				d := docs[rng.IntN(len(docs))]
+				s := wrap(styles[rng.IntN(len(styles))], "yaml", names[rng.IntN(len(names))], d)
+				if c := captions[rng.IntN(len(captions))]; c != "" {
+					s = c + "\n" + s
+				}
+				text = append(text, s)
+				sent = append(sent, d)
+			}
+			text = append(text, fmt.Sprintf("Sentence %d.", ti))
+			contents = append(contents, map[string]any{"role": role, "parts": []map[string]any{{"text": strings.Join(text, "\n")}}})
+			newest = sent
+		}
+		if turns%2 == 0 { // end on a user turn
+			contents = append(contents, map[string]any{"role": "user", "parts": []map[string]any{{"text": "And now?"}}})
+			newest = nil
+		}
+		body, err := json.Marshal(map[string]any{"contents": contents})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, rep, err := Request(body, opts, nil)
+		if err != nil {
+			t.Fatalf("case %d: %v", n, err)
+		}
+		if err := checkInvariants(body, out, rep, opts, nil); err != nil {
+			t.Fatalf("case %d: invariant: %v", n, err)
+		}
+		for _, r := range rep.Replacements {
+			if r.Rule == RuleSuperseded && r.Turn == len(contents)-1 {
+				t.Fatalf("case %d: superseded in the newest user turn: %+v\n%s", n, r, body)
+			}
+		}
+		for _, d := range newest {
+			if !strings.Contains(string(out), strings.ReplaceAll(strings.ReplaceAll(d, "\n", `\n`), `"`, `\"`)) {
+				t.Fatalf("case %d: a document of the newest user turn is not in full:\n%s\noutput:\n%s", n, body, out)
+			}
+		}
+		again, rep2, err := Request(out, opts, nil)
+		if err != nil || string(again) != string(out) || rep2.Changed() {
+			t.Fatalf("case %d: not idempotent: %v; second report:\n%s\ninput:\n%s\noutput:\n%s", n, err, renderReport(rep2, nil), body, out)
+		}
+	}
+}
