@@ -72,10 +72,13 @@ func isGenerate(path string) bool {
 // shared/gemini-recordings through the proxy, the fake upstream
 // answering the recorded status, content headers and body: the client
 // receives the upstream's bytes unchanged (identity and gzip), and the
-// usage the proxy counts for a generate answer is the recording's last
-// usageMetadata, exactly, under the model label of the path.
+// usage the proxy counts is the recording's, exactly: a generate
+// answer's last usageMetadata (priced under the path's model, or the
+// answer's modelVersion for an alias such as gemini-flash-latest), an
+// interaction's usage fields.
 func TestRecordingsReplay(t *testing.T) {
 	recs := tu.Recordings(t)
+	prices, allow := recordedPrices(recs)
 	for _, r := range recs {
 		for _, enc := range replayEncodings {
 			t.Run(r.Name+"/"+enc.name, func(t *testing.T) {
@@ -95,7 +98,7 @@ func TestRecordingsReplay(t *testing.T) {
 				t.Cleanup(up.Close)
 				var mu sync.Mutex
 				var exchanges []Exchange
-				f := newFixture(t, up.URL, Options{OnExchange: func(x Exchange) {
+				f := newFixture(t, up.URL, Options{Prices: prices, ModelAllowlist: allow, OnExchange: func(x Exchange) {
 					mu.Lock()
 					exchanges = append(exchanges, x)
 					mu.Unlock()
@@ -122,6 +125,18 @@ func TestRecordingsReplay(t *testing.T) {
 				}
 				if ce := resp.Header.Get("Content-Encoding"); (ce == "gzip") != enc.gzip {
 					t.Errorf("Content-Encoding %q", ce)
+				}
+				if strings.Contains(r.Path, "/interactions") && r.Status == 200 {
+					// Usage of the Interactions API's own fields, under the
+					// interaction's model.
+					model, prompt, output, thoughts := recordedInteractionUsage(t, r)
+					tokens := func(kind string) float64 {
+						return testutil.ToFloat64(f.m.UsageTokens.WithLabelValues(f.h.modelLabel(model), kind))
+					}
+					waitFor(t, "the interaction's usage", func() bool { return tokens("prompt") == float64(prompt) })
+					if tokens("candidates") != float64(output) || tokens("thoughts") != float64(thoughts) {
+						t.Errorf("usage candidates %v thoughts %v, recorded %d %d", tokens("candidates"), tokens("thoughts"), output, thoughts)
+					}
 				}
 				if !isGenerate(r.Path) {
 					return
@@ -152,9 +167,20 @@ func TestRecordingsReplay(t *testing.T) {
 					t.Errorf("modelVersion %q, recorded %q", x.ModelVersion, vs[len(vs)-1])
 				}
 				if want != nil {
+					// Priced, under the path's model or, for an alias, the
+					// answer's modelVersion.
 					label := f.h.modelLabel(normalizeModel(modelOfPath(r.Path)))
+					if strings.HasSuffix(label, "-latest") || label == modelOther {
+						label = f.h.modelLabel(x.ModelVersion)
+					}
 					if got := testutil.ToFloat64(f.m.UsageTokens.WithLabelValues(label, "prompt")); got != float64(want.PromptTokens) {
 						t.Errorf("usage_tokens_total{model=%q,kind=prompt} = %v, want %d", label, got, want.PromptTokens)
+					}
+					if n := testutil.CollectAndCount(f.m.UnpricedRequests); n != 0 {
+						t.Errorf("unpriced_requests_total has %d series, want none", n)
+					}
+					if got := testutil.ToFloat64(f.m.SpentDollars.WithLabelValues(label)); want.TotalTokens > 0 && got <= 0 {
+						t.Errorf("spent_dollars_total{model=%q} = %v, want > 0", label, got)
 					}
 				}
 			})
@@ -162,39 +188,63 @@ func TestRecordingsReplay(t *testing.T) {
 	}
 }
 
-// TestRecordingsPricedByModelVersion replays the recordings whose path
-// names an alias (gemini-flash-latest): the answer's modelVersion
-// (gemini-3.6-flash) is priced, so the request must be priced by it, not
-// counted as unpriced.
-func TestRecordingsPricedByModelVersion(t *testing.T) {
-	recs := tu.Recordings(t)
-	t.Skip("enable when pricing by modelVersion lands (issue 19, proxy side, engineer ledger): on main an alias path is labelled _other and counted unpriced")
-	for _, r := range recs {
-		if !strings.Contains(r.Path, "-latest:") {
+// recordedInteractionUsage is the usage of a recorded interaction (the
+// unary body, or the stream's interaction.completed event) and its model.
+func recordedInteractionUsage(t *testing.T, r *tu.Recording) (model string, prompt, output, thoughts int64) {
+	t.Helper()
+	events, err := r.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range events {
+		var it struct {
+			Model string `json:"model"`
+			Usage *struct {
+				Input   int64 `json:"total_input_tokens"`
+				Output  int64 `json:"total_output_tokens"`
+				Thought int64 `json:"total_thought_tokens"`
+			} `json:"usage"`
+			Interaction *struct {
+				Model string `json:"model"`
+				Usage *struct {
+					Input   int64 `json:"total_input_tokens"`
+					Output  int64 `json:"total_output_tokens"`
+					Thought int64 `json:"total_thought_tokens"`
+				} `json:"usage"`
+			} `json:"interaction"`
+		}
+		if json.Unmarshal(ev, &it) != nil {
 			continue
 		}
-		t.Run(r.Name, func(t *testing.T) {
-			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				w.Header().Set("Content-Type", r.Header("Content-Type"))
-				_, _ = w.Write([]byte(r.ResponseBody))
-			}))
-			t.Cleanup(up.Close)
-			version := r.Derived.ModelVersions[len(r.Derived.ModelVersions)-1]
-			f := newFixture(t, up.URL, Options{Prices: map[string]Price{version: {Input: 1, CachedInput: 0.1, Output: 2}},
-				ModelAllowlist: []string{version}})
-			req, err := http.NewRequestWithContext(t.Context(), r.Method, f.front.URL+r.Path, strings.NewReader(*r.RequestBody))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("x-goog-api-key", "test-key")
-			do(t, rawClient(), req)
-			waitFor(t, "the spend", func() bool { return testutil.ToFloat64(f.m.SpentDollars.WithLabelValues(version)) > 0 })
-			if n := testutil.ToFloat64(f.m.UnpricedRequests.WithLabelValues(modelOther)); n != 0 {
-				t.Errorf("unpriced_requests_total{model=_other} = %v, want 0", n)
-			}
-		})
+		if it.Usage != nil {
+			model, prompt, output, thoughts = it.Model, it.Usage.Input, it.Usage.Output, it.Usage.Thought
+		}
+		if x := it.Interaction; x != nil && x.Usage != nil {
+			model, prompt, output, thoughts = x.Model, x.Usage.Input, x.Usage.Output, x.Usage.Thought
+		}
 	}
+	return model, prompt, output, thoughts
+}
+
+// recordedPrices prices every model the recordings name (paths and
+// modelVersions), so that an unpriced request is a labelling error.
+func recordedPrices(recs []*tu.Recording) (map[string]Price, []string) {
+	prices := map[string]Price{}
+	var models []string
+	add := func(m string) {
+		if _, ok := prices[m]; m != "" && !ok {
+			prices[m] = Price{Input: 1, CachedInput: 0.1, Output: 4}
+			models = append(models, m)
+		}
+	}
+	for _, r := range recs {
+		add(normalizeModel(modelOfPath(r.Path)))
+		for _, v := range r.Derived.ModelVersions {
+			add(v)
+		}
+	}
+	add("gemini-2.5-flash") // the interactions recordings' model
+	return prices, models
 }
 
 func modelOfPath(path string) string {

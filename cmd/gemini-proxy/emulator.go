@@ -16,7 +16,7 @@ func emulatorFlags(fs *pflag.FlagSet) {
 	fs.String("listen", "127.0.0.1:9000", "emulator listen address")
 	fs.StringSlice("keys", nil, "the only valid API keys (default: any non-empty key)")
 	fs.Bool("lenient", false, "accept unknown request fields (the real API rejects them)")
-	fs.Int("implicit-cache-min-tokens", 0, "smallest repeated prefix reported as implicitly cached (default 2048)")
+	fs.Int("implicit-cache-min-tokens", 0, "smallest repeated prefix reported as implicitly cached, for every model (default: per model, e.g. 512 on gemini-2.5-flash, 4096 on gemini-3.x)")
 	fs.String("log-level", "info", "debug logs one line per request")
 	fs.Int("stream-chunk-bytes", 0, "answer text per streamed chunk (default 64)")
 }
