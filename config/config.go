@@ -162,6 +162,11 @@ type Metrics struct {
 	CountTokensSampleRate float64 `mapstructure:"count_tokens_sample_rate"`
 	// CountTokensPerSecond caps those countTokens calls.
 	CountTokensPerSecond float64 `mapstructure:"count_tokens_per_second"`
+	// HoldoutFraction (0..1) is the share of conversations, chosen per
+	// tenant and conversation, forwarded unrewritten so that the billed
+	// cost of both groups, by turn, measures what the rewrite saves
+	// (gemini_proxy_ledger_* by group). Zero rewrites every conversation.
+	HoldoutFraction float64 `mapstructure:"holdout_fraction"`
 	// Prices is the price table for the money estimates, USD per million
 	// tokens. A model not in it is counted as unpriced, never guessed.
 	Prices []Price `mapstructure:"prices"`

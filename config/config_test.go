@@ -139,6 +139,11 @@ cache:
 			want: []string{"cache.redis_url", "cache.tenant_secret: must be set", "metrics.count_tokens_sample_rate", "prices must not be negative", `model "m" is listed twice`, "YYYY-MM-DD"},
 		},
 		{
+			name: "holdout fraction above 1",
+			env:  map[string]string{"GEMINI_PROXY_METRICS_HOLDOUT_FRACTION": "1.5"},
+			want: []string{"metrics.holdout_fraction: 1.5 must be in [0, 1]"},
+		},
+		{
 			name: "bad size",
 			env:  map[string]string{"GEMINI_PROXY_SERVER_MAX_BODY_BYTES": "12 parsecs"},
 			want: []string{"max_body_bytes"},

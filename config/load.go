@@ -593,6 +593,9 @@ func (c Config) Validate() error {
 	if r := c.Metrics.CountTokensSampleRate; !(r >= 0 && r <= 1) {
 		bad("metrics.count_tokens_sample_rate", "%v must be in [0, 1]", r)
 	}
+	if r := c.Metrics.HoldoutFraction; !(r >= 0 && r <= 1) {
+		bad("metrics.holdout_fraction", "%v must be in [0, 1]", r)
+	}
 	if c.Metrics.CountTokensPerSecond <= 0 {
 		bad("metrics.count_tokens_per_second", "must be positive")
 	}

@@ -47,15 +47,23 @@ func waitLedger(t *testing.T, s *stack, n int) {
 // ledger must not price the removed tokens at the full input price.
 func TestLedgerMatchesBill(t *testing.T) {
 	t.Parallel()
-	for _, stream := range []bool{false, true} {
-		name := map[bool]string{false: "unary", true: "stream"}[stream]
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		stream, interactions bool
+	}{{"unary", false, false}, {"stream", true, false}, {"interactions", false, true}} {
+		stream := tc.stream
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			const model = "gemini-2.5-flash"
 			price := flashPrice
-			prices := withProxy(func(o *proxy.Options) { o.Prices = map[string]proxy.Price{model: price} })
-			direct := newStack(t, emulator.Options{Reply: scriptReply}, prices)
-			proxied := newStack(t, emulator.Options{Reply: scriptReply}, prices)
+			opts := []stackOption{withProxy(func(o *proxy.Options) { o.Prices = map[string]proxy.Price{model: price} })}
+			if tc.interactions {
+				// Interactions continuation: the proxy sends only the
+				// new turns with previous_interaction_id.
+				opts = append(opts, withInteractions(waiting))
+			}
+			direct := newStack(t, emulator.Options{Reply: scriptReply}, opts[0])
+			proxied := newStack(t, emulator.Options{Reply: scriptReply}, opts...)
 			d := play(t, newClient(t, direct.emuURL), model, editSteps[:8], stream)
 			x := play(t, newClient(t, proxied.proxyURL), model, editSteps[:8], stream)
 
@@ -86,6 +94,9 @@ func TestLedgerMatchesBill(t *testing.T) {
 			spent := counterSum(t, proxied.reg, "gemini_proxy_ledger_billed_dollars_total", nil)
 			if math.Abs(spent-through) > 1e-9 {
 				t.Errorf("ledger billed = $%.6f, the client's usageMetadata bills $%.6f", spent, through)
+			}
+			if n := counterSum(t, proxied.reg, "gemini_proxy_interactions_requests_total", map[string]string{"kind": "continued"}); tc.interactions && n < 5 {
+				t.Errorf("interactions_requests_total{kind=continued} = %v, want most turns continued", n)
 			}
 			if n := counterSum(t, proxied.reg, "gemini_proxy_ledger_requests_total", map[string]string{"group": "treated", "turn": "8"}); n != 1 {
 				t.Errorf("ledger_requests_total{turn=8} = %v, want 1", n)

@@ -112,8 +112,8 @@
 // prompt that it shares with the client's previous request of the
 // conversation (same tenant, model, system instruction and tools; parts
 // compared whole, text in 512-byte chunks), when that request was at most
-// five minutes earlier and K_n reaches the implicit-cache minimum (1024
-// tokens unless configured). The saving is counterfactual − billed, to
+// five minutes earlier and K_n reaches the model's implicit-cache minimum
+// (internal/implicitcache, shared with the emulator). The saving is counterfactual − billed, to
 // saved_dollars_total when positive, to cost_increase_dollars_total when
 // negative. It is an estimate: Gemini's implicit cache is best effort, and
 // the counterfactual assumes it would have cached the shared prefix. The

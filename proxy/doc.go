@@ -56,7 +56,8 @@
 //
 // A tap reads each generate response as it streams past and extracts the
 // last usageMetadata, the modelVersion and the model's text, for metrics
-// and for Options.OnExchange; a validating scanner reads each response
+// and for Options.OnExchange (and the usage and model of interactions a
+// client creates itself); a validating scanner reads each response
 // object, and hands what it is not sure of to encoding/json. Each request
 // produces one access log line with no prompt, response or credential in
 // it. Tenants are HMACs of the caller's credential (see
@@ -66,10 +67,16 @@
 // Savings are counted only for a rewritten body the upstream accepted
 // with a 2xx (never after a fallback): bytes removed per rule, and tokens
 // saved estimated as bytes removed × the model's tokens per byte, a ratio
-// calibrated in the background from the usageMetadata of rewritten
-// requests, or from exact countTokens samples of the original request
-// (Options.CountTokensSampleRate, rate-limited, off the request path).
-// Dollars saved and spent come from Options.Prices; see package metrics.
+// calibrated from the usageMetadata of rewritten requests, or from exact
+// countTokens samples of the original request (Options.CountTokensSampleRate,
+// rate-limited, off the request path). Dollars come from Options.Prices,
+// by the response's modelVersion when the path names an alias or an
+// unpriced model. The ledger (ledger.go, Options.Ledger) bills each
+// answered request from its usage and, where the proxy changed what was
+// sent, estimates the counterfactual bill of the client's own request with
+// implicit caching, from per-conversation state (prefix hashes and token
+// counts, never text); a holdout of conversations sent unrewritten
+// measures the saving. See package metrics, "The dollar ledger".
 //
 // AdminHandler serves /metrics, /healthz, /readyz and optionally pprof on
 // a separate listener; the proxy listener serves only the Gemini API.

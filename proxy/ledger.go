@@ -568,11 +568,12 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 		kn = min(kn, pn)
 		ka := float64(min(u.CachedTokens, u.PromptTokens))
 		counterfactual = actual + ((pn-kn)-float64(u.PromptTokens-int64(ka)))*price.Input/1e6 + (kn-ka)*price.CachedInput/1e6
-		if d := counterfactual - actual; d > 0 {
-			l.m.SavedDollars.WithLabelValues(label).Add(d)
-		} else if d < 0 {
-			l.m.CostIncreaseDollars.WithLabelValues(label).Add(-d)
-		}
+		// Both series exist once a model has a changed request, so that
+		// their difference has a value (the alert on a negative net
+		// saving).
+		d := counterfactual - actual
+		l.m.SavedDollars.WithLabelValues(label).Add(max(d, 0))
+		l.m.CostIncreaseDollars.WithLabelValues(label).Add(max(-d, 0))
 	}
 	group := metrics.GroupTreated
 	if st.holdout {

@@ -291,6 +291,21 @@ func TestSavingsOnlyWhenSent(t *testing.T) {
 			if got := testutil.ToFloat64(f.m.SavedDollars.WithLabelValues("gemini-2.5-flash")); math.Abs(got-wantTokens/1e6) > 1e-15 {
 				t.Errorf("dollars saved = %v, want %v", got, wantTokens/1e6)
 			}
+			// The ledger accounts every answered request; after a fallback
+			// the client's own body was sent, so its counterfactual is
+			// what was billed: $50×1 + $10×2 per million tokens.
+			if tt.status == 200 || tt.fallback {
+				treated := func(c *prometheus.CounterVec) float64 {
+					return testutil.ToFloat64(c.WithLabelValues(metrics.GroupTreated, "1"))
+				}
+				billed, cf := treated(f.m.LedgerBilledDollars), treated(f.m.LedgerCounterfactual)
+				if math.Abs(billed-70e-6) > 1e-12 {
+					t.Errorf("ledger billed = %v, want 70e-6", billed)
+				}
+				if want := billed + tt.saved*PriorTokensPerByte/1e6; math.Abs(cf-want) > 1e-12 {
+					t.Errorf("ledger counterfactual = %v, want %v", cf, want)
+				}
+			}
 			if n := testutil.CollectAndCount(f.m.UpstreamResponses); tt.fallback && n != 2 {
 				t.Errorf("upstream response series = %d, want 2 (the rejection and the 200)", n)
 			}

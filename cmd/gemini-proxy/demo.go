@@ -18,6 +18,7 @@ import (
 	"github.com/gemini-proxy/gemini-proxy/config"
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
 	"github.com/gemini-proxy/gemini-proxy/internal/savingspage"
+	"github.com/gemini-proxy/gemini-proxy/proxy"
 	"github.com/spf13/pflag"
 	"google.golang.org/genai"
 )
@@ -107,6 +108,19 @@ func fencedFile(text string) string {
 type demoResult struct {
 	promptTokens, cachedTokens, bytes int
 	answer, report                    string
+	usage                             *genai.GenerateContentResponseUsageMetadata
+}
+
+// billed is the US dollars of a turn's usageMetadata at p, implicit
+// caching included, as the proxy's ledger bills it.
+func (r demoResult) billed(p config.Price) float64 {
+	u := r.usage
+	if u == nil {
+		return 0
+	}
+	cached := min(u.CachedContentTokenCount, u.PromptTokenCount)
+	return (float64(u.PromptTokenCount-cached+u.ToolUsePromptTokenCount)*p.Input + float64(cached)*p.CachedInput +
+		float64(u.CandidatesTokenCount+u.ThoughtsTokenCount)*p.Output) / 1e6
 }
 
 // demo starts the emulator and the proxy in-process on loopback, drives the
@@ -138,10 +152,13 @@ func demo(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writer) erro
 	c.Admin.Listen, _ = fs.GetString("admin-listen")
 	c.Server.ShutdownGrace = time.Second
 	c.Upstream.URL = emuURL
+	c.Cache.TenantSecret = "demo"
 	addrs := make(chan [2]string, 1)
 	var page *savingspage.Page // set before addrs receives
+	var lk benchLedger         // the proxy's ledger of the proxied run
+	pctx := context.WithValue(ctx, exchangeHookKey{}, lk.add)
 	go func() {
-		done <- serveWithPage(ctx, c, logger, func(p *savingspage.Page) { page = p }, func(p, a string) { addrs <- [2]string{p, a} })
+		done <- serveWithPage(pctx, c, logger, func(p *savingspage.Page) { page = p }, func(p, a string) { addrs <- [2]string{p, a} })
 	}()
 	var proxyAddr, adminAddr string
 	select {
@@ -165,7 +182,21 @@ func demo(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("demo: session through the proxy: %w", err)
 	}
-	printDemoTable(stdout, naive, proxied)
+	var price config.Price
+	for _, p := range c.Metrics.Prices {
+		if p.Model == model {
+			price = p
+		}
+	}
+	ledger, n := 0.0, 0
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		// The proxy's bookkeeping of the last turn may end after the
+		// client read its answer.
+		if ledger, n = lk.of(proxy.TenantOfKey([]byte(c.Cache.TenantSecret), "demo-key")); n >= len(demoTurns) {
+			break
+		}
+	}
+	printDemoTable(stdout, naive, proxied, price, ledger)
 	turns := make([]savingspage.Turn, len(naive))
 	for i := range naive {
 		turns[i] = savingspage.Turn{Naive: naive[i].promptTokens, Proxied: proxied[i].promptTokens}
@@ -233,7 +264,7 @@ func runDemoSession(ctx context.Context, baseURL, model string, emu *emulator.Se
 		rec := emu.Received()
 		r := demoResult{answer: answer, bytes: len(rec[len(rec)-1].Body)}
 		if u := resp.UsageMetadata; u != nil {
-			r.promptTokens, r.cachedTokens = int(u.PromptTokenCount), int(u.CachedContentTokenCount)
+			r.promptTokens, r.cachedTokens, r.usage = int(u.PromptTokenCount), int(u.CachedContentTokenCount), u
 		}
 		if h := resp.SDKHTTPResponse; h != nil {
 			r.report = h.Headers.Get("X-Gemini-Proxy-Report")
@@ -243,20 +274,27 @@ func runDemoSession(ctx context.Context, baseURL, model string, emu *emulator.Se
 	return out, nil
 }
 
-func printDemoTable(w io.Writer, naive, proxied []demoResult) {
+// printDemoTable prints each turn's tokens, bytes and bill (at price, per
+// 1,000 conversations) both ways, and the proxy's own ledger.
+func printDemoTable(w io.Writer, naive, proxied []demoResult, price config.Price, ledger float64) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "turn\tin contents\tprompt tokens naive\tthrough proxy\tsaved\tbytes naive\tthrough proxy\tsaved\t")
+	fmt.Fprintln(tw, "turn\tin contents\tprompt tokens naive\tthrough proxy\tsaved\tbytes naive\tthrough proxy\tsaved\tbilled naive\tthrough proxy\tsaved\t")
 	var tn, tp, bn, bp int
+	var dn, dp float64
 	same := true
 	for i := range naive {
 		n, p := naive[i], proxied[i]
 		tn, tp, bn, bp = tn+n.promptTokens, tp+p.promptTokens, bn+n.bytes, bp+p.bytes
+		dn, dp = dn+n.billed(price), dp+p.billed(price)
 		same = same && n.answer == p.answer
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s\t%d\t%d\t%s\t\n", i+1, 2*i+1, n.promptTokens, p.promptTokens, pct(n.promptTokens, p.promptTokens), n.bytes, p.bytes, pct(n.bytes, p.bytes))
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s\t%d\t%d\t%s\t$%.2f\t$%.2f\t%s\t\n", i+1, 2*i+1, n.promptTokens, p.promptTokens, pct(n.promptTokens, p.promptTokens), n.bytes, p.bytes, pct(n.bytes, p.bytes),
+			1000*n.billed(price), 1000*p.billed(price), pctf(n.billed(price), p.billed(price)))
 	}
-	fmt.Fprintf(tw, "total\t\t%d\t%d\t%s\t%d\t%d\t%s\t\n", tn, tp, pct(tn, tp), bn, bp, pct(bn, bp))
+	fmt.Fprintf(tw, "total\t\t%d\t%d\t%s\t%d\t%d\t%s\t$%.2f\t$%.2f\t%s\t\n", tn, tp, pct(tn, tp), bn, bp, pct(bn, bp), 1000*dn, 1000*dp, pctf(dn, dp))
 	tw.Flush()
 	fmt.Fprintln(w, "\nTurn N is your Nth message; the proxy's references (\"replaced by the version in turn 7\") count\nthe request's contents, user and model turns alike: your message N is contents turn 2N-1.")
+	fmt.Fprintf(w, "\nBilled: US dollars per 1,000 such conversations, from each answer's usageMetadata at the default\nprice table ($%.2f input, $%.3f cached input, $%.2f output per 1M tokens), implicit caching included.\n", price.Input, price.CachedInput, price.Output)
+	fmt.Fprintf(w, "The proxy's own ledger (gemini_proxy_saved_dollars_total - cost_increase_dollars_total): $%.2f saved;\nthe bills say $%.2f.\n", 1000*ledger, 1000*(dn-dp))
 	fmt.Fprintln(w, "\nX-Gemini-Proxy-Report per turn (rules applied, bytes before->after):")
 	for i, p := range proxied {
 		fmt.Fprintf(w, "  turn %d: %s\n", i+1, p.report)
@@ -266,6 +304,14 @@ func printDemoTable(w io.Writer, naive, proxied []demoResult) {
 	} else {
 		fmt.Fprintln(w, "\nWARNING: the answers differ between the direct and the proxied run.")
 	}
+}
+
+// pctf is pct for dollars.
+func pctf(before, after float64) string {
+	if before == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*(before-after)/before)
 }
 
 // pct formats the share saved going from before to after.

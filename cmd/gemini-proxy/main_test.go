@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -192,6 +193,14 @@ func TestDemo(t *testing.T) {
 	}
 	if naive == 0 || proxied*2 > naive {
 		t.Errorf("demo total prompt tokens naive=%d proxied=%d, want the proxy to save at least half:\n%s", naive, proxied, out)
+	}
+	// The proxy's ledger agrees with the bills within 10%.
+	var ledger, bills float64
+	if i := strings.Index(out, "The proxy's own ledger"); i >= 0 {
+		fmt.Sscanf(strings.Join(strings.Fields(out[i:]), " "), "The proxy's own ledger (gemini_proxy_saved_dollars_total - cost_increase_dollars_total): $%f saved; the bills say $%f.", &ledger, &bills)
+	}
+	if bills <= 0 || math.Abs(ledger-bills) > 0.10*bills {
+		t.Errorf("demo: ledger $%v, bills $%v saved: want both positive and within 10%%:\n%s", ledger, bills, out)
 	}
 }
 

@@ -41,6 +41,30 @@ const (
 
 func q(expr, legend string) Target { return Target{Expr: expr, Legend: legend} }
 
+// Holdout arithmetic over the last hour, by turn: n, sum and sum of
+// squares of each group's billed dollars per request.
+func ledgerSum(name, group string) string {
+	return `sum by (turn) (increase(gemini_proxy_ledger_` + name + `{group="` + group + `"}[1h]))`
+}
+
+func mean(group string) string {
+	return "(" + ledgerSum("billed_dollars_total", group) + " / " + ledgerSum("requests_total", group) + ")"
+}
+
+// variance of the mean: (E[x²] − E[x]²) / n.
+func meanVariance(group string) string {
+	n := ledgerSum("requests_total", group)
+	return "((" + ledgerSum("billed_dollars_squared_total", group) + " / " + n + " - " + mean(group) + " ^ 2) / " + n + ")"
+}
+
+// stderrBoth is the standard error of the difference of the two means.
+var stderrBoth = "sqrt(" + meanVariance("holdout") + " + " + meanVariance("treated") + ")"
+
+// measured is the measured saving per request, plus tail.
+func measured(tail string) string {
+	return mean("holdout") + " - " + mean("treated") + tail
+}
+
 // Panels lists the dashboard, top to bottom.
 var Panels = []Panel{
 	{Title: "Savings", Type: "row"},
@@ -50,9 +74,9 @@ var Panels = []Panel{
 	{Title: "Share of prompt tokens saved", Type: "stat", Unit: "percentunit", Width: 4, Height: 4,
 		Description: "Tokens saved ÷ (tokens saved + prompt tokens sent): how much of what the clients asked to send was not sent.",
 		Targets:     []Target{q(`sum(increase(gemini_proxy_tokens_saved_total{`+model+`}[`+rng+`])) / (sum(increase(gemini_proxy_tokens_saved_total{`+model+`}[`+rng+`])) + sum(increase(gemini_proxy_usage_tokens_total{kind="prompt",`+model+`}[`+rng+`])))`, "")}},
-	{Title: "Dollars saved", Type: "stat", Unit: "currencyUSD", Width: 4, Height: 4,
-		Description: "Tokens saved × the model's input price from the configured price table. An upper bound: implicit caching might have billed part of the naive prompt at the cached price.",
-		Targets:     []Target{q(`sum(increase(gemini_proxy_saved_dollars_total{`+model+`}[`+rng+`]))`, "")}},
+	{Title: "Net dollars saved", Type: "stat", Unit: "currencyUSD", Width: 4, Height: 4,
+		Description: "The ledger: per request, the estimated bill of the client's own request with implicit caching (the counterfactual) minus the bill of what was sent, from usageMetadata; savings minus cost increases. An estimate: the holdout panel below measures.",
+		Targets:     []Target{q(`sum(increase(gemini_proxy_saved_dollars_total{`+model+`}[`+rng+`])) - sum(increase(gemini_proxy_cost_increase_dollars_total{`+model+`}[`+rng+`]))`, "")}},
 	{Title: "Dollars spent", Type: "stat", Unit: "currencyUSD", Width: 4, Height: 4,
 		Description: "Estimated spend of the generate requests that went through, from usageMetadata and the price table.",
 		Targets:     []Target{q(`sum(increase(gemini_proxy_spent_dollars_total{`+model+`}[`+rng+`]))`, "")}},
@@ -74,9 +98,26 @@ var Panels = []Panel{
 			q(`sum by (model) (rate(gemini_proxy_saved_dollars_total{`+model+`}[`+rate+`])) * 3600`, "saved {{model}}"),
 			q(`sum by (model) (rate(gemini_proxy_spent_dollars_total{`+model+`}[`+rate+`])) * 3600`, "spent {{model}}"),
 		}},
-	{Title: "Dollars saved by rule", Type: "timeseries", Unit: "currencyUSD", Width: 12, Height: 8,
-		Description: "Estimated dollars saved per hour by each rewrite rule.",
-		Targets:     []Target{q(`sum by (rule) (rate(gemini_proxy_saved_dollars_total{`+model+`}[`+rate+`])) * 3600`, "{{rule}}")}},
+	{Title: "Net dollars saved and cost increases", Type: "timeseries", Unit: "currencyUSD", Width: 12, Height: 8,
+		Description: "Per hour, by model: the ledger's net saving (counterfactual − billed over the requests the proxy changed), and the part of it that went the wrong way (requests that cost more than the client's own would have, such as a compaction that cost the implicit cache more than it removed).",
+		Targets: []Target{
+			q(`(sum by (model) (rate(gemini_proxy_saved_dollars_total{`+model+`}[`+rate+`])) - sum by (model) (rate(gemini_proxy_cost_increase_dollars_total{`+model+`}[`+rate+`]))) * 3600`, "net {{model}}"),
+			q(`sum by (model) (rate(gemini_proxy_cost_increase_dollars_total{`+model+`}[`+rate+`])) * 3600`, "cost increases {{model}}"),
+		}},
+	{Title: "Prefix changes", Type: "timeseries", Unit: "short", Width: 12, Height: 8,
+		Description: "Requests per second that did not start with what the proxy sent for their conversation's previous request, by reason (rewrite: the proxy changed a turn it had sent, such as compaction; client: the client changed its history), and the estimated prompt tokens per second that lost the implicit cache's cached rate to a rewrite.",
+		Targets: []Target{
+			q(`sum by (reason) (rate(gemini_proxy_prefix_changes_total[`+rate+`]))`, "{{reason}}"),
+			q(`sum(rate(gemini_proxy_prefix_change_tokens_total[`+rate+`]))`, "tokens off the cached rate"),
+		}},
+	{Title: "Saving per request by turn: estimated and measured (holdout)", Type: "timeseries", Unit: "currencyUSD", Width: 24, Height: 8,
+		Description: "Over the last hour, by the request's position in its conversation. Estimated: the ledger's counterfactual − billed per treated request. Measured (with metrics.holdout_fraction > 0): mean bill of held-out requests (sent as the client wrote them) − mean bill of treated ones, with a 95% confidence band (±1.96 standard errors).",
+		Targets: []Target{
+			q(`(sum by (turn) (increase(gemini_proxy_ledger_counterfactual_dollars_total{group="treated"}[1h])) - sum by (turn) (increase(gemini_proxy_ledger_billed_dollars_total{group="treated"}[1h]))) / sum by (turn) (increase(gemini_proxy_ledger_requests_total{group="treated"}[1h]))`, "estimated, turn {{turn}}"),
+			q(measured(""), "measured, turn {{turn}}"),
+			q(measured(" - 1.96 * "+stderrBoth), "measured −95%, turn {{turn}}"),
+			q(measured(" + 1.96 * "+stderrBoth), "measured +95%, turn {{turn}}"),
+		}},
 	{Title: "Share of prompt tokens saved, by model", Type: "timeseries", Unit: "percentunit", Width: 8, Height: 8,
 		Description: "Tokens saved ÷ (tokens saved + prompt tokens sent), by model.",
 		Targets:     []Target{q(`sum by (model) (rate(gemini_proxy_tokens_saved_total{`+model+`}[`+rate+`])) / (sum by (model) (rate(gemini_proxy_tokens_saved_total{`+model+`}[`+rate+`])) + sum by (model) (rate(gemini_proxy_usage_tokens_total{kind="prompt",`+model+`}[`+rate+`])))`, "{{model}}")}},

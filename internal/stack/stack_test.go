@@ -131,6 +131,17 @@ func TestStack(t *testing.T) {
 				t.Logf("%s: %s not exported by this build; the query parses", k, missing)
 				continue
 			}
+			if strings.Contains(expr, `group="holdout"`) {
+				// The stack runs with metrics.holdout_fraction 0: its
+				// figures check that every request was rewritten. The
+				// holdout's arithmetic is checked end to end by
+				// e2e.TestLedgerHoldout; here the query must parse.
+				if _, err := query(ctx, prom, expr); err != nil {
+					t.Errorf("%s: %s: %v", k, expr, err)
+				}
+				t.Logf("%s: no holdout in this run; the query parses", k)
+				continue
+			}
 			if n := waitData(ctx, prom, expr); n == 0 {
 				t.Errorf("%s: no data for %s", k, expr)
 			}
