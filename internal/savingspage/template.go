@@ -15,7 +15,7 @@ h2 { font-size: 1.1em; margin-top: 2em; }
 p.meta { color: #666; margin-top: .2em; }
 table { border-collapse: collapse; }
 th, td { padding: .2em .8em; border-bottom: 1px solid #ddd; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
+th:first-child, td:first-child { text-align: left; white-space: nowrap; }
 td.header { font-family: ui-monospace, monospace; text-align: left; }
 .a { fill: #b0b0b0; } .b { fill: #2b6cb0; }
 svg text { font: 11px system-ui, sans-serif; fill: #444; }
