@@ -168,7 +168,6 @@ func TestRecordingsReplay(t *testing.T) {
 // counted as unpriced.
 func TestRecordingsPricedByModelVersion(t *testing.T) {
 	recs := tu.Recordings(t)
-	t.Skip("enable when pricing by modelVersion lands (issue 19, proxy side, engineer ledger): on main an alias path is labelled _other and counted unpriced")
 	for _, r := range recs {
 		if !strings.Contains(r.Path, "-latest:") {
 			continue
