@@ -135,7 +135,7 @@ func scrapeTotals(t *testing.T, adminAddr string) pageTotals {
 		requests:  sum("gemini_proxy_rewrite_requests_total", "", ""),
 		rewritten: sum("gemini_proxy_rewrite_requests_total", "outcome", "changed"),
 		tokens:    sum("gemini_proxy_tokens_saved_total", "", ""),
-		dollars:   sum("gemini_proxy_saved_dollars_total", "", ""),
+		dollars:   sum("gemini_proxy_saved_dollars_total", "", "") - sum("gemini_proxy_cost_increase_dollars_total", "", ""),
 		bytes:     sum("gemini_proxy_rewrite_saved_bytes_total", "", ""),
 	}
 }

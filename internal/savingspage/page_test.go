@@ -44,7 +44,8 @@ func (f *fixture) traffic(model, rule string, n int, tokens, dollars float64) {
 	f.m.RewriteRequests.WithLabelValues(metrics.ModeOn, metrics.OutcomeChanged).Add(float64(n - 1))
 	f.m.RewriteRequests.WithLabelValues(metrics.ModeOn, metrics.OutcomeUnchanged).Add(1)
 	f.m.TokensSaved.WithLabelValues(rule, model).Add(tokens)
-	f.m.SavedDollars.WithLabelValues(rule, model).Add(dollars)
+	f.m.SavedDollars.WithLabelValues(model).Add(dollars)
+	f.m.CostIncreaseDollars.WithLabelValues(model).Add(dollars / 4)
 	f.m.RewriteSavedBytes.WithLabelValues(rule).Add(4 * tokens)
 	f.m.UsageTokens.WithLabelValues(model, metrics.TokensPrompt).Add(1000)
 	f.m.UsageTokens.WithLabelValues(model, metrics.TokensCached).Add(250)
@@ -129,7 +130,8 @@ func TestPageAgreesWithMetrics(t *testing.T) {
 		"requests":               sum(mfs, "gemini_proxy_rewrite_requests_total", nil),
 		"rewritten":              sum(mfs, "gemini_proxy_rewrite_requests_total", map[string]string{"outcome": "changed"}),
 		"tokens":                 sum(mfs, "gemini_proxy_tokens_saved_total", nil),
-		"dollars":                sum(mfs, "gemini_proxy_saved_dollars_total", nil),
+		"dollars":                sum(mfs, "gemini_proxy_saved_dollars_total", nil) - sum(mfs, "gemini_proxy_cost_increase_dollars_total", nil),
+		"cost-increase":          sum(mfs, "gemini_proxy_cost_increase_dollars_total", nil),
 		"bytes":                  sum(mfs, "gemini_proxy_rewrite_saved_bytes_total", nil),
 		"cached-share":           sum(mfs, "gemini_proxy_usage_tokens_total", map[string]string{"kind": "cached"}) / sum(mfs, "gemini_proxy_usage_tokens_total", map[string]string{"kind": "prompt"}),
 		"cache-hit-share-served": 0.75,
@@ -149,23 +151,31 @@ func TestPageAgreesWithMetrics(t *testing.T) {
 	if w := 8.0; !near(want["requests"], w) {
 		t.Errorf("fixture: %v generate requests, want %v", want["requests"], w)
 	}
-	for _, tt := range []struct{ table, name, labelName string }{
-		{"by-model", "gemini-2.5-flash", "model"}, {"by-model", "gemini-2.5-pro", "model"},
-		{"by-rule", "superseded", "rule"}, {"by-rule", "unchanged", "rule"},
-	} {
-		m := regexp.MustCompile(`<tr data-name="` + regexp.QuoteMeta(tt.name) + `" data-tokens="([^"]+)" data-dollars="([^"]+)">`).FindStringSubmatch(html)
+	for _, model := range []string{"gemini-2.5-flash", "gemini-2.5-pro"} {
+		m := regexp.MustCompile(`<tr data-name="` + regexp.QuoteMeta(model) + `" data-tokens="([^"]+)" data-dollars="([^"]+)">`).FindStringSubmatch(html)
 		if m == nil {
-			t.Errorf("%s has no row %s", tt.table, tt.name)
+			t.Errorf("by-model has no row %s", model)
 			continue
 		}
 		tokens, _ := strconv.ParseFloat(m[1], 64)
 		dollars, _ := strconv.ParseFloat(m[2], 64)
-		match := map[string]string{tt.labelName: tt.name}
+		match := map[string]string{"model": model}
 		if w := sum(mfs, "gemini_proxy_tokens_saved_total", match); !near(tokens, w) {
-			t.Errorf("%s %s tokens = %v, /metrics says %v", tt.table, tt.name, tokens, w)
+			t.Errorf("by-model %s tokens = %v, /metrics says %v", model, tokens, w)
 		}
-		if w := sum(mfs, "gemini_proxy_saved_dollars_total", match); !near(dollars, w) {
-			t.Errorf("%s %s dollars = %v, /metrics says %v", tt.table, tt.name, dollars, w)
+		if w := sum(mfs, "gemini_proxy_saved_dollars_total", match) - sum(mfs, "gemini_proxy_cost_increase_dollars_total", match); !near(dollars, w) {
+			t.Errorf("by-model %s net dollars = %v, /metrics says %v", model, dollars, w)
+		}
+	}
+	for _, rule := range []string{"superseded", "unchanged"} {
+		m := regexp.MustCompile(`<tr data-name="` + rule + `" data-tokens="([^"]+)">`).FindStringSubmatch(html)
+		if m == nil {
+			t.Errorf("by-rule has no row %s", rule)
+			continue
+		}
+		tokens, _ := strconv.ParseFloat(m[1], 64)
+		if w := sum(mfs, "gemini_proxy_tokens_saved_total", map[string]string{"rule": rule}); !near(tokens, w) {
+			t.Errorf("by-rule %s tokens = %v, /metrics says %v", rule, tokens, w)
 		}
 	}
 	for _, bad := range []string{"<script", "src=", "https://", "@import", "url("} {
@@ -221,8 +231,11 @@ func TestLastHour(t *testing.T) {
 	if !fig.LastHourFull || fig.LastHour.Tokens != 47 || fig.Total.Tokens != 147 {
 		t.Errorf("at 04:30 last hour = %v tokens (full %v), total %v; want 47 of 147", fig.LastHour.Tokens, fig.LastHourFull, fig.Total.Tokens)
 	}
-	if got := fig.LastHour.ByRule["unchanged"].Dollars; got != 0.125 {
-		t.Errorf("last hour dollars by rule unchanged = %v, want 0.125", got)
+	if got := fig.LastHour.ByModel["gemini-2.5-flash"].Dollars; got != 0.75*(0.25+0.125) {
+		t.Errorf("last hour net dollars of gemini-2.5-flash = %v, want %v", got, 0.75*(0.25+0.125))
+	}
+	if got := fig.LastHour.ByRule["unchanged"].Tokens; got != 7 {
+		t.Errorf("last hour tokens by rule unchanged = %v, want 7", got)
 	}
 	if got := fig.LastHour.ByModel["gemini-2.5-flash"].Requests; got != 4 {
 		t.Errorf("last hour requests of gemini-2.5-flash = %v, want 4", got)

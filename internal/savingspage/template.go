@@ -35,14 +35,15 @@ svg text { font: 11px system-ui, sans-serif; fill: #444; }
 
 <h2>By model</h2>
 {{if .Models}}<table id="by-model">
-<tr><th>model</th><th>generate requests</th><th>tokens saved</th><th>dollars saved</th><th>tokens saved, {{.LastHourLabel}}</th></tr>
+<tr><th>model</th><th>generate requests</th><th>tokens saved</th><th>net dollars saved</th><th>tokens saved, {{.LastHourLabel}}</th></tr>
 {{range .Models}}<tr data-name="{{.Name}}" data-tokens="{{.TokensValue}}" data-dollars="{{.DollarsValue}}"><td>{{.Name}}</td><td>{{.Requests}}</td><td>{{.Tokens}}</td><td>{{.Dollars}}</td><td>{{.Hour}}</td></tr>
 {{end}}</table>{{else}}<p>No generate request yet.</p>{{end}}
 
 <h2>By rule</h2>
+<p>Dollars are priced per request, not per rule (the ledger); tokens are estimated per rule.</p>
 {{if .Rules}}<table id="by-rule">
-<tr><th>rule</th><th>tokens saved</th><th>dollars saved</th><th>tokens saved, {{.LastHourLabel}}</th></tr>
-{{range .Rules}}<tr data-name="{{.Name}}" data-tokens="{{.TokensValue}}" data-dollars="{{.DollarsValue}}"><td>{{.Name}}</td><td>{{.Tokens}}</td><td>{{.Dollars}}</td><td>{{.Hour}}</td></tr>
+<tr><th>rule</th><th>tokens saved</th><th>tokens saved, {{.LastHourLabel}}</th></tr>
+{{range .Rules}}<tr data-name="{{.Name}}" data-tokens="{{.TokensValue}}"><td>{{.Name}}</td><td>{{.Tokens}}</td><td>{{.Hour}}</td></tr>
 {{end}}</table>{{else}}<p>No rule has saved anything yet.</p>{{end}}
 
 {{with .ConvChart}}<h2>{{$.ConvTitle}}</h2>
