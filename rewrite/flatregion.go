@@ -339,7 +339,7 @@ func (s *flatScan) docTag(i, end int, name string) int {
 	if ix.tmemo == nil {
 		ix.tmemo = make(map[string][3]int)
 	}
-	cs, ce := -1, len(t)
+	var cs, ce int
 	if m, ok := ix.tmemo[name]; ok && end >= m[0] && (m[1] < 0 || end <= m[1]) {
 		cs, ce = m[1], m[2]
 	} else {

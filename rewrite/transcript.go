@@ -1137,21 +1137,19 @@ func (s *flatScan) build(plan flatPlan, v Verifier) ([]flatTurn, bool) {
 // segment, before pos, whose label is followed on its line by an opening
 // fence, or -1.
 func (s *flatScan) gluedFirst(segs []flatSeg, pos int) int {
-	for i, g := range segs {
-		if g.start >= pos || g.kind != fmRole {
-			return -1
-		}
-		if g.role != frUser {
-			return -1
-		}
-		eol := strings.IndexByte(s.text[g.end:], '\n')
-		if eol < 0 {
-			eol = len(s.text) - g.end
-		}
-		if _, _, ok := flatFence(strings.TrimSuffix(s.text[g.end:g.end+eol], "\r")); ok {
-			return i
-		}
+	if len(segs) == 0 {
 		return -1
+	}
+	g := segs[0]
+	if g.start >= pos || g.kind != fmRole || g.role != frUser {
+		return -1
+	}
+	eol := strings.IndexByte(s.text[g.end:], '\n')
+	if eol < 0 {
+		eol = len(s.text) - g.end
+	}
+	if _, _, ok := flatFence(strings.TrimSuffix(s.text[g.end:g.end+eol], "\r")); ok {
+		return 0
 	}
 	return -1
 }

@@ -38,12 +38,6 @@ func (ss servedSet) ServedTrail(text string) (string, bool) {
 	return "", false
 }
 
-// plainSet is a servedSet without ServedTrail: a Verifier that does not
-// know how a response ended.
-type plainSet struct{ ss servedSet }
-
-func (p plainSet) Served(text string) bool { return p.ss.Served(text) }
-
 const (
 	goCode  = "package main\n\nfunc main() {\n\tprintln(\"goroutines are lightweight threads\")\n}"
 	hello   = "Hello! How can I help you today?"

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"net"
 	"regexp"
 	"strings"
@@ -57,17 +59,27 @@ func TestDemoHashesAgree(t *testing.T) {
 	}
 }
 
-// TestDemoServe runs demo --serve: after the conversation the proxy and the
-// admin listener stay up, the output says how to use them, and cancelling
-// (Ctrl-C) stops both and returns nil.
-func TestDemoServe(t *testing.T) {
-	clearEnv(t)
+// startDemoServe runs demo --serve until the next steps are printed and
+// returns the proxy's and the admin listener's addresses, and stop, which
+// cancels the command (as Ctrl-C does) and returns its error.
+func startDemoServe(t *testing.T) (proxyAddr, adminAddr string, stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
 	var out, errOut testutil.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"demo", "--serve"}, &out, &errOut) }()
-
+	stop = func() error {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("%w\n%s", err, errOut.String())
+			}
+			return nil
+		case <-time.After(30 * time.Second):
+			return errors.New("demo --serve did not stop within 30s of cancel")
+		}
+	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for !strings.Contains(out.String(), "Press Ctrl-C to stop.") {
 		select {
@@ -76,6 +88,7 @@ func TestDemoServe(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
+			stop()
 			t.Fatalf("demo --serve printed no next steps in time:\n%s", out.String())
 		}
 	}
@@ -83,9 +96,18 @@ func TestDemoServe(t *testing.T) {
 	env := regexp.MustCompile(`export GOOGLE_GEMINI_BASE_URL=http://(\S+) GEMINI_API_KEY=demo-key`).FindStringSubmatch(text)
 	page := regexp.MustCompile(`Open the savings page: http://(\S+)/ `).FindStringSubmatch(text)
 	if env == nil || page == nil {
+		stop()
 		t.Fatalf("demo --serve output lacks the SDK line or the savings page:\n%s", text)
 	}
-	proxyAddr, adminAddr := env[1], page[1]
+	return env[1], page[1], stop
+}
+
+// TestDemoServe runs demo --serve: after the conversation the proxy and the
+// admin listener stay up, the output says how to use them, and cancelling
+// (Ctrl-C) stops both and returns nil.
+func TestDemoServe(t *testing.T) {
+	clearEnv(t)
+	proxyAddr, adminAddr, stop := startDemoServe(t)
 
 	// The proxy still answers, with the emulator behind it.
 	res, body := testutil.Get(t, "http://"+proxyAddr+"/v1beta/models?key=demo-key")
@@ -98,14 +120,8 @@ func TestDemoServe(t *testing.T) {
 		t.Errorf("GET / on the admin listener = %d, want the page with the demo conversation:\n%.500s", res.StatusCode, body)
 	}
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("demo --serve after cancel: %v\n%s", err, errOut.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("demo --serve did not stop within 30s of cancel")
+	if err := stop(); err != nil {
+		t.Fatalf("demo --serve after cancel: %v", err)
 	}
 	for _, addr := range []string{proxyAddr, adminAddr} {
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {

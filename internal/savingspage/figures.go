@@ -14,6 +14,7 @@ const (
 	metricRewrite      = "gemini_proxy_rewrite_requests_total"
 	metricTokensSaved  = "gemini_proxy_tokens_saved_total"
 	metricDollarsSaved = "gemini_proxy_saved_dollars_total"
+	metricCostIncrease = "gemini_proxy_cost_increase_dollars_total"
 	metricBytesSaved   = "gemini_proxy_rewrite_saved_bytes_total"
 	metricUsageTokens  = "gemini_proxy_usage_tokens_total"
 	metricCacheHits    = "gemini_proxy_cache_hits_total"
@@ -24,7 +25,9 @@ const (
 type Saved struct {
 	Requests float64 // generate requests (by model only)
 	Tokens   float64 // estimated prompt tokens not sent
-	Dollars  float64 // gemini_proxy_saved_dollars_total
+	// Dollars is the net saving (by model only): saved_dollars_total
+	// minus cost_increase_dollars_total.
+	Dollars float64
 }
 
 // Totals are the page's counters at one moment, read from the registry.
@@ -32,7 +35,10 @@ type Totals struct {
 	// Requests counts generate requests (both routes), Rewritten those the
 	// rewriter changed.
 	Requests, Rewritten float64
-	Tokens, Dollars     float64 // saved
+	Tokens              float64 // saved (estimate)
+	// Saved and CostIncrease are the dollar ledger's two counters; the
+	// net saving is Saved - CostIncrease.
+	Saved, CostIncrease float64
 	Bytes               float64 // removed from request bodies
 	// PromptTokens and CachedTokens are the upstream's usageMetadata.
 	PromptTokens, CachedTokens float64
@@ -72,9 +78,11 @@ func read(g prometheus.Gatherer) (Totals, error) {
 				add(t.ByModel, l("model"), func(s *Saved) { s.Tokens += v })
 				add(t.ByRule, l("rule"), func(s *Saved) { s.Tokens += v })
 			case metricDollarsSaved:
-				t.Dollars += v
+				t.Saved += v
 				add(t.ByModel, l("model"), func(s *Saved) { s.Dollars += v })
-				add(t.ByRule, l("rule"), func(s *Saved) { s.Dollars += v })
+			case metricCostIncrease:
+				t.CostIncrease += v
+				add(t.ByModel, l("model"), func(s *Saved) { s.Dollars -= v })
 			case metricBytesSaved:
 				t.Bytes += v
 			case metricUsageTokens:
@@ -114,7 +122,7 @@ func label(m *dto.Metric, name string) string {
 func (t Totals) minus(b Totals) Totals {
 	d := Totals{
 		Requests: t.Requests - b.Requests, Rewritten: t.Rewritten - b.Rewritten,
-		Tokens: t.Tokens - b.Tokens, Dollars: t.Dollars - b.Dollars, Bytes: t.Bytes - b.Bytes,
+		Tokens: t.Tokens - b.Tokens, Saved: t.Saved - b.Saved, CostIncrease: t.CostIncrease - b.CostIncrease, Bytes: t.Bytes - b.Bytes,
 		PromptTokens: t.PromptTokens - b.PromptTokens, CachedTokens: t.CachedTokens - b.CachedTokens,
 		CacheHits: map[string]float64{}, CacheLookups: map[string]float64{},
 		ByModel: map[string]Saved{}, ByRule: map[string]Saved{},
@@ -131,7 +139,7 @@ func (t Totals) minus(b Totals) Totals {
 	}
 	for k, s := range t.ByRule {
 		o := b.ByRule[k]
-		d.ByRule[k] = Saved{Tokens: s.Tokens - o.Tokens, Dollars: s.Dollars - o.Dollars}
+		d.ByRule[k] = Saved{Tokens: s.Tokens - o.Tokens}
 	}
 	return d
 }

@@ -15,7 +15,7 @@ h2 { font-size: 1.1em; margin-top: 2em; }
 p.meta { color: #666; margin-top: .2em; }
 table { border-collapse: collapse; }
 th, td { padding: .2em .8em; border-bottom: 1px solid #ddd; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
+th:first-child, td:first-child { text-align: left; white-space: nowrap; }
 td.header { font-family: ui-monospace, monospace; text-align: left; }
 .a { fill: #b0b0b0; } .b { fill: #2b6cb0; }
 svg text { font: 11px system-ui, sans-serif; fill: #444; }
@@ -35,14 +35,15 @@ svg text { font: 11px system-ui, sans-serif; fill: #444; }
 
 <h2>By model</h2>
 {{if .Models}}<table id="by-model">
-<tr><th>model</th><th>generate requests</th><th>tokens saved</th><th>dollars saved</th><th>tokens saved, {{.LastHourLabel}}</th></tr>
+<tr><th>model</th><th>generate requests</th><th>tokens saved</th><th>net dollars saved</th><th>tokens saved, {{.LastHourLabel}}</th></tr>
 {{range .Models}}<tr data-name="{{.Name}}" data-tokens="{{.TokensValue}}" data-dollars="{{.DollarsValue}}"><td>{{.Name}}</td><td>{{.Requests}}</td><td>{{.Tokens}}</td><td>{{.Dollars}}</td><td>{{.Hour}}</td></tr>
 {{end}}</table>{{else}}<p>No generate request yet.</p>{{end}}
 
 <h2>By rule</h2>
+<p>Dollars are priced per request, not per rule (the ledger); tokens are estimated per rule.</p>
 {{if .Rules}}<table id="by-rule">
-<tr><th>rule</th><th>tokens saved</th><th>dollars saved</th><th>tokens saved, {{.LastHourLabel}}</th></tr>
-{{range .Rules}}<tr data-name="{{.Name}}" data-tokens="{{.TokensValue}}" data-dollars="{{.DollarsValue}}"><td>{{.Name}}</td><td>{{.Tokens}}</td><td>{{.Dollars}}</td><td>{{.Hour}}</td></tr>
+<tr><th>rule</th><th>tokens saved</th><th>tokens saved, {{.LastHourLabel}}</th></tr>
+{{range .Rules}}<tr data-name="{{.Name}}" data-tokens="{{.TokensValue}}"><td>{{.Name}}</td><td>{{.Tokens}}</td><td>{{.Hour}}</td></tr>
 {{end}}</table>{{else}}<p>No rule has saved anything yet.</p>{{end}}
 
 {{with .ConvChart}}<h2>{{$.ConvTitle}}</h2>

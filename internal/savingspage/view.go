@@ -77,7 +77,8 @@ func view(f Figures) pageView {
 	row("requests", "generate requests", t.Requests, h.Requests, count)
 	row("rewritten", "rewritten by the proxy", t.Rewritten, h.Rewritten, count)
 	row("tokens", "prompt tokens saved (estimate)", t.Tokens, h.Tokens, count)
-	row("dollars", "dollars saved (estimate)", t.Dollars, h.Dollars, dollars)
+	row("dollars", "net dollars saved (ledger: saved − cost increases)", t.Saved-t.CostIncrease, h.Saved-h.CostIncrease, dollars)
+	row("cost-increase", "dollars of requests the proxy made dearer", t.CostIncrease, h.CostIncrease, dollars)
 	row("bytes", "request bytes removed", t.Bytes, h.Bytes, count)
 	row("cached-share", "prompt tokens the upstream served from its cache", share(t.CachedTokens, t.PromptTokens), share(h.CachedTokens, h.PromptTokens), percent)
 	for _, area := range sortedKeys(t.CacheLookups) {
@@ -90,8 +91,7 @@ func view(f Figures) pageView {
 	}
 	for _, r := range sortedKeys(t.ByRule) {
 		s := t.ByRule[r]
-		v.Rules = append(v.Rules, savedRow{Name: r, Tokens: count(s.Tokens), Dollars: dollars(s.Dollars),
-			Hour: count(h.ByRule[r].Tokens), TokensValue: s.Tokens, DollarsValue: s.Dollars})
+		v.Rules = append(v.Rules, savedRow{Name: r, Tokens: count(s.Tokens), Hour: count(h.ByRule[r].Tokens), TokensValue: s.Tokens})
 	}
 	for _, r := range f.Recent {
 		v.Recent = append(v.Recent, recentRow{At: r.At.UTC().Format(time.TimeOnly), Model: r.Model, Status: strconv.Itoa(r.Status), Header: r.Header})
