@@ -49,6 +49,13 @@ type redisBackend struct {
 	queue   chan servedWrite
 	done    chan struct{}
 	exited  chan struct{}
+	// wctx bounds the writer's calls; close cancels it when its flush
+	// bound ends, so that a batch in flight cannot hold Close longer.
+	wctx    context.Context
+	wcancel context.CancelFunc
+
+	closeOnce sync.Once
+	closeErr  error
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -84,6 +91,7 @@ func newRedis(s *Store, opts Options) (*redisBackend, error) {
 		done:    make(chan struct{}),
 		exited:  make(chan struct{}),
 	}
+	r.wctx, r.wcancel = context.WithCancel(context.Background())
 	r.cond = sync.NewCond(&r.mu)
 	r.up.Store(true)
 	go r.writer()
@@ -189,7 +197,7 @@ func (r *redisBackend) writer() {
 		case w := <-r.queue:
 			batch = r.drain(append(batch[:0], w))
 		}
-		r.send(context.Background(), batch)
+		r.send(r.wctx, batch)
 	}
 }
 
@@ -251,22 +259,32 @@ func (r *redisBackend) write(ctx context.Context, batch []servedWrite) {
 	r.writes.Add(uint64(len(batch)))
 }
 
-// close stops the writer, then writes what is still queued for at most
-// flush (a shutdown should not lose the last responses served); what
-// remains after it, or while Redis is down, is dropped and counted.
+// close stops the writer, then writes what is still queued; the batch in
+// flight and the rest together get at most flush (a shutdown should not
+// lose the last responses served, nor wait on a hung Redis). What remains
+// after it, or while Redis is down, is dropped and counted.
 func (r *redisBackend) close(flush time.Duration) error {
+	// Cancelling alone would not interrupt a read already waiting on a
+	// hung Redis: closing the client closes its connections, in use or not.
+	stop := time.AfterFunc(flush, func() { r.wcancel(); r.closeClient() }) //nolint:errcheck // returned below
+	defer stop.Stop()
+	defer r.wcancel()
 	close(r.done)
 	<-r.exited
-	ctx, cancel := context.WithTimeout(context.Background(), flush)
-	defer cancel()
 	batch := make([]servedWrite, 0, redisBatch)
 	for {
 		batch = r.drain(batch[:0])
 		if len(batch) == 0 {
-			return r.c.Close()
+			return r.closeClient()
 		}
-		r.send(ctx, batch)
+		r.send(r.wctx, batch)
 	}
+}
+
+// closeClient closes the Redis client once and returns that call's error.
+func (r *redisBackend) closeClient() error {
+	r.closeOnce.Do(func() { r.closeErr = r.c.Close() })
+	return r.closeErr
 }
 
 func (r *redisBackend) stats() RedisStats {

@@ -83,8 +83,8 @@ type Options struct {
 	// to Redis; more are dropped and counted. Zero means DefaultRedisQueue.
 	RedisQueue int
 	// RedisFlush bounds the time Close spends writing the responses still
-	// queued for Redis (plus a batch already being written); what is left
-	// then is dropped and counted. Zero means DefaultRedisFlush; negative
+	// queued for Redis, a batch already being written included; what is
+	// left then is dropped and counted. Zero means DefaultRedisFlush; negative
 	// drops them at once.
 	RedisFlush time.Duration
 	// Logger receives Redis state changes. Nil discards them.
