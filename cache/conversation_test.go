@@ -151,7 +151,7 @@ func TestConversationsRedis(t *testing.T) {
 func TestConversationsSlowRedis(t *testing.T) {
 	ln := blackhole(t)
 	const timeout = 250 * time.Millisecond
-	s := newStore(t, cache.Options{RedisURL: "redis://" + ln + "/0", RedisTimeout: timeout})
+	s := newStore(t, cache.Options{Secret: testSecret, RedisURL: "redis://" + ln + "/0", RedisTimeout: timeout})
 	keys := make([]string, 64)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("ix:%02d", i)

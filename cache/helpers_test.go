@@ -19,8 +19,12 @@ func sharedOpts(srv *cachetest.Redis) cache.Options {
 		RedisTimeout: 5 * time.Second,
 		RedisBudget:  30 * time.Second,
 		RedisFlush:   time.Minute,
+		Secret:       testSecret,
 	}
 }
+
+// testSecret is the Options.Secret of the tests' shared Stores.
+var testSecret = []byte("0123456789abcdef-test-secret")
 
 // blackhole returns the address of a listener that accepts connections and
 // never answers, like a hung Redis.

@@ -2,6 +2,9 @@ package cache
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,8 +17,19 @@ import (
 )
 
 // redisKeyPrefix starts every key the Store writes to Redis; the tenant id
-// (itself an HMAC) follows, so a key never holds a credential or text.
+// (itself an HMAC) and an HMAC of what the key names follow, so a key never
+// holds a credential, text or a digest of text.
 const redisKeyPrefix = "gemini-proxy:"
+
+// macSize is the length of the HMAC-SHA256 that precedes every value the
+// Store writes to Redis, and the length of the tag after each candidate id.
+const (
+	macSize = sha256.Size
+	tagSize = 16
+)
+
+// MinSecretBytes is the shortest Options.Secret New accepts.
+const MinSecretBytes = 16
 
 // redisPause is how long the Store stays local-only after a Redis error
 // before it tries Redis again.
@@ -61,13 +75,20 @@ type redisBackend struct {
 	cond    *sync.Cond
 	pending int // queued or being written
 
+	// keyKey keys the HMAC in every key name, valKey the HMAC of every
+	// value; both are derived from Options.Secret.
+	keyKey, valKey []byte
+
 	pausedUntil atomic.Int64 // unix nanoseconds
 	up          atomic.Bool
 
-	readErrors, writeErrors, writes, dropped, hits atomic.Uint64
+	readErrors, writeErrors, writes, dropped, hits, invalid atomic.Uint64
 }
 
 func newRedis(s *Store, opts Options) (*redisBackend, error) {
+	if len(opts.Secret) < MinSecretBytes {
+		return nil, fmt.Errorf("cache: redis needs a secret of at least %d bytes", MinSecretBytes)
+	}
 	ro, err := redis.ParseURL(opts.RedisURL)
 	if err != nil {
 		// The URL may hold a password: do not quote it.
@@ -90,6 +111,8 @@ func newRedis(s *Store, opts Options) (*redisBackend, error) {
 		queue:   make(chan servedWrite, opts.RedisQueue),
 		done:    make(chan struct{}),
 		exited:  make(chan struct{}),
+		keyKey:  derive(opts.Secret, "gemini-proxy redis key names v1"),
+		valKey:  derive(opts.Secret, "gemini-proxy redis values v1"),
 	}
 	r.wctx, r.wcancel = context.WithCancel(context.Background())
 	r.cond = sync.NewCond(&r.mu)
@@ -98,8 +121,68 @@ func newRedis(s *Store, opts Options) (*redisBackend, error) {
 	return r, nil
 }
 
-func redisKey(tenant, kind string, d digest) string {
-	return redisKeyPrefix + tenant + ":" + kind + hexID(d)
+// derive returns HMAC-SHA256(secret, label): one key per use of the secret.
+func derive(secret []byte, label string) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(label))
+	return m.Sum(nil)
+}
+
+// key returns the Redis key of (tenant, kind, name): the prefix, the
+// tenant, the kind, then HMAC(keyKey, tenant, kind, name) in hex, so that
+// whoever reads Redis cannot confirm a guessed text by its digest, and
+// whoever writes it cannot name the key of a text of their choosing.
+func (r *redisBackend) key(tenant, kind string, name []byte) string {
+	m := hmac.New(sha256.New, r.keyKey)
+	m.Write([]byte(tenant))
+	m.Write([]byte{0})
+	m.Write([]byte(kind))
+	m.Write(name)
+	var sum [sha256.Size]byte
+	return redisKeyPrefix + tenant + ":" + kind + hex.EncodeToString(m.Sum(sum[:0]))
+}
+
+func (r *redisBackend) recordKey(tenant string, id digest) string {
+	return r.key(tenant, kindRecord, id[:])
+}
+
+func (r *redisBackend) prefixKey(tenant string, p digest) string {
+	return r.key(tenant, kindPrefix, p[:])
+}
+
+// mac returns HMAC(valKey, key, value): a value is valid only under the
+// key it was written for, so it cannot be moved to another tenant or text.
+// The MAC is appended to dst.
+func (r *redisBackend) mac(dst []byte, key string, val []byte) []byte {
+	m := hmac.New(sha256.New, r.valKey)
+	m.Write([]byte(key))
+	m.Write([]byte{0})
+	m.Write(val)
+	return m.Sum(dst)
+}
+
+// seal returns the value stored in Redis for val under key: its MAC, then
+// val.
+func (r *redisBackend) seal(key string, val []byte) []byte {
+	return append(r.mac(make([]byte, 0, macSize+len(val)), key, val), val...)
+}
+
+// open returns the value sealed under key, or false (counted as invalid)
+// when its MAC does not match.
+func (r *redisBackend) open(key string, b []byte) ([]byte, bool) {
+	var sum [macSize]byte
+	if len(b) >= macSize && hmac.Equal(b[:macSize], r.mac(sum[:0], key, b[macSize:])) {
+		return b[macSize:], true
+	}
+	r.invalid.Add(1)
+	return nil, false
+}
+
+// tagID returns a candidate list element: id, then the first tagSize bytes
+// of its MAC under the list's key.
+func (r *redisBackend) tagID(key string, id []byte) []byte {
+	var sum [macSize]byte
+	return append(append(make([]byte, 0, len(id)+tagSize), id...), r.mac(sum[:0], key, id)[:tagSize]...)
 }
 
 // available reports whether Redis may be called now.
@@ -125,7 +208,7 @@ func (r *redisBackend) succeeded() {
 
 // getRecord reads the record of response id.
 func (r *redisBackend) getRecord(tenant string, id digest) ([]byte, bool) {
-	return r.getValue(redisKey(tenant, kindRecord, id))
+	return r.getValue(r.recordKey(tenant, id))
 }
 
 // getCandidates reads the candidate ids of prefix p, concatenated.
@@ -135,17 +218,21 @@ func (r *redisBackend) getCandidates(tenant string, p digest) []byte {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
-	ids, err := r.c.LRange(ctx, redisKey(tenant, kindPrefix, p), 0, maxCandidates-1).Result()
+	k := r.prefixKey(tenant, p)
+	ids, err := r.c.LRange(ctx, k, 0, maxCandidates-1).Result()
 	if err != nil {
 		r.failed(&r.readErrors, err)
 		return nil
 	}
 	r.succeeded()
 	var out []byte
-	for _, id := range ids {
-		if len(id) == len(digest{}) {
-			out = append(out, id...)
+	for _, e := range ids {
+		const n = len(digest{})
+		if len(e) != n+tagSize || !hmac.Equal([]byte(e[n:]), r.tagID(k, []byte(e[:n]))[n:]) {
+			r.invalid.Add(1)
+			continue
 		}
+		out = append(out, e[:n]...)
 	}
 	return out
 }
@@ -237,14 +324,16 @@ func (r *redisBackend) write(ctx context.Context, batch []servedWrite) {
 	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, w := range batch {
 			if w.key != "" {
-				p.Set(ctx, w.key, w.val, r.ttl)
+				p.Set(ctx, w.key, r.seal(w.key, w.val), r.ttl)
 				continue
 			}
-			p.Set(ctx, redisKey(w.tenant, kindRecord, w.id), w.rec, r.ttl)
+			rk := r.recordKey(w.tenant, w.id)
+			p.Set(ctx, rk, r.seal(rk, w.rec), r.ttl)
 			for _, pre := range w.prefixes {
-				k := redisKey(w.tenant, kindPrefix, pre)
-				p.LRem(ctx, k, 0, w.id[:])
-				p.LPush(ctx, k, w.id[:])
+				k := r.prefixKey(w.tenant, pre)
+				e := r.tagID(k, w.id[:])
+				p.LRem(ctx, k, 0, e)
+				p.LPush(ctx, k, e)
 				p.LTrim(ctx, k, 0, maxCandidates-1)
 				p.Expire(ctx, k, r.ttl)
 			}
@@ -292,5 +381,6 @@ func (r *redisBackend) stats() RedisStats {
 		Enabled: true, Up: r.up.Load(),
 		ReadErrors: r.readErrors.Load(), WriteErrors: r.writeErrors.Load(),
 		Writes: r.writes.Load(), Dropped: r.dropped.Load(), Hits: r.hits.Load(),
+		Invalid: r.invalid.Load(),
 	}
 }

@@ -2,6 +2,8 @@ package cache_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
@@ -102,7 +104,7 @@ func TestRedisShared(t *testing.T) {
 func TestRedisSlowBudget(t *testing.T) {
 	ln := blackhole(t)
 	const timeout, budget = 250 * time.Millisecond, 250 * time.Millisecond
-	s := newStore(t, cache.Options{RedisURL: "redis://" + ln + "/0", RedisTimeout: timeout, RedisBudget: budget})
+	s := newStore(t, cache.Options{Secret: testSecret, RedisURL: "redis://" + ln + "/0", RedisTimeout: timeout, RedisBudget: budget})
 	v := s.Verifier(tenantA)
 	start := time.Now()
 	for i := range 50 {
@@ -123,7 +125,7 @@ func TestRedisSlowBudget(t *testing.T) {
 func TestRedisQueueFull(t *testing.T) {
 	ln := blackhole(t)
 	const timeout = 50 * time.Millisecond
-	s := newStore(t, cache.Options{RedisURL: "redis://" + ln + "/0", RedisTimeout: timeout, RedisQueue: 2})
+	s := newStore(t, cache.Options{Secret: testSecret, RedisURL: "redis://" + ln + "/0", RedisTimeout: timeout, RedisQueue: 2})
 	start := time.Now()
 	for i := range 100 {
 		s.RecordServed(tenantA, words("queued", 100+i), false)
@@ -179,7 +181,7 @@ func TestRedisFlushOnClose(t *testing.T) {
 func TestRedisFlushBounded(t *testing.T) {
 	ln := blackhole(t)
 	const timeout, flush = 30 * time.Second, 200 * time.Millisecond
-	s, err := cache.New(cache.Options{RedisURL: "redis://" + ln + "/0", RedisTimeout: timeout, RedisFlush: flush})
+	s, err := cache.New(cache.Options{Secret: testSecret, RedisURL: "redis://" + ln + "/0", RedisTimeout: timeout, RedisFlush: flush})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,5 +197,124 @@ func TestRedisFlushBounded(t *testing.T) {
 	}
 	if st := s.Stats().Redis; st.Writes != 0 || st.Dropped == 0 {
 		t.Errorf("redis stats = %+v, want nothing written, the rest dropped", st)
+	}
+}
+
+// TestRedisForgedValues: whoever can write to Redis cannot make a replica
+// believe a text was served (issue 16 item 4). A record written under the
+// key of an unkeyed digest is not found, a record or conversation value
+// altered in place or moved under another key fails its HMAC and is a
+// miss, counted, and no key names the digest of a served text.
+func TestRedisForgedValues(t *testing.T) {
+	srv := cachetest.StartRedis(t)
+	a := newStore(t, sharedOpts(srv))
+	served := words("A served answer", 300)
+	a.RecordServed(tenantA, served, false)
+	a.SetConversation(tenantA, "ix:0001", []byte("v1_real"))
+	a.Wait()
+
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rc.Close()
+	ctx := context.Background()
+	keys, err := rc.Keys(ctx, "*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("Keys = %q, %v", keys, err)
+	}
+	sum := func(text string) string {
+		d := sha256.Sum256([]byte(text))
+		return hex.EncodeToString(d[:])
+	}
+	for _, k := range keys {
+		if strings.Contains(k, sum(served)) || strings.Contains(k, "ix:0001") {
+			t.Errorf("Redis key %q names the served text's digest or the conversation key", k)
+		}
+	}
+
+	// A forger who knows the old key layout writes a record of their own.
+	forged := words("Forged model turn", 300)
+	if err := rc.Set(ctx, "gemini-proxy:"+tenantA+":r:"+sum(forged), "\x00"+forged, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// And alters every value in place: a byte flipped at the end.
+	for _, k := range keys {
+		switch typ := rc.Type(ctx, k).Val(); typ {
+		case "string":
+			v := []byte(rc.Get(ctx, k).Val())
+			v[len(v)-1] ^= 1
+			rc.Set(ctx, k, v, 0)
+		case "list":
+			vs := rc.LRange(ctx, k, 0, -1).Val()
+			rc.Del(ctx, k)
+			for _, v := range vs {
+				b := []byte(v)
+				b[len(b)-1] ^= 1
+				rc.RPush(ctx, k, b)
+			}
+		default:
+			t.Fatalf("key %q has type %s", k, typ)
+		}
+	}
+	c := newStore(t, sharedOpts(srv))
+	if c.Verifier(tenantA).Served(forged) {
+		t.Error("a record forged under an unkeyed digest counts as served")
+	}
+	if c.Verifier(tenantA).Served(served) || c.Verifier(tenantA).Served(served[:200]) {
+		t.Error("an altered record counts as served")
+	}
+	if v, ok := c.Conversation(tenantA, "ix:0001"); ok {
+		t.Errorf("an altered conversation value was returned: %q", v)
+	}
+	if st := c.Stats().Redis; st.Invalid < 3 {
+		t.Errorf("redis stats = %+v, want at least 3 invalid values (record, candidates, conversation)", st)
+	}
+
+	// A valid value moved under another tenant's key is invalid there.
+	a.RecordServed(tenantA, served, false)
+	a.SetConversation(tenantA, "ix:0001", []byte("v1_real"))
+	a.Wait()
+	d := newStore(t, sharedOpts(srv))
+	if !d.Verifier(tenantA).Served(served) {
+		t.Fatal("a rewritten record is not served")
+	}
+	if v, ok := d.Conversation(tenantA, "ix:0001"); !ok || string(v) != "v1_real" {
+		t.Fatalf("Conversation = %q, %v; want v1_real", v, ok)
+	}
+	b := newStore(t, sharedOpts(srv))
+	b.SetConversation(tenantB, "ix:0001", []byte("v1_b"))
+	b.Wait()
+	var keyA, keyB string
+	for _, k := range rc.Keys(ctx, "*").Val() {
+		if rc.Type(ctx, k).Val() != "string" {
+			continue
+		}
+		v := rc.Get(ctx, k).Val()
+		switch {
+		case strings.HasSuffix(v, "v1_real"):
+			keyA = k
+		case strings.HasSuffix(v, "v1_b"):
+			keyB = k
+		}
+	}
+	if keyA == "" || keyB == "" {
+		t.Fatalf("conversation keys not found: %q %q", keyA, keyB)
+	}
+	rc.Set(ctx, keyB, rc.Get(ctx, keyA).Val(), 0)
+	e := newStore(t, sharedOpts(srv))
+	if v, ok := e.Conversation(tenantB, "ix:0001"); ok {
+		t.Errorf("tenant A's value under tenant B's key was returned: %q", v)
+	}
+	if st := e.Stats().Redis; st.Invalid != 1 {
+		t.Errorf("redis stats = %+v, want 1 invalid value", st)
+	}
+}
+
+// TestRedisNeedsSecret: shared mode without a secret is refused, since
+// values could then not be authenticated.
+func TestRedisNeedsSecret(t *testing.T) {
+	if _, err := cache.New(cache.Options{RedisURL: "redis://127.0.0.1:1/0"}); err == nil {
+		t.Error("New with RedisURL and no Secret succeeded")
+	}
+	if _, err := cache.New(cache.Options{RedisURL: "redis://127.0.0.1:1/0", Secret: []byte("short")}); err == nil {
+		t.Error("New with a 5-byte Secret succeeded")
 	}
 }

@@ -87,6 +87,12 @@ type Options struct {
 	// left then is dropped and counted. Zero means DefaultRedisFlush; negative
 	// drops them at once.
 	RedisFlush time.Duration
+	// Secret keys the names of the Redis keys and authenticates every
+	// value written to Redis (HMAC-SHA256; a value that fails is a miss,
+	// counted in RedisStats.Invalid). Replicas sharing a Redis need the
+	// same Secret. Required with RedisURL, at least MinSecretBytes long;
+	// unused without it.
+	Secret []byte
 	// Logger receives Redis state changes. Nil discards them.
 	Logger *slog.Logger
 }
@@ -307,6 +313,10 @@ type RedisStats struct {
 	// Writes counts served responses written; Dropped those dropped
 	// because the queue was full or Redis was down.
 	Writes, Dropped uint64
+	// Invalid counts values and candidate entries read from Redis whose
+	// HMAC did not match (written without the Secret, altered or moved
+	// under another key), each treated as a miss.
+	Invalid uint64
 	// Hits counts lookups answered by Redis after a local miss.
 	Hits uint64
 }

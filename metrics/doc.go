@@ -79,6 +79,7 @@
 //	gemini_proxy_cache_redis_writes_total                 counter    -                            redis backend only: served responses written to Redis
 //	gemini_proxy_cache_redis_dropped_writes_total         counter    -                            redis backend only: writes dropped (queue full or Redis down)
 //	gemini_proxy_cache_redis_hits_total                   counter    -                            redis backend only: lookups answered by Redis after a local miss
+//	gemini_proxy_cache_redis_invalid_values_total         counter    -                            redis backend only: values whose HMAC failed, each a miss
 //
 // # Estimating tokens saved
 //
