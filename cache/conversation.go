@@ -95,7 +95,7 @@ func (s *Store) SetConversation(tenant, k string, value []byte) bool {
 
 // getValue reads one sealed value; an invalid one is a miss.
 func (r *redisBackend) getValue(k string) ([]byte, bool) {
-	if !r.available() {
+	if !r.readable() {
 		return nil, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
@@ -103,13 +103,13 @@ func (r *redisBackend) getValue(k string) ([]byte, bool) {
 	b, err := r.c.Get(ctx, k).Bytes()
 	switch {
 	case errors.Is(err, redis.Nil):
-		r.succeeded()
+		r.readOK()
 		return nil, false
 	case err != nil:
-		r.failed(&r.readErrors, err)
+		r.readFailed(err)
 		return nil, false
 	}
-	r.succeeded()
+	r.readOK()
 	v, ok := r.open(k, b)
 	if ok {
 		r.hits.Add(1)
@@ -121,17 +121,17 @@ func (r *redisBackend) getValue(k string) ([]byte, bool) {
 // index i, nil when missing, invalid or when Redis is unavailable.
 func (r *redisBackend) getValues(keys []string) [][]byte {
 	out := make([][]byte, len(keys))
-	if !r.available() || len(keys) == 0 {
+	if !r.readable() || len(keys) == 0 {
 		return out
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
 	vs, err := r.c.MGet(ctx, keys...).Result()
 	if err != nil {
-		r.failed(&r.readErrors, err)
+		r.readFailed(err)
 		return out
 	}
-	r.succeeded()
+	r.readOK()
 	for i, v := range vs {
 		if s, ok := v.(string); ok && i < len(out) {
 			if b, ok := r.open(keys[i], []byte(s)); ok {

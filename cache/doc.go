@@ -72,8 +72,9 @@
 // does not fit; Close writes what is still queued, for at most
 // Options.RedisFlush. Each read is bounded by Options.RedisTimeout and one
 // request's Verifier spends at most Options.RedisBudget on Redis. After an
-// error the Store logs once, counts it, and stays local-only for a second
-// before it tries again, so a stopped or slow Redis never fails a request
+// error the Store logs once, counts it, and stops that kind of call (reads
+// or writes, separately: a Redis that refuses writes still serves reads)
+// for a second before it tries again, so a stopped or slow Redis never fails a request
 // and adds at most a bounded delay. A response served by one replica is
 // visible to the others once its write landed (about a Redis round trip
 // after the response ended); a request that arrives earlier at another

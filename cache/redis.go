@@ -79,10 +79,41 @@ type redisBackend struct {
 	// value; both are derived from Options.Secret.
 	keyKey, valKey []byte
 
-	pausedUntil atomic.Int64 // unix nanoseconds
-	up          atomic.Bool
+	// reads and writes degrade separately (issue 16 item 5): a Redis that
+	// refuses writes (out of memory, a read-only replica) but answers
+	// reads keeps serving them.
+	reads, writes breaker
 
-	readErrors, writeErrors, writes, dropped, hits, invalid atomic.Uint64
+	written, dropped, hits, invalid atomic.Uint64
+}
+
+// breaker pauses one kind of Redis call after an error, for redisPause.
+type breaker struct {
+	kind        string       // "reads" or "writes", for the log
+	pausedUntil atomic.Int64 // unix nanoseconds
+	down        atomic.Bool
+	errors      atomic.Uint64
+}
+
+// available reports whether this kind of call may be made now.
+func (b *breaker) available() bool {
+	return time.Now().UnixNano() >= b.pausedUntil.Load()
+}
+
+// failed records an error: count it, pause, log the change.
+func (b *breaker) failed(log *slog.Logger, err error) {
+	b.errors.Add(1)
+	b.pausedUntil.Store(time.Now().Add(redisPause).UnixNano())
+	if !b.down.Swap(true) {
+		log.Warn("redis unavailable, using the local cache only", "calls", b.kind, "error", err.Error(), "retry_after", redisPause)
+	}
+}
+
+// succeeded records a successful call.
+func (b *breaker) succeeded(log *slog.Logger) {
+	if b.down.Swap(false) {
+		log.Info("redis available again", "calls", b.kind)
+	}
 }
 
 func newRedis(s *Store, opts Options) (*redisBackend, error) {
@@ -116,7 +147,7 @@ func newRedis(s *Store, opts Options) (*redisBackend, error) {
 	}
 	r.wctx, r.wcancel = context.WithCancel(context.Background())
 	r.cond = sync.NewCond(&r.mu)
-	r.up.Store(true)
+	r.reads.kind, r.writes.kind = "reads", "writes"
 	go r.writer()
 	return r, nil
 }
@@ -185,26 +216,12 @@ func (r *redisBackend) tagID(key string, id []byte) []byte {
 	return append(append(make([]byte, 0, len(id)+tagSize), id...), r.mac(sum[:0], key, id)[:tagSize]...)
 }
 
-// available reports whether Redis may be called now.
-func (r *redisBackend) available() bool {
-	return time.Now().UnixNano() >= r.pausedUntil.Load()
-}
+// readable reports whether Redis may be read now.
+func (r *redisBackend) readable() bool { return r.reads.available() }
 
-// failed records a Redis error: count it, pause Redis, log the change.
-func (r *redisBackend) failed(counter *atomic.Uint64, err error) {
-	counter.Add(1)
-	r.pausedUntil.Store(time.Now().Add(redisPause).UnixNano())
-	if r.up.Swap(false) {
-		r.log.Warn("redis unavailable, using the local cache only", "error", err.Error(), "retry_after", redisPause)
-	}
-}
-
-// succeeded records a successful call.
-func (r *redisBackend) succeeded() {
-	if !r.up.Swap(true) {
-		r.log.Info("redis available again")
-	}
-}
+// readFailed and readOK record the outcome of a read.
+func (r *redisBackend) readFailed(err error) { r.reads.failed(r.log, err) }
+func (r *redisBackend) readOK()              { r.reads.succeeded(r.log) }
 
 // getRecord reads the record of response id.
 func (r *redisBackend) getRecord(tenant string, id digest) ([]byte, bool) {
@@ -213,7 +230,7 @@ func (r *redisBackend) getRecord(tenant string, id digest) ([]byte, bool) {
 
 // getCandidates reads the candidate ids of prefix p, concatenated.
 func (r *redisBackend) getCandidates(tenant string, p digest) []byte {
-	if !r.available() {
+	if !r.readable() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
@@ -221,10 +238,10 @@ func (r *redisBackend) getCandidates(tenant string, p digest) []byte {
 	k := r.prefixKey(tenant, p)
 	ids, err := r.c.LRange(ctx, k, 0, maxCandidates-1).Result()
 	if err != nil {
-		r.failed(&r.readErrors, err)
+		r.readFailed(err)
 		return nil
 	}
-	r.succeeded()
+	r.readOK()
 	var out []byte
 	for _, e := range ids {
 		const n = len(digest{})
@@ -240,7 +257,7 @@ func (r *redisBackend) getCandidates(tenant string, p digest) []byte {
 // enqueue hands w to the writer, or drops it when the queue is full or
 // Redis is paused. It never blocks.
 func (r *redisBackend) enqueue(w servedWrite) {
-	if !r.available() {
+	if !r.writes.available() {
 		r.dropped.Add(1)
 		return
 	}
@@ -313,7 +330,7 @@ func (r *redisBackend) send(ctx context.Context, batch []servedWrite) {
 // prefix, LREM+LPUSH+LTRIM+EXPIRE of the candidate list, all with the TTL.
 // ctx may bound it further than the writer's own time-out.
 func (r *redisBackend) write(ctx context.Context, batch []servedWrite) {
-	if !r.available() || ctx.Err() != nil {
+	if !r.writes.available() || ctx.Err() != nil {
 		r.dropped.Add(uint64(len(batch)))
 		return
 	}
@@ -341,11 +358,11 @@ func (r *redisBackend) write(ctx context.Context, batch []servedWrite) {
 		return nil
 	})
 	if err != nil {
-		r.failed(&r.writeErrors, fmt.Errorf("writing %d served responses: %w", len(batch), err))
+		r.writes.failed(r.log, fmt.Errorf("writing %d served responses: %w", len(batch), err))
 		return
 	}
-	r.succeeded()
-	r.writes.Add(uint64(len(batch)))
+	r.writes.succeeded(r.log)
+	r.written.Add(uint64(len(batch)))
 }
 
 // close stops the writer, then writes what is still queued; the batch in
@@ -378,9 +395,10 @@ func (r *redisBackend) closeClient() error {
 
 func (r *redisBackend) stats() RedisStats {
 	return RedisStats{
-		Enabled: true, Up: r.up.Load(),
-		ReadErrors: r.readErrors.Load(), WriteErrors: r.writeErrors.Load(),
-		Writes: r.writes.Load(), Dropped: r.dropped.Load(), Hits: r.hits.Load(),
+		Enabled: true, Up: !r.reads.down.Load() && !r.writes.down.Load(),
+		ReadsUp: !r.reads.down.Load(), WritesUp: !r.writes.down.Load(),
+		ReadErrors: r.reads.errors.Load(), WriteErrors: r.writes.errors.Load(),
+		Writes: r.written.Load(), Dropped: r.dropped.Load(), Hits: r.hits.Load(),
 		Invalid: r.invalid.Load(),
 	}
 }

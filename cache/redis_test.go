@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -316,5 +317,49 @@ func TestRedisNeedsSecret(t *testing.T) {
 	}
 	if _, err := cache.New(cache.Options{RedisURL: "redis://127.0.0.1:1/0", Secret: []byte("short")}); err == nil {
 		t.Error("New with a 5-byte Secret succeeded")
+	}
+}
+
+// TestRedisWritesRefusedReadsServed: a Redis that refuses writes (out of
+// memory under noeviction, like a read-only replica) but answers reads
+// pauses only the writes: a second replica still verifies every transcript
+// the first one shared, and what it records meanwhile stays local (issue 16
+// item 5).
+func TestRedisWritesRefusedReadsServed(t *testing.T) {
+	srv := cachetest.StartRedis(t)
+	a := newStore(t, sharedOpts(srv))
+	texts := make([]string, 20)
+	for i := range texts {
+		texts[i] = words(fmt.Sprintf("transcript %d", i), 400+i)
+		a.RecordServed(tenantA, texts[i], false)
+	}
+	a.Wait()
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rc.Close()
+	ctx := context.Background()
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+		if err := rc.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := newStore(t, sharedOpts(srv))
+	verified := 0
+	for i, text := range texts {
+		// A write fails before each lookup.
+		b.RecordServed(tenantA, words(fmt.Sprintf("local answer %d", i), 300), false)
+		b.Wait()
+		if b.Verifier(tenantA).Served(text) {
+			verified++
+		}
+	}
+	st := b.Stats().Redis
+	if verified != len(texts) {
+		t.Errorf("replica B verified %d of %d transcripts with Redis refusing writes; redis stats %+v", verified, len(texts), st)
+	}
+	if st.WriteErrors == 0 || st.ReadErrors != 0 || st.Up {
+		t.Errorf("redis stats = %+v, want write errors, no read error, not up", st)
+	}
+	if !b.Verifier(tenantA).Served(words("local answer 3", 300)) {
+		t.Error("an answer recorded while writes failed is not verified locally")
 	}
 }

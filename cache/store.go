@@ -306,8 +306,11 @@ type Stats struct {
 // RedisStats are the Redis backend's figures.
 type RedisStats struct {
 	// Enabled reports whether the Store uses Redis; Up whether the last
-	// call succeeded (a failure switches to local-only for a moment).
-	Enabled, Up bool
+	// read and the last write both succeeded. ReadsUp and WritesUp say it
+	// of each: a failed read pauses reads, a failed write pauses writes,
+	// each for a moment, independently.
+	Enabled, Up       bool
+	ReadsUp, WritesUp bool
 	// ReadErrors and WriteErrors count failed or timed-out calls.
 	ReadErrors, WriteErrors uint64
 	// Writes counts served responses written; Dropped those dropped
