@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -867,7 +868,8 @@ func (h *Handler) recordRewrite(st *reqState, r *http.Request, label, model stri
 
 // transport wraps the upstream RoundTripper: it times the upstream call and
 // retries a rewritten request once with the original body when the
-// upstream rejects it (DESIGN §3 fail-open). It runs before any byte of the
+// upstream rejects it in a way the rewrite may cause (DESIGN §3 fail-open;
+// retryOriginal). It runs before any byte of the
 // response reaches the client, so the client only sees the second answer.
 type transport struct {
 	h    *Handler
@@ -900,7 +902,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	// At most two upstream calls: after an interaction's fallback, or after
 	// the context cache fallback sent st.orig, there is no third.
-	if err == nil && st.rewritten && !st.fallback && (st.ix == nil || st.ix.fallback == "") && (res.StatusCode == http.StatusBadRequest || res.StatusCode >= 500) {
+	if err == nil && st.rewritten && !st.fallback && (st.ix == nil || st.ix.fallback == "") && (res.StatusCode == http.StatusBadRequest || res.StatusCode == http.StatusTooManyRequests || res.StatusCode >= 500) && t.h.retryOriginal(res) {
 		io.CopyN(io.Discard, res.Body, 64<<10) //nolint:errcheck // only to reuse the connection
 		res.Body.Close()
 		st.fallback = true
@@ -917,6 +919,45 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	st.upstreamDur = time.Since(now)
 	return res, err
+}
+
+// maxRejectionBody is the most of a 400 answer read to learn its status.
+const maxRejectionBody = 64 << 10
+
+// retryOriginal reports whether a rewritten request's error answer res
+// (400 or 5xx) is one the rewrite may have caused, so that the original
+// body is worth a retry: 400 INVALID_ARGUMENT and 500 (issue 16 item 6).
+// 429, 503 and 504 say the upstream is overloaded or slow: a retry with the
+// larger original body would only add to it, and the client is the one to
+// honour Retry-After. Each case is counted. To read a 400's status it reads
+// up to maxRejectionBody of the body; when no retry follows, res.Body still
+// gives the client every byte.
+func (h *Handler) retryOriginal(res *http.Response) bool {
+	c := metrics.RejectionOther
+	switch res.StatusCode {
+	case http.StatusBadRequest:
+		c = metrics.RejectionBadRequest
+		head, err := io.ReadAll(io.LimitReader(res.Body, maxRejectionBody+1))
+		res.Body = readCloser{io.MultiReader(bytes.NewReader(head), res.Body), res.Body}
+		var e struct {
+			Error struct {
+				Status string `json:"status"`
+			} `json:"error"`
+		}
+		if err == nil && len(head) <= maxRejectionBody && json.Unmarshal(head, &e) == nil && e.Error.Status == "INVALID_ARGUMENT" {
+			c = metrics.RejectionInvalidArgument
+		}
+	case http.StatusInternalServerError:
+		c = metrics.RejectionInternal
+	case http.StatusTooManyRequests:
+		c = metrics.RejectionRateLimited
+	case http.StatusServiceUnavailable:
+		c = metrics.RejectionUnavailable
+	case http.StatusGatewayTimeout:
+		c = metrics.RejectionTimeout
+	}
+	h.m.RewriteRejections.WithLabelValues(c).Inc()
+	return c == metrics.RejectionInvalidArgument || c == metrics.RejectionInternal
 }
 
 // countingBody counts the request bytes read and remembers a read error

@@ -161,7 +161,7 @@ func TestRewriteLargeBodyStreamsUnchanged(t *testing.T) {
 }
 
 func TestRewriteFallback(t *testing.T) {
-	for _, status := range []int{400, 500, 503} {
+	for _, status := range []int{400, 500} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
 			be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
 				body := make([]byte, 1024)
@@ -196,6 +196,54 @@ func TestRewriteFallback(t *testing.T) {
 			})
 			if got := testutil.ToFloat64(f.m.RewriteFallbacks); got != 1 {
 				t.Errorf("rewrite_fallbacks_total = %v, want 1", got)
+			}
+			want := map[int]string{400: metrics.RejectionInvalidArgument, 500: metrics.RejectionInternal}[status]
+			if got := testutil.ToFloat64(f.m.RewriteRejections.WithLabelValues(want)); got != 1 {
+				t.Errorf("rewrite_rejections_total{case=%s} = %v, want 1", want, got)
+			}
+		})
+	}
+}
+
+// TestNoFallbackOnOverload: a rewritten request answered 429, 503 or 504,
+// or 400 for another reason than its arguments, is not retried (a retry
+// with the larger original body would double an overload, and Retry-After
+// is the client's to honour); the client gets the upstream's answer, body
+// and Retry-After included, and each case is counted (issue 16 item 6).
+func TestNoFallbackOnOverload(t *testing.T) {
+	for _, tt := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{429, `{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED"}}`, metrics.RejectionRateLimited},
+		{503, `{"error":{"code":503,"message":"overloaded","status":"UNAVAILABLE"}}`, metrics.RejectionUnavailable},
+		{504, `{"error":{"code":504,"message":"deadline","status":"DEADLINE_EXCEEDED"}}`, metrics.RejectionTimeout},
+		{502, `bad gateway`, metrics.RejectionOther},
+		{400, `{"error":{"code":400,"message":"location","status":"FAILED_PRECONDITION"}}`, metrics.RejectionBadRequest},
+		{400, `{"error":{"code":400,"message":"` + strings.Repeat("x", 70<<10) + `","status":"INVALID_ARGUMENT"}}`, metrics.RejectionBadRequest},
+	} {
+		t.Run(strconv.Itoa(tt.status)+"_"+tt.want, func(t *testing.T) {
+			be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Retry-After", "7")
+				w.WriteHeader(tt.status)
+				w.Write([]byte(tt.body))
+			})
+			f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true}})
+			f.h.rewriteFn = changed
+			req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/m:generateContent", strings.NewReader(origBody))
+			res, body := do(t, rawClient(), req)
+			if n := len(be.requests()); n != 1 {
+				t.Errorf("backend saw %d requests, want 1", n)
+			}
+			if res.StatusCode != tt.status || string(body) != tt.body || res.Header.Get("Retry-After") != "7" {
+				t.Errorf("client got %d, Retry-After %q, body %.60q; want the upstream's %d answer", res.StatusCode, res.Header.Get("Retry-After"), body, tt.status)
+			}
+			if got := testutil.ToFloat64(f.m.RewriteFallbacks); got != 0 {
+				t.Errorf("fallbacks = %v, want 0", got)
+			}
+			if got := testutil.ToFloat64(f.m.RewriteRejections.WithLabelValues(tt.want)); got != 1 {
+				t.Errorf("rewrite_rejections_total{case=%s} = %v, want 1", tt.want, got)
 			}
 		})
 	}
