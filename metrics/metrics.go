@@ -49,7 +49,14 @@ const (
 	RejectionUnavailable     = "unavailable"      // 503
 	RejectionTimeout         = "timeout"          // 504
 	RejectionOther           = "other"            // any other 5xx
+)
 
+// RejectionCases lists the case label values of
+// gemini_proxy_rewrite_rejections_total.
+var RejectionCases = []string{RejectionInvalidArgument, RejectionInternal, RejectionBadRequest,
+	RejectionRateLimited, RejectionUnavailable, RejectionTimeout, RejectionOther}
+
+const (
 	// Upstream error kinds for gemini_proxy_upstream_errors_total.
 	UpstreamTimeout     = "timeout"
 	UpstreamUnreachable = "unreachable"
@@ -385,6 +392,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for _, s := range []string{StageBefore, StageAfter} {
 		m.RewriteBytes.WithLabelValues(s)
+	}
+	for _, c := range RejectionCases {
+		m.RewriteRejections.WithLabelValues(c)
 	}
 	for _, o := range []string{CountTokensOK, CountTokensError, CountTokensRateLimited, CountTokensBusy} {
 		m.CountTokens.WithLabelValues(o)
