@@ -26,7 +26,7 @@
 //	gemini_proxy_response_bytes_total                     counter    route                        response body bytes written to clients
 //	gemini_proxy_usage_tokens_total                       counter    model, kind                  tokens from the last usageMetadata of each response; kind=prompt|cached|candidates|thoughts|tool_use (prompt includes cached)
 //	gemini_proxy_client_requests_total                    counter    sdk, deprecated              requests by client SDK family (from x-goog-api-client)
-//	gemini_proxy_rewrite_requests_total                   counter    mode, outcome                generate requests by rewrite mode (on|dry-run|off|disabled) and outcome (changed|unchanged|error|skipped)
+//	gemini_proxy_rewrite_requests_total                   counter    mode, outcome                generate requests by rewrite mode (on|dry-run|off|disabled) and outcome (changed|unchanged|error|skipped|invalid_request)
 //	gemini_proxy_rewrite_bytes_total                      counter    stage                        body bytes of generate requests rewritten in mode on, stage=before|after, when the upstream accepted them without fallback
 //	gemini_proxy_rewrite_saved_bytes_total                counter    rule                         bytes removed by each rewrite rule (replaced content minus references); only bodies the upstream accepted, never after a fallback
 //	gemini_proxy_rewrite_replacements_total               counter    rule                         spans replaced (or turns created, for unflatten; parts split, for stable) by each rule, same condition

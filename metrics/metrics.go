@@ -38,6 +38,9 @@ const (
 	OutcomeUnchanged = "unchanged"
 	OutcomeError     = "error"
 	OutcomeSkipped   = "skipped"
+	// OutcomeInvalidRequest is a body the client sent as malformed JSON:
+	// forwarded unchanged (the upstream answers it), not a rewriter fault.
+	OutcomeInvalidRequest = "invalid_request"
 
 	// Cases of gemini_proxy_rewrite_rejections_total: an error answer to a
 	// rewritten request. The first two are retried with the original body

@@ -373,6 +373,14 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		// Over rewrite.max_parts, max_lines or max_blocks: a limit, not
 		// a failure. The original body goes out as it came.
 		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "too_complex"
+	case rerr != nil && (errors.Is(rerr, rewrite.ErrInvalidJSON) || !json.Valid(buf)):
+		// The client's malformed JSON: forwarded as it came for the
+		// upstream to answer, and kept out of the rewrite errors, whose
+		// alert is for faults of the rewriter (issue 16 item 7). The
+		// rewriter may stop at another error before it sees the syntax
+		// error (a truncated body), hence json.Valid, on this path only.
+		st.outcome = metrics.OutcomeInvalidRequest
+		st.repHeader = fmt.Sprintf("bytes=%d->%d; invalid_request", len(buf), len(buf))
 	case rerr != nil:
 		h.m.RewriteErrors.Inc()
 		st.outcome = metrics.OutcomeError

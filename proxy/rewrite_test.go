@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -33,6 +34,7 @@ func changed(body []byte, _ rewrite.Options, _ rewrite.Verifier) ([]byte, *rewri
 func TestRewrite(t *testing.T) {
 	changedHeader := "bytes=" + strconv.Itoa(len(origBody)) + "->" + strconv.Itoa(len(rewrittenBody)) + "; unchanged=1"
 	errHeader := "bytes=" + strconv.Itoa(len(origBody)) + "->" + strconv.Itoa(len(origBody)) + "; error"
+	invalidHeader := "bytes=" + strconv.Itoa(len(origBody)) + "->" + strconv.Itoa(len(origBody)) + "; invalid_request"
 	tests := []struct {
 		name       string
 		disabled   bool
@@ -62,6 +64,10 @@ func TestRewrite(t *testing.T) {
 		{"over the rewriter's limits", false, func([]byte, rewrite.Options, rewrite.Verifier) ([]byte, *rewrite.Report, error) {
 			return nil, nil, rewrite.ErrTooComplex
 		}, "", "", origBody, "skipped", metrics.ModeOn, metrics.OutcomeSkipped, 0},
+		// A client's malformed JSON is not a rewriter fault (issue 16 item 7).
+		{"invalid request", false, func([]byte, rewrite.Options, rewrite.Verifier) ([]byte, *rewrite.Report, error) {
+			return nil, nil, fmt.Errorf("decoding: %w", rewrite.ErrInvalidJSON)
+		}, "", "", origBody, invalidHeader, metrics.ModeOn, metrics.OutcomeInvalidRequest, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,6 +106,30 @@ func TestRewrite(t *testing.T) {
 				t.Errorf("log leaks the prompt:\n%s", f.logs.String())
 			}
 		})
+	}
+}
+
+// TestInvalidRequestNotAnError: malformed JSON from the client, through the
+// real rewriter, is forwarded unchanged with outcome invalid_request; it
+// does not count as a rewrite error, which stays for rewriter faults.
+func TestInvalidRequestNotAnError(t *testing.T) {
+	for _, body := range []string{`{"contents": [`, `not json`, `{"contents":[{"parts":[{"text":"a` + "\x00" + `"}]}]`, `[1,2]`} {
+		be := newBackend(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(400) })
+		f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true}})
+		req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(body))
+		res, _ := do(t, rawClient(), req)
+		if got := string(be.last(t).Body); got != body {
+			t.Errorf("%q: backend got %q, want it unchanged", body, got)
+		}
+		if got, want := res.Header.Get(HeaderReport), "; invalid_request"; !strings.HasSuffix(got, want) {
+			t.Errorf("%q: report %q, want a suffix %q", body, got, want)
+		}
+		waitFor(t, "rewrite metric", func() bool {
+			return testutil.ToFloat64(f.m.RewriteRequests.WithLabelValues(metrics.ModeOn, metrics.OutcomeInvalidRequest)) == 1
+		})
+		if got := testutil.ToFloat64(f.m.RewriteErrors); got != 0 {
+			t.Errorf("%q: rewrite_errors_total = %v, want 0", body, got)
+		}
 	}
 }
 

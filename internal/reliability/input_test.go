@@ -69,8 +69,8 @@ func TestBadInput(t *testing.T) {
 		// arrives is text the upstream must receive verbatim.
 		arrives string
 	}{
-		{name: "malformed JSON", body: []byte(`{"contents":[{"role":"user","parts":[{"text":"hi"}]`), report: "bytes="},
-		{name: "not JSON at all", body: []byte("hello"), report: "bytes="},
+		{name: "malformed JSON", body: []byte(`{"contents":[{"role":"user","parts":[{"text":"hi"}]`), report: "; invalid_request"},
+		{name: "not JSON at all", body: []byte("hello"), report: "; invalid_request"},
 		{name: "empty body", body: []byte{}},
 		{name: "text/plain content type", header: http.Header{"Content-Type": {"text/plain"}}, body: prompt("a cat")},
 		{name: "no content type", header: http.Header{}, body: prompt("a dog")},
