@@ -841,8 +841,34 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 		h.opts.OnExchange(ex)
 	}
 	if p != nil {
+		if rw.code != 0 {
+			resetConn(rw.ResponseWriter)
+		}
 		panic(p)
 	}
+}
+
+// resetConn aborts the client connection of a response already started
+// with a TCP reset, after flushing what was written. net/http would close
+// it cleanly, and to an HTTP/1.0 client (or any response without
+// Content-Length or chunking) a clean close says the body is complete
+// (issue 16 item 1). Where the connection cannot be taken over (HTTP/2),
+// the re-raised http.ErrAbortHandler resets the stream instead.
+func resetConn(w http.ResponseWriter) {
+	rc := http.NewResponseController(w)
+	rc.Flush() //nolint:errcheck // client gone: the reset below is all that is left
+	conn, _, err := rc.Hijack()
+	if err != nil {
+		return
+	}
+	c := conn
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = nc.NetConn() // TLS: reset the TCP connection under it
+	}
+	if l, ok := c.(interface{ SetLinger(int) error }); ok {
+		l.SetLinger(0) //nolint:errcheck // then Close is a plain close
+	}
+	c.Close()
 }
 
 // recordRewrite counts what a rewrite saved, only when the body it
