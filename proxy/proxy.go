@@ -269,6 +269,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.releaseRewrite(st) // after finish: the bodies live until then
 	defer h.finish(st, rw, out)
 
+	if hasDotSegment(r.URL.Path) {
+		st.pe = &errDotSegment
+		writeError(rw, errDotSegment)
+		return
+	}
 	if h.maxBody > 0 && r.ContentLength > h.maxBody {
 		h.fail(rw, out, errBodyTooLarge)
 		return
@@ -293,6 +298,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		h.rp.ServeHTTP(rw, out)
 	}
+}
+
+// hasDotSegment reports whether a request path (already percent-decoded
+// once, as url.URL.Path is) has a "." or ".." segment, also when that
+// segment is percent-encoded once more or separated by a backslash. The
+// upstream path is the configured prefix joined with the client's path: a
+// hop that resolves dot segments after the join would leave the prefix
+// (issue 16 item 3). The Gemini API has no path with such a segment, so
+// the proxy rejects them on every route rather than normalise them.
+func hasDotSegment(p string) bool {
+	if !strings.Contains(p, ".") && !strings.Contains(p, "%") {
+		return false
+	}
+	for seg := range strings.FieldsFuncSeq(p, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if seg == "." || seg == ".." {
+			return true
+		}
+		if strings.Contains(seg, "%") {
+			if un, err := url.PathUnescape(seg); err == nil && (un == "." || un == "..") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // stripBasePath removes Options.BasePath from u's path, keeping any
