@@ -56,5 +56,3 @@ func TestUpstreamCutResetsClient(t *testing.T) {
 		})
 	}
 }
-
-
