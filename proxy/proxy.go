@@ -53,8 +53,11 @@ type Handler struct {
 	rwMax    int64
 	rwOpts   rewrite.Options
 	// rwInflight is the sum of the reservations of the requests being
-	// rewritten (RewriteOptions.MaxInflightBytes).
+	// rewritten (RewriteOptions.MaxInflightBytes); rwTenants holds each
+	// tenant's part of it, under rwMu.
 	rwInflight atomic.Int64
+	rwMu       sync.Mutex
+	rwTenants  map[string]int64
 	secret     []byte
 	models     map[string]struct{}
 	sav        *savings
@@ -377,11 +380,6 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "compressed"
 		return nil
 	}
-	if !h.reserveRewrite(st, out.ContentLength) {
-		// Too much is being rewritten already: stream this one through.
-		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "busy"
-		return nil
-	}
 	readStart := time.Now()
 	buf, err := readBody(st.body, out.ContentLength, h.rwMax)
 	st.readDur = time.Since(readStart)
@@ -392,6 +390,14 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		// Unknown length and too large: stream what was read plus the rest.
 		out.Body = readCloser{io.MultiReader(bytes.NewReader(buf), st.body), st.body}
 		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "too_large"
+		return nil
+	}
+	// Reserved only now that the body is read: a client that trickles its
+	// upload holds nothing meanwhile (issue 16 item 2).
+	if !h.reserveRewrite(st, int64(len(buf))) {
+		// Too much is being rewritten already: forward this one as it came.
+		out.Body = io.NopCloser(bytes.NewReader(buf))
+		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "busy"
 		return nil
 	}
 	st.orig = buf
@@ -445,37 +451,52 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 	return nil
 }
 
-// reserveRewrite takes size bytes (the request's Content-Length; rwMax
-// when unknown) of RewriteOptions.MaxInflightBytes for st, and reports
-// whether it could: not when the reservations held already and this one
-// would pass the limit, unless none is held (so that one request larger
-// than the limit is still rewritten on an idle proxy).
+// tenantInflightShare is the divisor of RewriteOptions.MaxInflightBytes
+// that one tenant may hold: a quarter, so that one tenant's bodies cannot
+// switch rewriting off for the others.
+const tenantInflightShare = 4
+
+// reserveRewrite takes size bytes (the body read) of
+// RewriteOptions.MaxInflightBytes for st, and reports whether it could:
+// not when the reservations held already and this one would pass the
+// limit, nor when st's tenant holds some already and would pass its share
+// (limit/tenantInflightShare), unless none is held (so that one request
+// larger than the limit is still rewritten on an idle proxy, and one
+// request of each tenant always may be).
 func (h *Handler) reserveRewrite(st *reqState, size int64) bool {
 	limit := h.opts.Rewrite.MaxInflightBytes
 	if limit <= 0 {
 		return true
 	}
-	if size < 0 || size > h.rwMax {
-		size = h.rwMax
+	h.rwMu.Lock()
+	defer h.rwMu.Unlock()
+	cur, mine := h.rwInflight.Load(), h.rwTenants[st.tenant]
+	if (cur > 0 && cur+size > limit) || (mine > 0 && mine+size > limit/tenantInflightShare) {
+		return false
 	}
-	for {
-		cur := h.rwInflight.Load()
-		if cur > 0 && cur+size > limit {
-			return false
-		}
-		if h.rwInflight.CompareAndSwap(cur, cur+size) {
-			st.reserved = size
-			return true
-		}
+	if h.rwTenants == nil {
+		h.rwTenants = make(map[string]int64)
 	}
+	h.rwTenants[st.tenant] = mine + size
+	h.rwInflight.Add(size)
+	st.reserved = size
+	return true
 }
 
 // releaseRewrite returns what reserveRewrite took for st.
 func (h *Handler) releaseRewrite(st *reqState) {
-	if st.reserved > 0 {
-		h.rwInflight.Add(-st.reserved)
-		st.reserved = 0
+	if st.reserved <= 0 {
+		return
 	}
+	h.rwMu.Lock()
+	defer h.rwMu.Unlock()
+	if left := h.rwTenants[st.tenant] - st.reserved; left > 0 {
+		h.rwTenants[st.tenant] = left
+	} else {
+		delete(h.rwTenants, st.tenant)
+	}
+	h.rwInflight.Add(-st.reserved)
+	st.reserved = 0
 }
 
 // readBody reads body, of Content-Length size (-1: unknown), up to

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -388,4 +389,68 @@ func TestRewriteInflightLimit(t *testing.T) {
 		t.Errorf("after the first ended: backend got %q, report %q; want the rewritten body", in.Body, res.Header.Get(HeaderReport))
 	}
 	waitFor(t, "budget released at the end", func() bool { return f.h.rwInflight.Load() == 0 })
+}
+
+// TestSlowTenantCannotStarve: eight uploads of one tenant that declare a
+// large body and then trickle it hold none of rewrite.max_inflight_bytes
+// (it is reserved once a body is read), so another tenant is still
+// rewritten; and one tenant can hold at most a quarter of the budget, so a
+// tenant with many bodies being rewritten cannot take the rest either
+// (issue 16 item 2).
+func TestSlowTenantCannotStarve(t *testing.T) {
+	be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {})
+	const rwMax = 64 << 10
+	f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true, MaxBodyBytes: rwMax, MaxInflightBytes: 2 * rwMax}})
+	f.h.rewriteFn = changed
+	addr := strings.TrimPrefix(f.front.URL, "http://")
+	for i := range 8 {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		te := "Content-Length: " + strconv.Itoa(rwMax) + "\r\n"
+		if i%2 == 1 {
+			te = "Transfer-Encoding: chunked\r\n"
+		}
+		io.WriteString(conn, "POST /v1beta/models/gemini-2.5-flash:generateContent HTTP/1.1\r\nHost: x\r\nX-Goog-Api-Key: slow-tenant\r\nContent-Type: application/json\r\n"+te+"\r\n")
+		if i%2 == 1 {
+			io.WriteString(conn, "1\r\n{\r\n")
+		} else {
+			io.WriteString(conn, "{")
+		}
+	}
+	waitFor(t, "eight slow uploads in the handler", func() bool { return testutil.ToFloat64(f.m.InFlight) == 8 })
+	req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(origBody))
+	req.Header.Set("X-Goog-Api-Key", "other-tenant")
+	res, _ := do(t, rawClient(), req)
+	if got := res.Header.Get(HeaderReport); !strings.HasPrefix(got, "bytes=") {
+		t.Errorf("other tenant's request while eight slow uploads wait: %s = %q, want it rewritten", HeaderReport, got)
+	}
+
+	// The share cap, on the reservations themselves.
+	a, b := &reqState{tenant: "a"}, &reqState{tenant: "b"}
+	var held []*reqState
+	for range 4 {
+		st := &reqState{tenant: "a"}
+		if !f.h.reserveRewrite(st, rwMax/8) {
+			break
+		}
+		held = append(held, st)
+	}
+	if len(held) != 4 {
+		t.Fatalf("tenant a got %d reservations of an eighth of its quarter, want 4", len(held))
+	}
+	if f.h.reserveRewrite(a, rwMax/8) {
+		t.Error("tenant a reserved past a quarter of the budget")
+	}
+	if !f.h.reserveRewrite(b, rwMax) {
+		t.Error("tenant b could not reserve while tenant a holds its quarter")
+	}
+	for _, st := range append(held, a, b) {
+		f.h.releaseRewrite(st)
+	}
+	if n := f.h.rwInflight.Load(); n != 0 {
+		t.Errorf("after every release %d bytes are still reserved", n)
+	}
 }
