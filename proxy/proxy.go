@@ -296,6 +296,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if err := h.bufferUnknownLength(st, out); err != nil {
+		h.fail(rw, out, err)
+		return
+	}
 	if st.stream {
 		h.rpStream.ServeHTTP(rw, out)
 	} else {
@@ -455,6 +459,27 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 // that one tenant may hold: a quarter, so that one tenant's bodies cannot
 // switch rewriting off for the others.
 const tenantInflightShare = 4
+
+// bufferUnknownLength reads a body of unknown length (chunked) that is
+// still to be streamed, up to Options.MaxBodyBytes, before anything is
+// sent upstream: streamed, an oversize body would reach the upstream in
+// part before the client got its 413 (issue 16 item 8). A body with a
+// Content-Length over the limit was refused before; a body prepareRewrite
+// read whole has a length by now. The buffered body still goes upstream
+// chunked.
+func (h *Handler) bufferUnknownLength(st *reqState, out *http.Request) error {
+	if h.maxBody <= 0 || st.body == nil || out.ContentLength >= 0 || out.Body == nil || out.Body == http.NoBody {
+		return nil
+	}
+	readStart := time.Now()
+	buf, err := io.ReadAll(out.Body)
+	st.readDur += time.Since(readStart)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errReadBody, err)
+	}
+	out.Body = io.NopCloser(bytes.NewReader(buf))
+	return nil
+}
 
 // reserveRewrite takes size bytes (the body read) of
 // RewriteOptions.MaxInflightBytes for st, and reports whether it could:
