@@ -125,7 +125,11 @@ func newRedis(s *Store, opts Options) (*redisBackend, error) {
 		// The URL may hold a password: do not quote it.
 		return nil, errors.New("cache: invalid redis url")
 	}
-	ro.DialTimeout = opts.RedisTimeout
+	// Each call's context bounds its dial too (a read: RedisTimeout);
+	// this only lets the writer, whose calls get ten times that, open a
+	// connection on a loaded machine, where a loopback dial can take
+	// longer than 50 ms (issue 16 item 9).
+	ro.DialTimeout = 10 * opts.RedisTimeout
 	ro.ReadTimeout = opts.RedisTimeout
 	ro.WriteTimeout = opts.RedisTimeout
 	ro.PoolTimeout = opts.RedisTimeout
