@@ -427,6 +427,9 @@ func TestSlowTenantCannotStarve(t *testing.T) {
 	if got := res.Header.Get(HeaderReport); !strings.HasPrefix(got, "bytes=") {
 		t.Errorf("other tenant's request while eight slow uploads wait: %s = %q, want it rewritten", HeaderReport, got)
 	}
+	// Its reservation is released when its handler ends, just after the
+	// client has the response.
+	waitFor(t, "the reservation released", func() bool { return f.h.rwInflight.Load() == 0 })
 
 	// The share cap, on the reservations themselves.
 	a, b := &reqState{tenant: "a"}, &reqState{tenant: "b"}
