@@ -11,8 +11,8 @@ import (
 const kindConversation = "c:"
 
 // conversationKey is the Redis key of a conversation entry.
-func conversationKey(tenant, k string) string {
-	return redisKeyPrefix + tenant + ":" + kindConversation + k
+func (r *redisBackend) conversationKey(tenant, k string) string {
+	return r.key(tenant, kindConversation, []byte(k))
 }
 
 // Conversation returns the value SetConversation stored under (tenant, k)
@@ -27,7 +27,7 @@ func (s *Store) Conversation(tenant, k string) ([]byte, bool) {
 	if s.redis == nil {
 		return nil, false
 	}
-	v, ok := s.redis.getValue(conversationKey(tenant, k))
+	v, ok := s.redis.getValue(s.redis.conversationKey(tenant, k))
 	if !ok {
 		return nil, false
 	}
@@ -57,7 +57,7 @@ func (s *Store) Conversations(tenant string, keys []string) [][]byte {
 	}
 	rk := make([]string, len(miss))
 	for j, i := range miss {
-		rk[j] = conversationKey(tenant, keys[i])
+		rk[j] = s.redis.conversationKey(tenant, keys[i])
 	}
 	vs := s.redis.getValues(rk)
 	for j, v := range vs {
@@ -88,14 +88,14 @@ func (s *Store) SetConversation(tenant, k string, value []byte) bool {
 		a.c.Wait()
 	}
 	if s.redis != nil {
-		s.redis.enqueue(servedWrite{tenant: tenant, key: conversationKey(tenant, k), val: value})
+		s.redis.enqueue(servedWrite{tenant: tenant, key: s.redis.conversationKey(tenant, k), val: value})
 	}
 	return ok
 }
 
-// getValue reads one plain value.
+// getValue reads one sealed value; an invalid one is a miss.
 func (r *redisBackend) getValue(k string) ([]byte, bool) {
-	if !r.available() {
+	if !r.readable() {
 		return nil, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
@@ -103,36 +103,41 @@ func (r *redisBackend) getValue(k string) ([]byte, bool) {
 	b, err := r.c.Get(ctx, k).Bytes()
 	switch {
 	case errors.Is(err, redis.Nil):
-		r.succeeded()
+		r.readOK()
 		return nil, false
 	case err != nil:
-		r.failed(&r.readErrors, err)
+		r.readFailed(err)
 		return nil, false
 	}
-	r.succeeded()
-	r.hits.Add(1)
-	return b, true
+	r.readOK()
+	v, ok := r.open(k, b)
+	if ok {
+		r.hits.Add(1)
+	}
+	return v, ok
 }
 
-// getValues reads plain values with one MGET: the value of keys[i] at
-// index i, nil when missing or when Redis is unavailable.
+// getValues reads sealed values with one MGET: the value of keys[i] at
+// index i, nil when missing, invalid or when Redis is unavailable.
 func (r *redisBackend) getValues(keys []string) [][]byte {
 	out := make([][]byte, len(keys))
-	if !r.available() || len(keys) == 0 {
+	if !r.readable() || len(keys) == 0 {
 		return out
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
 	vs, err := r.c.MGet(ctx, keys...).Result()
 	if err != nil {
-		r.failed(&r.readErrors, err)
+		r.readFailed(err)
 		return out
 	}
-	r.succeeded()
+	r.readOK()
 	for i, v := range vs {
 		if s, ok := v.(string); ok && i < len(out) {
-			out[i] = []byte(s)
-			r.hits.Add(1)
+			if b, ok := r.open(keys[i], []byte(s)); ok {
+				out[i] = b
+				r.hits.Add(1)
+			}
 		}
 	}
 	return out

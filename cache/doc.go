@@ -56,17 +56,25 @@
 // # Redis
 //
 // With Options.RedisURL, the served-response index is also kept in Redis
-// under "gemini-proxy:<tenant>:r:<hex sha256>" (the record) and
-// "gemini-proxy:<tenant>:p:<hex sha256>" (a list of candidate ids), all
+// under "gemini-proxy:<tenant>:r:<hex hmac>" (the record) and
+// "gemini-proxy:<tenant>:p:<hex hmac>" (a list of candidate ids), all
 // with the TTL, so replicas behind a load balancer verify each other's
-// responses. The local cache stays in front: a local miss asks Redis and
+// responses. Redis is not trusted (issue 16): the hmac in a key is keyed by
+// Options.Secret, so a key names no digest of text that a reader could
+// confirm a guess with, nor one a writer could choose; every value starts
+// with HMAC(secret, key, value) and every candidate id carries a tag of the
+// same kind, so a value forged, altered or moved under another key is a
+// miss, counted in RedisStats.Invalid. Values are authenticated, not
+// encrypted: the normalised text of served answers is readable by whoever
+// can read Redis. The local cache stays in front: a local miss asks Redis and
 // keeps the answer. RecordServed never waits for Redis: a bounded queue
 // feeds one writer that pipelines the writes, and drops (and counts) what
 // does not fit; Close writes what is still queued, for at most
 // Options.RedisFlush. Each read is bounded by Options.RedisTimeout and one
 // request's Verifier spends at most Options.RedisBudget on Redis. After an
-// error the Store logs once, counts it, and stays local-only for a second
-// before it tries again, so a stopped or slow Redis never fails a request
+// error the Store logs once, counts it, and stops that kind of call (reads
+// or writes, separately: a Redis that refuses writes still serves reads)
+// for a second before it tries again, so a stopped or slow Redis never fails a request
 // and adds at most a bounded delay. A response served by one replica is
 // visible to the others once its write landed (about a Redis round trip
 // after the response ended); a request that arrives earlier at another

@@ -2,6 +2,9 @@ package cache
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,8 +17,19 @@ import (
 )
 
 // redisKeyPrefix starts every key the Store writes to Redis; the tenant id
-// (itself an HMAC) follows, so a key never holds a credential or text.
+// (itself an HMAC) and an HMAC of what the key names follow, so a key never
+// holds a credential, text or a digest of text.
 const redisKeyPrefix = "gemini-proxy:"
+
+// macSize is the length of the HMAC-SHA256 that precedes every value the
+// Store writes to Redis, and the length of the tag after each candidate id.
+const (
+	macSize = sha256.Size
+	tagSize = 16
+)
+
+// MinSecretBytes is the shortest Options.Secret New accepts.
+const MinSecretBytes = 16
 
 // redisPause is how long the Store stays local-only after a Redis error
 // before it tries Redis again.
@@ -49,24 +63,73 @@ type redisBackend struct {
 	queue   chan servedWrite
 	done    chan struct{}
 	exited  chan struct{}
+	// wctx bounds the writer's calls; close cancels it when its flush
+	// bound ends, so that a batch in flight cannot hold Close longer.
+	wctx    context.Context
+	wcancel context.CancelFunc
+
+	closeOnce sync.Once
+	closeErr  error
 
 	mu      sync.Mutex
 	cond    *sync.Cond
 	pending int // queued or being written
 
-	pausedUntil atomic.Int64 // unix nanoseconds
-	up          atomic.Bool
+	// keyKey keys the HMAC in every key name, valKey the HMAC of every
+	// value; both are derived from Options.Secret.
+	keyKey, valKey []byte
 
-	readErrors, writeErrors, writes, dropped, hits atomic.Uint64
+	// reads and writes degrade separately (issue 16 item 5): a Redis that
+	// refuses writes (out of memory, a read-only replica) but answers
+	// reads keeps serving them.
+	reads, writes breaker
+
+	written, dropped, hits, invalid atomic.Uint64
+}
+
+// breaker pauses one kind of Redis call after an error, for redisPause.
+type breaker struct {
+	kind        string       // "reads" or "writes", for the log
+	pausedUntil atomic.Int64 // unix nanoseconds
+	down        atomic.Bool
+	errors      atomic.Uint64
+}
+
+// available reports whether this kind of call may be made now.
+func (b *breaker) available() bool {
+	return time.Now().UnixNano() >= b.pausedUntil.Load()
+}
+
+// failed records an error: count it, pause, log the change.
+func (b *breaker) failed(log *slog.Logger, err error) {
+	b.errors.Add(1)
+	b.pausedUntil.Store(time.Now().Add(redisPause).UnixNano())
+	if !b.down.Swap(true) {
+		log.Warn("redis unavailable, using the local cache only", "calls", b.kind, "error", err.Error(), "retry_after", redisPause)
+	}
+}
+
+// succeeded records a successful call.
+func (b *breaker) succeeded(log *slog.Logger) {
+	if b.down.Swap(false) {
+		log.Info("redis available again", "calls", b.kind)
+	}
 }
 
 func newRedis(s *Store, opts Options) (*redisBackend, error) {
+	if len(opts.Secret) < MinSecretBytes {
+		return nil, fmt.Errorf("cache: redis needs a secret of at least %d bytes", MinSecretBytes)
+	}
 	ro, err := redis.ParseURL(opts.RedisURL)
 	if err != nil {
 		// The URL may hold a password: do not quote it.
 		return nil, errors.New("cache: invalid redis url")
 	}
-	ro.DialTimeout = opts.RedisTimeout
+	// Each call's context bounds its dial too (a read: RedisTimeout);
+	// this only lets the writer, whose calls get ten times that, open a
+	// connection on a loaded machine, where a loopback dial can take
+	// longer than 50 ms (issue 16 item 9).
+	ro.DialTimeout = 10 * opts.RedisTimeout
 	ro.ReadTimeout = opts.RedisTimeout
 	ro.WriteTimeout = opts.RedisTimeout
 	ro.PoolTimeout = opts.RedisTimeout
@@ -83,61 +146,114 @@ func newRedis(s *Store, opts Options) (*redisBackend, error) {
 		queue:   make(chan servedWrite, opts.RedisQueue),
 		done:    make(chan struct{}),
 		exited:  make(chan struct{}),
+		keyKey:  derive(opts.Secret, "gemini-proxy redis key names v1"),
+		valKey:  derive(opts.Secret, "gemini-proxy redis values v1"),
 	}
+	r.wctx, r.wcancel = context.WithCancel(context.Background())
 	r.cond = sync.NewCond(&r.mu)
-	r.up.Store(true)
+	r.reads.kind, r.writes.kind = "reads", "writes"
 	go r.writer()
 	return r, nil
 }
 
-func redisKey(tenant, kind string, d digest) string {
-	return redisKeyPrefix + tenant + ":" + kind + hexID(d)
+// derive returns HMAC-SHA256(secret, label): one key per use of the secret.
+func derive(secret []byte, label string) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(label))
+	return m.Sum(nil)
 }
 
-// available reports whether Redis may be called now.
-func (r *redisBackend) available() bool {
-	return time.Now().UnixNano() >= r.pausedUntil.Load()
+// key returns the Redis key of (tenant, kind, name): the prefix, the
+// tenant, the kind, then HMAC(keyKey, tenant, kind, name) in hex, so that
+// whoever reads Redis cannot confirm a guessed text by its digest, and
+// whoever writes it cannot name the key of a text of their choosing.
+func (r *redisBackend) key(tenant, kind string, name []byte) string {
+	m := hmac.New(sha256.New, r.keyKey)
+	m.Write([]byte(tenant))
+	m.Write([]byte{0})
+	m.Write([]byte(kind))
+	m.Write(name)
+	var sum [sha256.Size]byte
+	return redisKeyPrefix + tenant + ":" + kind + hex.EncodeToString(m.Sum(sum[:0]))
 }
 
-// failed records a Redis error: count it, pause Redis, log the change.
-func (r *redisBackend) failed(counter *atomic.Uint64, err error) {
-	counter.Add(1)
-	r.pausedUntil.Store(time.Now().Add(redisPause).UnixNano())
-	if r.up.Swap(false) {
-		r.log.Warn("redis unavailable, using the local cache only", "error", err.Error(), "retry_after", redisPause)
+func (r *redisBackend) recordKey(tenant string, id digest) string {
+	return r.key(tenant, kindRecord, id[:])
+}
+
+func (r *redisBackend) prefixKey(tenant string, p digest) string {
+	return r.key(tenant, kindPrefix, p[:])
+}
+
+// mac returns HMAC(valKey, key, value): a value is valid only under the
+// key it was written for, so it cannot be moved to another tenant or text.
+// The MAC is appended to dst.
+func (r *redisBackend) mac(dst []byte, key string, val []byte) []byte {
+	m := hmac.New(sha256.New, r.valKey)
+	m.Write([]byte(key))
+	m.Write([]byte{0})
+	m.Write(val)
+	return m.Sum(dst)
+}
+
+// seal returns the value stored in Redis for val under key: its MAC, then
+// val.
+func (r *redisBackend) seal(key string, val []byte) []byte {
+	return append(r.mac(make([]byte, 0, macSize+len(val)), key, val), val...)
+}
+
+// open returns the value sealed under key, or false (counted as invalid)
+// when its MAC does not match.
+func (r *redisBackend) open(key string, b []byte) ([]byte, bool) {
+	var sum [macSize]byte
+	if len(b) >= macSize && hmac.Equal(b[:macSize], r.mac(sum[:0], key, b[macSize:])) {
+		return b[macSize:], true
 	}
+	r.invalid.Add(1)
+	return nil, false
 }
 
-// succeeded records a successful call.
-func (r *redisBackend) succeeded() {
-	if !r.up.Swap(true) {
-		r.log.Info("redis available again")
-	}
+// tagID returns a candidate list element: id, then the first tagSize bytes
+// of its MAC under the list's key.
+func (r *redisBackend) tagID(key string, id []byte) []byte {
+	var sum [macSize]byte
+	return append(append(make([]byte, 0, len(id)+tagSize), id...), r.mac(sum[:0], key, id)[:tagSize]...)
 }
+
+// readable reports whether Redis may be read now.
+func (r *redisBackend) readable() bool { return r.reads.available() }
+
+// readFailed and readOK record the outcome of a read.
+func (r *redisBackend) readFailed(err error) { r.reads.failed(r.log, err) }
+func (r *redisBackend) readOK()              { r.reads.succeeded(r.log) }
 
 // getRecord reads the record of response id.
 func (r *redisBackend) getRecord(tenant string, id digest) ([]byte, bool) {
-	return r.getValue(redisKey(tenant, kindRecord, id))
+	return r.getValue(r.recordKey(tenant, id))
 }
 
 // getCandidates reads the candidate ids of prefix p, concatenated.
 func (r *redisBackend) getCandidates(tenant string, p digest) []byte {
-	if !r.available() {
+	if !r.readable() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
-	ids, err := r.c.LRange(ctx, redisKey(tenant, kindPrefix, p), 0, maxCandidates-1).Result()
+	k := r.prefixKey(tenant, p)
+	ids, err := r.c.LRange(ctx, k, 0, maxCandidates-1).Result()
 	if err != nil {
-		r.failed(&r.readErrors, err)
+		r.readFailed(err)
 		return nil
 	}
-	r.succeeded()
+	r.readOK()
 	var out []byte
-	for _, id := range ids {
-		if len(id) == len(digest{}) {
-			out = append(out, id...)
+	for _, e := range ids {
+		const n = len(digest{})
+		if len(e) != n+tagSize || !hmac.Equal([]byte(e[n:]), r.tagID(k, []byte(e[:n]))[n:]) {
+			r.invalid.Add(1)
+			continue
 		}
+		out = append(out, e[:n]...)
 	}
 	return out
 }
@@ -145,7 +261,7 @@ func (r *redisBackend) getCandidates(tenant string, p digest) []byte {
 // enqueue hands w to the writer, or drops it when the queue is full or
 // Redis is paused. It never blocks.
 func (r *redisBackend) enqueue(w servedWrite) {
-	if !r.available() {
+	if !r.writes.available() {
 		r.dropped.Add(1)
 		return
 	}
@@ -189,7 +305,7 @@ func (r *redisBackend) writer() {
 		case w := <-r.queue:
 			batch = r.drain(append(batch[:0], w))
 		}
-		r.send(context.Background(), batch)
+		r.send(r.wctx, batch)
 	}
 }
 
@@ -218,7 +334,7 @@ func (r *redisBackend) send(ctx context.Context, batch []servedWrite) {
 // prefix, LREM+LPUSH+LTRIM+EXPIRE of the candidate list, all with the TTL.
 // ctx may bound it further than the writer's own time-out.
 func (r *redisBackend) write(ctx context.Context, batch []servedWrite) {
-	if !r.available() || ctx.Err() != nil {
+	if !r.writes.available() || ctx.Err() != nil {
 		r.dropped.Add(uint64(len(batch)))
 		return
 	}
@@ -229,14 +345,16 @@ func (r *redisBackend) write(ctx context.Context, batch []servedWrite) {
 	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, w := range batch {
 			if w.key != "" {
-				p.Set(ctx, w.key, w.val, r.ttl)
+				p.Set(ctx, w.key, r.seal(w.key, w.val), r.ttl)
 				continue
 			}
-			p.Set(ctx, redisKey(w.tenant, kindRecord, w.id), w.rec, r.ttl)
+			rk := r.recordKey(w.tenant, w.id)
+			p.Set(ctx, rk, r.seal(rk, w.rec), r.ttl)
 			for _, pre := range w.prefixes {
-				k := redisKey(w.tenant, kindPrefix, pre)
-				p.LRem(ctx, k, 0, w.id[:])
-				p.LPush(ctx, k, w.id[:])
+				k := r.prefixKey(w.tenant, pre)
+				e := r.tagID(k, w.id[:])
+				p.LRem(ctx, k, 0, e)
+				p.LPush(ctx, k, e)
 				p.LTrim(ctx, k, 0, maxCandidates-1)
 				p.Expire(ctx, k, r.ttl)
 			}
@@ -244,35 +362,47 @@ func (r *redisBackend) write(ctx context.Context, batch []servedWrite) {
 		return nil
 	})
 	if err != nil {
-		r.failed(&r.writeErrors, fmt.Errorf("writing %d served responses: %w", len(batch), err))
+		r.writes.failed(r.log, fmt.Errorf("writing %d served responses: %w", len(batch), err))
 		return
 	}
-	r.succeeded()
-	r.writes.Add(uint64(len(batch)))
+	r.writes.succeeded(r.log)
+	r.written.Add(uint64(len(batch)))
 }
 
-// close stops the writer, then writes what is still queued for at most
-// flush (a shutdown should not lose the last responses served); what
-// remains after it, or while Redis is down, is dropped and counted.
+// close stops the writer, then writes what is still queued; the batch in
+// flight and the rest together get at most flush (a shutdown should not
+// lose the last responses served, nor wait on a hung Redis). What remains
+// after it, or while Redis is down, is dropped and counted.
 func (r *redisBackend) close(flush time.Duration) error {
+	// Cancelling alone would not interrupt a read already waiting on a
+	// hung Redis: closing the client closes its connections, in use or not.
+	stop := time.AfterFunc(flush, func() { r.wcancel(); r.closeClient() }) //nolint:errcheck // returned below
+	defer stop.Stop()
+	defer r.wcancel()
 	close(r.done)
 	<-r.exited
-	ctx, cancel := context.WithTimeout(context.Background(), flush)
-	defer cancel()
 	batch := make([]servedWrite, 0, redisBatch)
 	for {
 		batch = r.drain(batch[:0])
 		if len(batch) == 0 {
-			return r.c.Close()
+			return r.closeClient()
 		}
-		r.send(ctx, batch)
+		r.send(r.wctx, batch)
 	}
+}
+
+// closeClient closes the Redis client once and returns that call's error.
+func (r *redisBackend) closeClient() error {
+	r.closeOnce.Do(func() { r.closeErr = r.c.Close() })
+	return r.closeErr
 }
 
 func (r *redisBackend) stats() RedisStats {
 	return RedisStats{
-		Enabled: true, Up: r.up.Load(),
-		ReadErrors: r.readErrors.Load(), WriteErrors: r.writeErrors.Load(),
-		Writes: r.writes.Load(), Dropped: r.dropped.Load(), Hits: r.hits.Load(),
+		Enabled: true, Up: !r.reads.down.Load() && !r.writes.down.Load(),
+		ReadsUp: !r.reads.down.Load(), WritesUp: !r.writes.down.Load(),
+		ReadErrors: r.reads.errors.Load(), WriteErrors: r.writes.errors.Load(),
+		Writes: r.written.Load(), Dropped: r.dropped.Load(), Hits: r.hits.Load(),
+		Invalid: r.invalid.Load(),
 	}
 }

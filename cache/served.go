@@ -3,7 +3,6 @@ package cache
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/hex"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -324,6 +323,3 @@ func (v *Verifier) budget() bool {
 func idKey(tenant, kind string, id digest) string {
 	return tenant + "\x00" + kind + string(id[:])
 }
-
-// hexID formats an id for a Redis key.
-func hexID(d digest) string { return hex.EncodeToString(d[:]) }

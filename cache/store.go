@@ -83,10 +83,16 @@ type Options struct {
 	// to Redis; more are dropped and counted. Zero means DefaultRedisQueue.
 	RedisQueue int
 	// RedisFlush bounds the time Close spends writing the responses still
-	// queued for Redis (plus a batch already being written); what is left
-	// then is dropped and counted. Zero means DefaultRedisFlush; negative
+	// queued for Redis, a batch already being written included; what is
+	// left then is dropped and counted. Zero means DefaultRedisFlush; negative
 	// drops them at once.
 	RedisFlush time.Duration
+	// Secret keys the names of the Redis keys and authenticates every
+	// value written to Redis (HMAC-SHA256; a value that fails is a miss,
+	// counted in RedisStats.Invalid). Replicas sharing a Redis need the
+	// same Secret. Required with RedisURL, at least MinSecretBytes long;
+	// unused without it.
+	Secret []byte
 	// Logger receives Redis state changes. Nil discards them.
 	Logger *slog.Logger
 }
@@ -300,13 +306,20 @@ type Stats struct {
 // RedisStats are the Redis backend's figures.
 type RedisStats struct {
 	// Enabled reports whether the Store uses Redis; Up whether the last
-	// call succeeded (a failure switches to local-only for a moment).
-	Enabled, Up bool
+	// read and the last write both succeeded. ReadsUp and WritesUp say it
+	// of each: a failed read pauses reads, a failed write pauses writes,
+	// each for a moment, independently.
+	Enabled, Up       bool
+	ReadsUp, WritesUp bool
 	// ReadErrors and WriteErrors count failed or timed-out calls.
 	ReadErrors, WriteErrors uint64
 	// Writes counts served responses written; Dropped those dropped
 	// because the queue was full or Redis was down.
 	Writes, Dropped uint64
+	// Invalid counts values and candidate entries read from Redis whose
+	// HMAC did not match (written without the Secret, altered or moved
+	// under another key), each treated as a miss.
+	Invalid uint64
 	// Hits counts lookups answered by Redis after a local miss.
 	Hits uint64
 }

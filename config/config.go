@@ -104,8 +104,9 @@ type Rewrite struct {
 	Unflatten string `mapstructure:"unflatten"`
 	// MaxBodyBytes: larger bodies are streamed through without rewriting.
 	MaxBodyBytes ByteSize `mapstructure:"max_body_bytes"`
-	// MaxInflightBytes bounds the request bodies being rewritten at once;
-	// past it a request is forwarded unchanged. 0 means no limit.
+	// MaxInflightBytes bounds the request bodies being rewritten at once,
+	// reserved once each body is read; one tenant may hold a quarter of
+	// it; past it a request is forwarded unchanged. 0 means no limit.
 	MaxInflightBytes ByteSize `mapstructure:"max_inflight_bytes"`
 	// MaxParts, MaxLines and MaxBlocks bound the rewriter's memory for one
 	// request (rewrite.Options): a request with more parts, lines or

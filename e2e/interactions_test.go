@@ -350,7 +350,7 @@ func TestInteractionsSharedRedis(t *testing.T) {
 	emu, es := testutil.StartEmulator(t, emulator.Options{Now: func() time.Time { return fixedNow }})
 	up, _ := url.Parse(es.URL)
 	replica := func() string {
-		store, err := cache.New(cache.Options{RedisURL: srv.URL()})
+		store, err := cache.New(cache.Options{RedisURL: srv.URL(), Secret: []byte("shared-secret-of-the-replicas")})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,7 +26,7 @@ type cacheCollector struct {
 	hits, misses, evictions, entries, bytes, maxBytes *prometheus.Desc
 	recorded, checks                                  *prometheus.Desc
 	redisUp, redisErrors, redisWrites, redisDropped   *prometheus.Desc
-	redisHits                                         *prometheus.Desc
+	redisHits, redisInvalid                           *prometheus.Desc
 }
 
 // RegisterCache registers a collector that reads stats (normally
@@ -52,13 +52,15 @@ func RegisterCache(reg prometheus.Registerer, stats func() cache.Stats) {
 		redisDropped: d("redis_dropped_writes_total",
 			"Served responses not written to Redis because the write queue was full or Redis was unavailable."),
 		redisHits: d("redis_hits_total", "Served-response lookups answered by Redis after a local miss."),
+		redisInvalid: d("redis_invalid_values_total",
+			"Values read from Redis whose HMAC (keyed by cache.tenant_secret) did not match, each treated as a miss: written by another secret, altered or moved."),
 	})
 }
 
 // Describe implements prometheus.Collector.
 func (c *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.hits, c.misses, c.evictions, c.entries, c.bytes, c.maxBytes,
-		c.recorded, c.checks, c.redisUp, c.redisErrors, c.redisWrites, c.redisDropped, c.redisHits} {
+		c.recorded, c.checks, c.redisUp, c.redisErrors, c.redisWrites, c.redisDropped, c.redisHits, c.redisInvalid} {
 		ch <- d
 	}
 }
@@ -95,5 +97,6 @@ func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.redisWrites, r.Writes)
 		counter(c.redisDropped, r.Dropped)
 		counter(c.redisHits, r.Hits)
+		counter(c.redisInvalid, r.Invalid)
 	}
 }

@@ -26,12 +26,13 @@
 //	gemini_proxy_response_bytes_total                     counter    route                        response body bytes written to clients
 //	gemini_proxy_usage_tokens_total                       counter    model, kind                  tokens from the last usageMetadata of each response; kind=prompt|cached|candidates|thoughts|tool_use (prompt includes cached)
 //	gemini_proxy_client_requests_total                    counter    sdk, deprecated              requests by client SDK family (from x-goog-api-client)
-//	gemini_proxy_rewrite_requests_total                   counter    mode, outcome                generate requests by rewrite mode (on|dry-run|off|disabled) and outcome (changed|unchanged|error|skipped)
+//	gemini_proxy_rewrite_requests_total                   counter    mode, outcome                generate requests by rewrite mode (on|dry-run|off|disabled) and outcome (changed|unchanged|error|skipped|invalid_request)
 //	gemini_proxy_rewrite_bytes_total                      counter    stage                        body bytes of generate requests rewritten in mode on, stage=before|after, when the upstream accepted them without fallback
 //	gemini_proxy_rewrite_saved_bytes_total                counter    rule                         bytes removed by each rewrite rule (replaced content minus references); only bodies the upstream accepted, never after a fallback
 //	gemini_proxy_rewrite_replacements_total               counter    rule                         spans replaced (or turns created, for unflatten; parts split, for stable) by each rule, same condition
 //	gemini_proxy_rewrite_errors_total                     counter    -                            rewrites that failed or panicked; the original body was forwarded
-//	gemini_proxy_rewrite_fallbacks_total                  counter    -                            rewritten requests retried with the original body after a 400 or 5xx
+//	gemini_proxy_rewrite_fallbacks_total                  counter    -                            rewritten requests retried with the original body after a 400 INVALID_ARGUMENT or 500
+//	gemini_proxy_rewrite_rejections_total                 counter    case                         error answers to rewritten requests; case=invalid_argument|internal (retried) or bad_request|rate_limited|unavailable|timeout|other (not retried)
 //	gemini_proxy_tokens_saved_total                       counter    rule, model                  estimated prompt tokens not sent: text bytes removed × tokens_per_byte (image: 258 per image minus its reference); same condition as saved bytes
 //	gemini_proxy_tokens_per_byte                          gauge      model                        tokens per byte of text in use for the estimate: from exact countTokens samples if any, else from usageMetadata, else the prior 1/3.5
 //	gemini_proxy_tokens_per_byte_samples_total            counter    model, source                calibration samples taken, source=usage|count_tokens
@@ -79,6 +80,7 @@
 //	gemini_proxy_cache_redis_writes_total                 counter    -                            redis backend only: served responses written to Redis
 //	gemini_proxy_cache_redis_dropped_writes_total         counter    -                            redis backend only: writes dropped (queue full or Redis down)
 //	gemini_proxy_cache_redis_hits_total                   counter    -                            redis backend only: lookups answered by Redis after a local miss
+//	gemini_proxy_cache_redis_invalid_values_total         counter    -                            redis backend only: values whose HMAC failed, each a miss
 //
 // # Estimating tokens saved
 //

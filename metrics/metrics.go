@@ -38,7 +38,28 @@ const (
 	OutcomeUnchanged = "unchanged"
 	OutcomeError     = "error"
 	OutcomeSkipped   = "skipped"
+	// OutcomeInvalidRequest is a body the client sent as malformed JSON:
+	// forwarded unchanged (the upstream answers it), not a rewriter fault.
+	OutcomeInvalidRequest = "invalid_request"
 
+	// Cases of gemini_proxy_rewrite_rejections_total: an error answer to a
+	// rewritten request. The first two are retried with the original body
+	// (the rewrite may be the cause); the others are passed to the client.
+	RejectionInvalidArgument = "invalid_argument" // 400 INVALID_ARGUMENT
+	RejectionInternal        = "internal"         // 500
+	RejectionBadRequest      = "bad_request"      // another 400
+	RejectionRateLimited     = "rate_limited"     // 429
+	RejectionUnavailable     = "unavailable"      // 503
+	RejectionTimeout         = "timeout"          // 504
+	RejectionOther           = "other"            // any other 5xx
+)
+
+// RejectionCases lists the case label values of
+// gemini_proxy_rewrite_rejections_total.
+var RejectionCases = []string{RejectionInvalidArgument, RejectionInternal, RejectionBadRequest,
+	RejectionRateLimited, RejectionUnavailable, RejectionTimeout, RejectionOther}
+
+const (
 	// Upstream error kinds for gemini_proxy_upstream_errors_total.
 	UpstreamTimeout     = "timeout"
 	UpstreamUnreachable = "unreachable"
@@ -119,6 +140,7 @@ type Metrics struct {
 	RewriteReplacements *prometheus.CounterVec // rule
 	RewriteErrors       prometheus.Counter
 	RewriteFallbacks    prometheus.Counter
+	RewriteRejections   *prometheus.CounterVec // case
 
 	TokensSaved        *prometheus.CounterVec // rule, model
 	TokensPerByte      *prometheus.GaugeVec   // model
@@ -269,8 +291,12 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		RewriteFallbacks: f.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "rewrite_fallbacks_total",
-			Help: "Rewritten requests retried with the original body after the upstream answered 400 or 5xx.",
+			Help: "Rewritten requests retried with the original body after the upstream answered 400 INVALID_ARGUMENT or 500.",
 		}),
+		RewriteRejections: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "rewrite_rejections_total",
+			Help: "Rewritten requests the upstream answered with 400, 429 or 5xx, by case: invalid_argument (400 INVALID_ARGUMENT) and internal (500) are retried with the original body; bad_request (another 400), rate_limited (429), unavailable (503), timeout (504) and other (5xx) go to the client unretried.",
+		}, []string{"case"}),
 		TokensSaved: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "tokens_saved_total",
 			Help: "Estimated prompt tokens not sent upstream, by rewrite rule and normalised model: bytes removed times the model's calibrated tokens per byte (see gemini_proxy_tokens_per_byte). Counted only for rewritten bodies the upstream really received (no fallback).",
@@ -369,6 +395,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for _, s := range []string{StageBefore, StageAfter} {
 		m.RewriteBytes.WithLabelValues(s)
+	}
+	for _, c := range RejectionCases {
+		m.RewriteRejections.WithLabelValues(c)
 	}
 	for _, o := range []string{CountTokensOK, CountTokensError, CountTokensRateLimited, CountTokensBusy} {
 		m.CountTokens.WithLabelValues(o)

@@ -67,6 +67,8 @@ var metricCases = []metricCase{
 		func(m *metrics.Metrics) { m.RewriteErrors.Inc() }, 1},
 	{"gemini_proxy_rewrite_fallbacks_total", dto.MetricType_COUNTER, nil,
 		func(m *metrics.Metrics) { m.RewriteFallbacks.Inc() }, 1},
+	{"gemini_proxy_rewrite_rejections_total", dto.MetricType_COUNTER, []string{"case"},
+		func(m *metrics.Metrics) { m.RewriteRejections.WithLabelValues(metrics.RejectionUnavailable).Inc() }, 1},
 	{"gemini_proxy_tokens_saved_total", dto.MetricType_COUNTER, []string{"model", "rule"},
 		func(m *metrics.Metrics) { m.TokensSaved.WithLabelValues("unchanged", "gemini-2.5-flash").Add(25.5) }, 25.5},
 	{"gemini_proxy_tokens_per_byte", dto.MetricType_GAUGE, []string{"model"},

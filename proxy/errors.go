@@ -22,6 +22,10 @@ const StatusClientClosedRequest = 499
 // errBodyTooLarge is the error for a request body above Options.MaxBodyBytes.
 var errBodyTooLarge = errors.New("request body too large")
 
+// errDotSegment answers a request whose path has a "." or ".." segment,
+// plain or percent-encoded (issue 16 item 3).
+var errDotSegment = proxyError{code: http.StatusBadRequest, status: "INVALID_ARGUMENT", message: "The request path has a dot segment."}
+
 // errBodyIdle answers a client whose request body stalled for longer than
 // Options.BodyIdleTimeout.
 var errBodyIdle = proxyError{code: http.StatusRequestTimeout, status: "DEADLINE_EXCEEDED", message: "The client did not send the request body in time."}

@@ -147,6 +147,8 @@ func FuzzRouting(f *testing.F) {
 		{"http://evil.example/v1beta/models", ""},
 		{"/gemini/v1/projects/p/locations/l/publishers/google/models/m:generateContent", "localhost"},
 		{"/%2e%2e/%2e%2e/admin", ""},
+		{"/gemini/v1beta/models/%252e%252e/x", ""},
+		{"/v1beta/models/..\\admin", ""},
 		{"*", ""},
 	} {
 		f.Add(s[0], s[1])
@@ -193,6 +195,13 @@ func FuzzRouting(f *testing.F) {
 				(s.Scheme == vx.Scheme && s.Host == vx.Host && strings.HasPrefix(s.Path, vx.Path+"/"))
 			if !ok {
 				t.Fatalf("request %q (Host %q) was sent to %s, outside the configured upstreams", target, host, s)
+			}
+			// A hop that resolves dot segments would leave the prefix
+			// (issue 16 item 3).
+			for seg := range strings.FieldsFuncSeq(s.Path, func(r rune) bool { return r == '/' || r == '\\' }) {
+				if un, _ := url.PathUnescape(seg); seg == "." || seg == ".." || un == "." || un == ".." {
+					t.Fatalf("request %q was sent to %s, with a dot segment", target, s)
+				}
 			}
 		}
 		if len(sent) == 0 && w.Code < 400 {

@@ -138,14 +138,16 @@ type RewriteOptions struct {
 	// means DefaultRewriteMaxBodyBytes.
 	MaxBodyBytes int64
 	// MaxInflightBytes bounds the request bodies being rewritten at once
-	// (by Content-Length, MaxBodyBytes when unknown), held from the rewrite
-	// to the end of the request: a request that would pass it is forwarded
-	// unchanged, streamed without buffering (outcome skipped, logged as
-	// busy). A rewrite holds about three times its body (the body, its
-	// decoded text, the output) plus its records, so this bounds the
+	// (by the bytes read: reserved once the body is read, so that a slow
+	// upload holds nothing), held from the rewrite to the end of the
+	// request: a request that would pass it is forwarded unchanged
+	// (outcome skipped, logged as busy). One tenant may hold at most a
+	// quarter of it. A rewrite holds about three times its body (the body,
+	// its decoded text, the output) plus its records, so this bounds the
 	// rewriter's memory across concurrent requests. A request is let in
-	// whatever its size when nothing else is being rewritten. Zero means
-	// no limit.
+	// whatever its size when nothing else is being rewritten, and when its
+	// tenant has nothing else being rewritten, within the total. Zero
+	// means no limit.
 	MaxInflightBytes int64
 	// Options are passed to rewrite.Request. The zero value means
 	// rewrite.DefaultOptions().

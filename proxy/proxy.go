@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -52,8 +53,11 @@ type Handler struct {
 	rwMax    int64
 	rwOpts   rewrite.Options
 	// rwInflight is the sum of the reservations of the requests being
-	// rewritten (RewriteOptions.MaxInflightBytes).
+	// rewritten (RewriteOptions.MaxInflightBytes); rwTenants holds each
+	// tenant's part of it, under rwMu.
 	rwInflight atomic.Int64
+	rwMu       sync.Mutex
+	rwTenants  map[string]int64
 	secret     []byte
 	models     map[string]struct{}
 	sav        *savings
@@ -268,6 +272,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.releaseRewrite(st) // after finish: the bodies live until then
 	defer h.finish(st, rw, out)
 
+	if hasDotSegment(r.URL.Path) {
+		st.pe = &errDotSegment
+		writeError(rw, errDotSegment)
+		return
+	}
 	if h.maxBody > 0 && r.ContentLength > h.maxBody {
 		h.fail(rw, out, errBodyTooLarge)
 		return
@@ -287,11 +296,39 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if err := h.bufferUnknownLength(st, out); err != nil {
+		h.fail(rw, out, err)
+		return
+	}
 	if st.stream {
 		h.rpStream.ServeHTTP(rw, out)
 	} else {
 		h.rp.ServeHTTP(rw, out)
 	}
+}
+
+// hasDotSegment reports whether a request path (already percent-decoded
+// once, as url.URL.Path is) has a "." or ".." segment, also when that
+// segment is percent-encoded once more or separated by a backslash. The
+// upstream path is the configured prefix joined with the client's path: a
+// hop that resolves dot segments after the join would leave the prefix
+// (issue 16 item 3). The Gemini API has no path with such a segment, so
+// the proxy rejects them on every route rather than normalise them.
+func hasDotSegment(p string) bool {
+	if !strings.Contains(p, ".") && !strings.Contains(p, "%") {
+		return false
+	}
+	for seg := range strings.FieldsFuncSeq(p, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if seg == "." || seg == ".." {
+			return true
+		}
+		if strings.Contains(seg, "%") {
+			if un, err := url.PathUnescape(seg); err == nil && (un == "." || un == "..") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // stripBasePath removes Options.BasePath from u's path, keeping any
@@ -347,11 +384,6 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "compressed"
 		return nil
 	}
-	if !h.reserveRewrite(st, out.ContentLength) {
-		// Too much is being rewritten already: stream this one through.
-		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "busy"
-		return nil
-	}
 	readStart := time.Now()
 	buf, err := readBody(st.body, out.ContentLength, h.rwMax)
 	st.readDur = time.Since(readStart)
@@ -364,6 +396,14 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "too_large"
 		return nil
 	}
+	// Reserved only now that the body is read: a client that trickles its
+	// upload holds nothing meanwhile (issue 16 item 2).
+	if !h.reserveRewrite(st, int64(len(buf))) {
+		// Too much is being rewritten already: forward this one as it came.
+		out.Body = io.NopCloser(bytes.NewReader(buf))
+		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "busy"
+		return nil
+	}
 	st.orig = buf
 	send := buf
 	res, rep, rerr := h.runRewrite(buf, st.tenant)
@@ -372,6 +412,14 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		// Over rewrite.max_parts, max_lines or max_blocks: a limit, not
 		// a failure. The original body goes out as it came.
 		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "too_complex"
+	case rerr != nil && (errors.Is(rerr, rewrite.ErrInvalidJSON) || !json.Valid(buf)):
+		// The client's malformed JSON: forwarded as it came for the
+		// upstream to answer, and kept out of the rewrite errors, whose
+		// alert is for faults of the rewriter (issue 16 item 7). The
+		// rewriter may stop at another error before it sees the syntax
+		// error (a truncated body), hence json.Valid, on this path only.
+		st.outcome = metrics.OutcomeInvalidRequest
+		st.repHeader = fmt.Sprintf("bytes=%d->%d; invalid_request", len(buf), len(buf))
 	case rerr != nil:
 		h.m.RewriteErrors.Inc()
 		st.outcome = metrics.OutcomeError
@@ -407,37 +455,73 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 	return nil
 }
 
-// reserveRewrite takes size bytes (the request's Content-Length; rwMax
-// when unknown) of RewriteOptions.MaxInflightBytes for st, and reports
-// whether it could: not when the reservations held already and this one
-// would pass the limit, unless none is held (so that one request larger
-// than the limit is still rewritten on an idle proxy).
+// tenantInflightShare is the divisor of RewriteOptions.MaxInflightBytes
+// that one tenant may hold: a quarter, so that one tenant's bodies cannot
+// switch rewriting off for the others.
+const tenantInflightShare = 4
+
+// bufferUnknownLength reads a body of unknown length (chunked) that is
+// still to be streamed, up to Options.MaxBodyBytes, before anything is
+// sent upstream: streamed, an oversize body would reach the upstream in
+// part before the client got its 413 (issue 16 item 8). A body with a
+// Content-Length over the limit was refused before; a body prepareRewrite
+// read whole has a length by now. The buffered body still goes upstream
+// chunked.
+func (h *Handler) bufferUnknownLength(st *reqState, out *http.Request) error {
+	if h.maxBody <= 0 || st.body == nil || out.ContentLength >= 0 || out.Body == nil || out.Body == http.NoBody {
+		return nil
+	}
+	readStart := time.Now()
+	buf, err := io.ReadAll(out.Body)
+	st.readDur += time.Since(readStart)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errReadBody, err)
+	}
+	out.Body = io.NopCloser(bytes.NewReader(buf))
+	return nil
+}
+
+// reserveRewrite takes size bytes (the body read) of
+// RewriteOptions.MaxInflightBytes for st, and reports whether it could:
+// not when the reservations held already and this one would pass the
+// limit, nor when st's tenant holds some already and would pass its share
+// (limit/tenantInflightShare), unless none is held (so that one request
+// larger than the limit is still rewritten on an idle proxy, and one
+// request of each tenant always may be).
 func (h *Handler) reserveRewrite(st *reqState, size int64) bool {
 	limit := h.opts.Rewrite.MaxInflightBytes
 	if limit <= 0 {
 		return true
 	}
-	if size < 0 || size > h.rwMax {
-		size = h.rwMax
+	h.rwMu.Lock()
+	defer h.rwMu.Unlock()
+	cur, mine := h.rwInflight.Load(), h.rwTenants[st.tenant]
+	if (cur > 0 && cur+size > limit) || (mine > 0 && mine+size > limit/tenantInflightShare) {
+		return false
 	}
-	for {
-		cur := h.rwInflight.Load()
-		if cur > 0 && cur+size > limit {
-			return false
-		}
-		if h.rwInflight.CompareAndSwap(cur, cur+size) {
-			st.reserved = size
-			return true
-		}
+	if h.rwTenants == nil {
+		h.rwTenants = make(map[string]int64)
 	}
+	h.rwTenants[st.tenant] = mine + size
+	h.rwInflight.Add(size)
+	st.reserved = size
+	return true
 }
 
 // releaseRewrite returns what reserveRewrite took for st.
 func (h *Handler) releaseRewrite(st *reqState) {
-	if st.reserved > 0 {
-		h.rwInflight.Add(-st.reserved)
-		st.reserved = 0
+	if st.reserved <= 0 {
+		return
 	}
+	h.rwMu.Lock()
+	defer h.rwMu.Unlock()
+	if left := h.rwTenants[st.tenant] - st.reserved; left > 0 {
+		h.rwTenants[st.tenant] = left
+	} else {
+		delete(h.rwTenants, st.tenant)
+	}
+	h.rwInflight.Add(-st.reserved)
+	st.reserved = 0
 }
 
 // readBody reads body, of Content-Length size (-1: unknown), up to
@@ -832,8 +916,34 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 		h.opts.OnExchange(ex)
 	}
 	if p != nil {
+		if rw.code != 0 {
+			resetConn(rw.ResponseWriter)
+		}
 		panic(p)
 	}
+}
+
+// resetConn aborts the client connection of a response already started
+// with a TCP reset, after flushing what was written. net/http would close
+// it cleanly, and to an HTTP/1.0 client (or any response without
+// Content-Length or chunking) a clean close says the body is complete
+// (issue 16 item 1). Where the connection cannot be taken over (HTTP/2),
+// the re-raised http.ErrAbortHandler resets the stream instead.
+func resetConn(w http.ResponseWriter) {
+	rc := http.NewResponseController(w)
+	rc.Flush() //nolint:errcheck // client gone: the reset below is all that is left
+	conn, _, err := rc.Hijack()
+	if err != nil {
+		return
+	}
+	c := conn
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = nc.NetConn() // TLS: reset the TCP connection under it
+	}
+	if l, ok := c.(interface{ SetLinger(int) error }); ok {
+		l.SetLinger(0) //nolint:errcheck // then Close is a plain close
+	}
+	c.Close()
 }
 
 // recordRewrite counts what a rewrite saved, only when the body it
@@ -867,7 +977,8 @@ func (h *Handler) recordRewrite(st *reqState, r *http.Request, label, model stri
 
 // transport wraps the upstream RoundTripper: it times the upstream call and
 // retries a rewritten request once with the original body when the
-// upstream rejects it (DESIGN §3 fail-open). It runs before any byte of the
+// upstream rejects it in a way the rewrite may cause (DESIGN §3 fail-open;
+// retryOriginal). It runs before any byte of the
 // response reaches the client, so the client only sees the second answer.
 type transport struct {
 	h    *Handler
@@ -900,7 +1011,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	// At most two upstream calls: after an interaction's fallback, or after
 	// the context cache fallback sent st.orig, there is no third.
-	if err == nil && st.rewritten && !st.fallback && (st.ix == nil || st.ix.fallback == "") && (res.StatusCode == http.StatusBadRequest || res.StatusCode >= 500) {
+	if err == nil && st.rewritten && !st.fallback && (st.ix == nil || st.ix.fallback == "") && (res.StatusCode == http.StatusBadRequest || res.StatusCode == http.StatusTooManyRequests || res.StatusCode >= 500) && t.h.retryOriginal(res) {
 		io.CopyN(io.Discard, res.Body, 64<<10) //nolint:errcheck // only to reuse the connection
 		res.Body.Close()
 		st.fallback = true
@@ -917,6 +1028,45 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	st.upstreamDur = time.Since(now)
 	return res, err
+}
+
+// maxRejectionBody is the most of a 400 answer read to learn its status.
+const maxRejectionBody = 64 << 10
+
+// retryOriginal reports whether a rewritten request's error answer res
+// (400 or 5xx) is one the rewrite may have caused, so that the original
+// body is worth a retry: 400 INVALID_ARGUMENT and 500 (issue 16 item 6).
+// 429, 503 and 504 say the upstream is overloaded or slow: a retry with the
+// larger original body would only add to it, and the client is the one to
+// honour Retry-After. Each case is counted. To read a 400's status it reads
+// up to maxRejectionBody of the body; when no retry follows, res.Body still
+// gives the client every byte.
+func (h *Handler) retryOriginal(res *http.Response) bool {
+	c := metrics.RejectionOther
+	switch res.StatusCode {
+	case http.StatusBadRequest:
+		c = metrics.RejectionBadRequest
+		head, err := io.ReadAll(io.LimitReader(res.Body, maxRejectionBody+1))
+		res.Body = readCloser{io.MultiReader(bytes.NewReader(head), res.Body), res.Body}
+		var e struct {
+			Error struct {
+				Status string `json:"status"`
+			} `json:"error"`
+		}
+		if err == nil && len(head) <= maxRejectionBody && json.Unmarshal(head, &e) == nil && e.Error.Status == "INVALID_ARGUMENT" {
+			c = metrics.RejectionInvalidArgument
+		}
+	case http.StatusInternalServerError:
+		c = metrics.RejectionInternal
+	case http.StatusTooManyRequests:
+		c = metrics.RejectionRateLimited
+	case http.StatusServiceUnavailable:
+		c = metrics.RejectionUnavailable
+	case http.StatusGatewayTimeout:
+		c = metrics.RejectionTimeout
+	}
+	h.m.RewriteRejections.WithLabelValues(c).Inc()
+	return c == metrics.RejectionInvalidArgument || c == metrics.RejectionInternal
 }
 
 // countingBody counts the request bytes read and remembers a read error

@@ -554,11 +554,20 @@ func TestBodyTooLarge(t *testing.T) {
 		{"known length", "/v1beta/models/m:countTokens", strings.NewReader(big)},
 		{"chunked generate", "/v1beta/models/m:generateContent", io.MultiReader(strings.NewReader(big))},
 		{"chunked pass-through", "/upload/v1beta/files", io.MultiReader(strings.NewReader(big))},
+		{"chunked generate, rewrite off", "/v1beta/models/m:generateContent?off", io.MultiReader(strings.NewReader(big))},
 	} {
 		req, _ := http.NewRequest("POST", f.front.URL+tt.target, tt.body)
+		if strings.HasSuffix(tt.target, "?off") {
+			req.Header.Set(HeaderRewrite, "off")
+		}
 		res, body := do(t, c, req)
 		t.Logf("%s: %d", tt.name, res.StatusCode)
 		checkGeminiError(t, res, body, 413, "INVALID_ARGUMENT")
+	}
+	// Nothing of an oversize body reaches the upstream, chunked or not
+	// (issue 16 item 8): a chunked body is read up to the limit first.
+	if reqs := be.requests(); len(reqs) != 0 {
+		t.Errorf("%d oversize requests reached the upstream (the first with %d bytes)", len(reqs), len(reqs[0].Body))
 	}
 	req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/m:countTokens", strings.NewReader(big[:100]))
 	if res, _ := do(t, c, req); res.StatusCode != 200 {

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -33,6 +35,7 @@ func changed(body []byte, _ rewrite.Options, _ rewrite.Verifier) ([]byte, *rewri
 func TestRewrite(t *testing.T) {
 	changedHeader := "bytes=" + strconv.Itoa(len(origBody)) + "->" + strconv.Itoa(len(rewrittenBody)) + "; unchanged=1"
 	errHeader := "bytes=" + strconv.Itoa(len(origBody)) + "->" + strconv.Itoa(len(origBody)) + "; error"
+	invalidHeader := "bytes=" + strconv.Itoa(len(origBody)) + "->" + strconv.Itoa(len(origBody)) + "; invalid_request"
 	tests := []struct {
 		name       string
 		disabled   bool
@@ -62,6 +65,10 @@ func TestRewrite(t *testing.T) {
 		{"over the rewriter's limits", false, func([]byte, rewrite.Options, rewrite.Verifier) ([]byte, *rewrite.Report, error) {
 			return nil, nil, rewrite.ErrTooComplex
 		}, "", "", origBody, "skipped", metrics.ModeOn, metrics.OutcomeSkipped, 0},
+		// A client's malformed JSON is not a rewriter fault (issue 16 item 7).
+		{"invalid request", false, func([]byte, rewrite.Options, rewrite.Verifier) ([]byte, *rewrite.Report, error) {
+			return nil, nil, fmt.Errorf("decoding: %w", rewrite.ErrInvalidJSON)
+		}, "", "", origBody, invalidHeader, metrics.ModeOn, metrics.OutcomeInvalidRequest, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,6 +107,30 @@ func TestRewrite(t *testing.T) {
 				t.Errorf("log leaks the prompt:\n%s", f.logs.String())
 			}
 		})
+	}
+}
+
+// TestInvalidRequestNotAnError: malformed JSON from the client, through the
+// real rewriter, is forwarded unchanged with outcome invalid_request; it
+// does not count as a rewrite error, which stays for rewriter faults.
+func TestInvalidRequestNotAnError(t *testing.T) {
+	for _, body := range []string{`{"contents": [`, `not json`, `{"contents":[{"parts":[{"text":"a` + "\x00" + `"}]}]`, `[1,2]`} {
+		be := newBackend(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(400) })
+		f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true}})
+		req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(body))
+		res, _ := do(t, rawClient(), req)
+		if got := string(be.last(t).Body); got != body {
+			t.Errorf("%q: backend got %q, want it unchanged", body, got)
+		}
+		if got, want := res.Header.Get(HeaderReport), "; invalid_request"; !strings.HasSuffix(got, want) {
+			t.Errorf("%q: report %q, want a suffix %q", body, got, want)
+		}
+		waitFor(t, "rewrite metric", func() bool {
+			return testutil.ToFloat64(f.m.RewriteRequests.WithLabelValues(metrics.ModeOn, metrics.OutcomeInvalidRequest)) == 1
+		})
+		if got := testutil.ToFloat64(f.m.RewriteErrors); got != 0 {
+			t.Errorf("%q: rewrite_errors_total = %v, want 0", body, got)
+		}
 	}
 }
 
@@ -161,7 +192,7 @@ func TestRewriteLargeBodyStreamsUnchanged(t *testing.T) {
 }
 
 func TestRewriteFallback(t *testing.T) {
-	for _, status := range []int{400, 500, 503} {
+	for _, status := range []int{400, 500} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
 			be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
 				body := make([]byte, 1024)
@@ -196,6 +227,54 @@ func TestRewriteFallback(t *testing.T) {
 			})
 			if got := testutil.ToFloat64(f.m.RewriteFallbacks); got != 1 {
 				t.Errorf("rewrite_fallbacks_total = %v, want 1", got)
+			}
+			want := map[int]string{400: metrics.RejectionInvalidArgument, 500: metrics.RejectionInternal}[status]
+			if got := testutil.ToFloat64(f.m.RewriteRejections.WithLabelValues(want)); got != 1 {
+				t.Errorf("rewrite_rejections_total{case=%s} = %v, want 1", want, got)
+			}
+		})
+	}
+}
+
+// TestNoFallbackOnOverload: a rewritten request answered 429, 503 or 504,
+// or 400 for another reason than its arguments, is not retried (a retry
+// with the larger original body would double an overload, and Retry-After
+// is the client's to honour); the client gets the upstream's answer, body
+// and Retry-After included, and each case is counted (issue 16 item 6).
+func TestNoFallbackOnOverload(t *testing.T) {
+	for _, tt := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{429, `{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED"}}`, metrics.RejectionRateLimited},
+		{503, `{"error":{"code":503,"message":"overloaded","status":"UNAVAILABLE"}}`, metrics.RejectionUnavailable},
+		{504, `{"error":{"code":504,"message":"deadline","status":"DEADLINE_EXCEEDED"}}`, metrics.RejectionTimeout},
+		{502, `bad gateway`, metrics.RejectionOther},
+		{400, `{"error":{"code":400,"message":"location","status":"FAILED_PRECONDITION"}}`, metrics.RejectionBadRequest},
+		{400, `{"error":{"code":400,"message":"` + strings.Repeat("x", 70<<10) + `","status":"INVALID_ARGUMENT"}}`, metrics.RejectionBadRequest},
+	} {
+		t.Run(strconv.Itoa(tt.status)+"_"+tt.want, func(t *testing.T) {
+			be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Retry-After", "7")
+				w.WriteHeader(tt.status)
+				w.Write([]byte(tt.body))
+			})
+			f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true}})
+			f.h.rewriteFn = changed
+			req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/m:generateContent", strings.NewReader(origBody))
+			res, body := do(t, rawClient(), req)
+			if n := len(be.requests()); n != 1 {
+				t.Errorf("backend saw %d requests, want 1", n)
+			}
+			if res.StatusCode != tt.status || string(body) != tt.body || res.Header.Get("Retry-After") != "7" {
+				t.Errorf("client got %d, Retry-After %q, body %.60q; want the upstream's %d answer", res.StatusCode, res.Header.Get("Retry-After"), body, tt.status)
+			}
+			if got := testutil.ToFloat64(f.m.RewriteFallbacks); got != 0 {
+				t.Errorf("fallbacks = %v, want 0", got)
+			}
+			if got := testutil.ToFloat64(f.m.RewriteRejections.WithLabelValues(tt.want)); got != 1 {
+				t.Errorf("rewrite_rejections_total{case=%s} = %v, want 1", tt.want, got)
 			}
 		})
 	}
@@ -310,4 +389,71 @@ func TestRewriteInflightLimit(t *testing.T) {
 		t.Errorf("after the first ended: backend got %q, report %q; want the rewritten body", in.Body, res.Header.Get(HeaderReport))
 	}
 	waitFor(t, "budget released at the end", func() bool { return f.h.rwInflight.Load() == 0 })
+}
+
+// TestSlowTenantCannotStarve: eight uploads of one tenant that declare a
+// large body and then trickle it hold none of rewrite.max_inflight_bytes
+// (it is reserved once a body is read), so another tenant is still
+// rewritten; and one tenant can hold at most a quarter of the budget, so a
+// tenant with many bodies being rewritten cannot take the rest either
+// (issue 16 item 2).
+func TestSlowTenantCannotStarve(t *testing.T) {
+	be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {})
+	const rwMax = 64 << 10
+	f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true, MaxBodyBytes: rwMax, MaxInflightBytes: 2 * rwMax}})
+	f.h.rewriteFn = changed
+	addr := strings.TrimPrefix(f.front.URL, "http://")
+	for i := range 8 {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		te := "Content-Length: " + strconv.Itoa(rwMax) + "\r\n"
+		if i%2 == 1 {
+			te = "Transfer-Encoding: chunked\r\n"
+		}
+		io.WriteString(conn, "POST /v1beta/models/gemini-2.5-flash:generateContent HTTP/1.1\r\nHost: x\r\nX-Goog-Api-Key: slow-tenant\r\nContent-Type: application/json\r\n"+te+"\r\n")
+		if i%2 == 1 {
+			io.WriteString(conn, "1\r\n{\r\n")
+		} else {
+			io.WriteString(conn, "{")
+		}
+	}
+	waitFor(t, "eight slow uploads in the handler", func() bool { return testutil.ToFloat64(f.m.InFlight) == 8 })
+	req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(origBody))
+	req.Header.Set("X-Goog-Api-Key", "other-tenant")
+	res, _ := do(t, rawClient(), req)
+	if got := res.Header.Get(HeaderReport); !strings.HasPrefix(got, "bytes=") {
+		t.Errorf("other tenant's request while eight slow uploads wait: %s = %q, want it rewritten", HeaderReport, got)
+	}
+	// Its reservation is released when its handler ends, just after the
+	// client has the response.
+	waitFor(t, "the reservation released", func() bool { return f.h.rwInflight.Load() == 0 })
+
+	// The share cap, on the reservations themselves.
+	a, b := &reqState{tenant: "a"}, &reqState{tenant: "b"}
+	var held []*reqState
+	for range 4 {
+		st := &reqState{tenant: "a"}
+		if !f.h.reserveRewrite(st, rwMax/8) {
+			break
+		}
+		held = append(held, st)
+	}
+	if len(held) != 4 {
+		t.Fatalf("tenant a got %d reservations of an eighth of its quarter, want 4", len(held))
+	}
+	if f.h.reserveRewrite(a, rwMax/8) {
+		t.Error("tenant a reserved past a quarter of the budget")
+	}
+	if !f.h.reserveRewrite(b, rwMax) {
+		t.Error("tenant b could not reserve while tenant a holds its quarter")
+	}
+	for _, st := range append(held, a, b) {
+		f.h.releaseRewrite(st)
+	}
+	if n := f.h.rwInflight.Load(); n != 0 {
+		t.Errorf("after every release %d bytes are still reserved", n)
+	}
 }

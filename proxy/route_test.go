@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -161,5 +162,46 @@ func TestTenantOfCredentials(t *testing.T) {
 	}
 	if key == tokQuery {
 		t.Errorf("an API key and an OAuth token with the same text gave the same tenant")
+	}
+}
+
+// TestDotSegmentsRejected: with a path prefix in the upstream URL and a
+// base path, no request whose path has a dot segment (plain, encoded,
+// double-encoded, after an encoded slash or a backslash) reaches the
+// upstream, on any route: each gets a Gemini-shaped 400 (issue 16 item 3).
+// Paths with dots that are not segments still pass.
+func TestDotSegmentsRejected(t *testing.T) {
+	be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {})
+	f := newFixture(t, be.URL+"/allowed/gemini", Options{BasePath: "/base", Rewrite: RewriteOptions{Enabled: true}})
+	for _, p := range []string{
+		"/base/../../admin/secrets",
+		"/base/v1beta/models/../../admin:generateContent",
+		"/base/v1beta/%2e%2e/%2E%2E/admin",
+		"/base/v1beta/models/.%2e/x:streamGenerateContent",
+		"/base/v1beta/files/..%2f..%2fadmin",
+		"/base/upload/v1beta/files/%252e%252e/x",
+		"/base/v1beta/models/..\\admin",
+		"/base/v1beta/./models",
+		"/../admin",
+		"/base/v1beta/cachedContents/%2e",
+	} {
+		req, _ := http.NewRequest("POST", f.front.URL+"/x", strings.NewReader(`{"contents":[]}`))
+		req.URL.Opaque = p // sent as written, never cleaned by the client
+		res, body := do(t, rawClient(), req)
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"INVALID_ARGUMENT"`) {
+			t.Errorf("%s: %d %s, want a Gemini-shaped 400", p, res.StatusCode, body)
+		}
+	}
+	if n := len(be.requests()); n != 0 {
+		t.Errorf("%d requests with dot segments reached the upstream: %+v", n, be.requests())
+	}
+	for _, p := range []string{"/base/v1beta/models/gemini-2.5-flash:generateContent", "/base/v1beta/files/a..b", "/base/v1beta/models/...:countTokens"} {
+		req, _ := http.NewRequest("POST", f.front.URL+p, strings.NewReader(`{"contents":[]}`))
+		if res, _ := do(t, rawClient(), req); res.StatusCode != http.StatusOK {
+			t.Errorf("%s: %d, want it forwarded", p, res.StatusCode)
+		}
+	}
+	if n := len(be.requests()); n != 3 {
+		t.Errorf("upstream got %d requests, want the 3 without dot segments", n)
 	}
 }

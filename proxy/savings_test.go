@@ -247,7 +247,8 @@ func TestSavingsOnlyWhenSent(t *testing.T) {
 	}{
 		{"accepted", 200, false, 20},
 		{"fallback after 400", 400, true, 0},
-		{"fallback after 503", 503, true, 0},
+		{"fallback after 500", 500, true, 0},
+		{"unavailable", 503, false, 0},
 		{"rate limited", 429, false, 0},
 	}
 	for _, tt := range tests {
@@ -258,7 +259,7 @@ func TestSavingsOnlyWhenSent(t *testing.T) {
 				w.Header().Set("Content-Type", "application/json")
 				if string(body[:n]) == rewrittenBody && tt.status != 200 {
 					w.WriteHeader(tt.status)
-					w.Write([]byte(`{"error":{"code":` + strconv.Itoa(tt.status) + `,"message":"no","status":"X"}}`))
+					w.Write([]byte(`{"error":{"code":` + strconv.Itoa(tt.status) + `,"message":"no","status":"INVALID_ARGUMENT"}}`))
 					return
 				}
 				w.Write([]byte(`{"candidates":[],"usageMetadata":{"promptTokenCount":50,"candidatesTokenCount":10}}`))

@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -313,5 +315,44 @@ func serveEmulated(t *testing.T, fault *emulator.Fault) (proxyAddr, adminAddr st
 		if time.Now().After(deadline) {
 			t.Fatalf("proxy never ready; log:\n%s", errOut.String())
 		}
+	}
+}
+
+// TestServeGraceEndCutsStream: a stream still running when
+// server.shutdown_grace ends is cut with a connection reset, so that an
+// HTTP/1.0 client (whose response ends with the connection) sees it cut,
+// not complete (issue 16 item 1).
+func TestServeGraceEndCutsStream(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("GEMINI_PROXY_SERVER_SHUTDOWN_GRACE", "1s")
+	proxyAddr, _, cancel, done, errOut := serveEmulated(t, &emulator.Fault{ChunkDelay: 2 * time.Second})
+
+	conn, err := net.Dial("tcp", proxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(60 * time.Second))
+	body := `{"contents":[{"role":"user","parts":[{"text":"Tell me a long story about a lighthouse keeper and the sea."}]}]}`
+	fmt.Fprintf(conn, "POST /v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse HTTP/1.0\r\nHost: x\r\nX-Goog-Api-Key: test-key\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(conn, first); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	rest, err := io.ReadAll(conn)
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("HTTP/1.0 client read %d bytes, then %v; want a connection reset when the grace period ended", len(rest), err)
+	}
+	if bytes.Contains(rest, []byte("STOP")) {
+		t.Errorf("the stream completed; the test needs a slower one:\n%s", rest)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve did not return after the grace period; log:\n%s", errOut.String())
 	}
 }

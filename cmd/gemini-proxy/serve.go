@@ -68,6 +68,7 @@ func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, co
 	co := cache.Options{MaxBytes: int64(c.Cache.MaxBytes), TTL: c.Cache.TTL, Logger: logger.With("component", "cache")}
 	if c.Cache.Backend == "redis" {
 		co.RedisURL = c.Cache.RedisURL
+		co.Secret = []byte(c.Cache.TenantSecret)
 	}
 	store, err := cache.New(co)
 	if err != nil {

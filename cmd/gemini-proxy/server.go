@@ -33,7 +33,18 @@ type listener struct {
 	// countGrace, when not nil, counts read deadlines extended after a
 	// process stall (stall.go). Set it before serveUntil.
 	countGrace func()
+	// abort cancels the context of every request of srv, so that their
+	// handlers end and reset what they still stream (serveUntil).
+	abort context.CancelCauseFunc
 }
+
+// errGraceOver is the cause of the requests' cancellation when
+// server.shutdown_grace ended before they did.
+var errGraceOver = errors.New("shutdown grace period over")
+
+// abortWait bounds the wait for handlers to end once their requests were
+// cancelled at the end of the grace period, before the rest is closed.
+const abortWait = 2 * time.Second
 
 // listen binds addr and prepares a server for h whose time-outs cannot cut
 // a long stream: only header reads and idle connections are bounded. Its
@@ -53,7 +64,9 @@ func listen(name, addr string, h http.Handler, c config.Server, logger *slog.Log
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		// No ReadTimeout or WriteTimeout: they would cut uploads and streams.
 	}
-	l := &listener{name: name, srv: srv, ln: sl}
+	base, abort := context.WithCancelCause(context.Background())
+	srv.BaseContext = func(net.Listener) context.Context { return base }
+	l := &listener{name: name, srv: srv, ln: sl, abort: abort}
 	sl.graced = func(stall time.Duration) {
 		logger.Warn("read deadline extended after a process stall", "listener", name, "stall", stall)
 		if l.countGrace != nil {
@@ -105,8 +118,18 @@ func serveUntil(ctx context.Context, lns []*listener, delay, grace time.Duration
 	defer cancel()
 	for _, l := range lns {
 		if err := l.srv.Shutdown(sctx); err != nil {
-			logger.Warn("grace period over, closing connections", "listener", l.name)
-			l.srv.Close()
+			// http.Server.Close would close the connections of running
+			// streams cleanly, which an HTTP/1.0 client takes for a
+			// complete answer. Cancel the requests instead: the proxy
+			// then resets each connection it was still writing to (issue
+			// 16 item 1). Close what is left after abortWait.
+			logger.Warn("grace period over, cutting the requests still running", "listener", l.name)
+			l.abort(errGraceOver)
+			actx, acancel := context.WithTimeout(context.Background(), abortWait)
+			if l.srv.Shutdown(actx) != nil {
+				l.srv.Close()
+			}
+			acancel()
 		}
 	}
 	return first

@@ -69,8 +69,8 @@ func TestBadInput(t *testing.T) {
 		// arrives is text the upstream must receive verbatim.
 		arrives string
 	}{
-		{name: "malformed JSON", body: []byte(`{"contents":[{"role":"user","parts":[{"text":"hi"}]`), report: "bytes="},
-		{name: "not JSON at all", body: []byte("hello"), report: "bytes="},
+		{name: "malformed JSON", body: []byte(`{"contents":[{"role":"user","parts":[{"text":"hi"}]`), report: "; invalid_request"},
+		{name: "not JSON at all", body: []byte("hello"), report: "; invalid_request"},
 		{name: "empty body", body: []byte{}},
 		{name: "text/plain content type", header: http.Header{"Content-Type": {"text/plain"}}, body: prompt("a cat")},
 		{name: "no content type", header: http.Header{}, body: prompt("a dog")},
@@ -96,10 +96,10 @@ func TestBadInput(t *testing.T) {
 		{name: "unterminated fence", body: contents("```go\n"+doc, "ok", "```go\n"+doc+"\nwhat does it do?")},
 		{name: "reference typed by the user", body: contents(doc, "ok", "[unchanged: a.go sha256:1a2b3c4d5e6f, identical to the copy in turn 1]\n"+doc), arrives: "[unchanged: a.go sha256:1a2b3c4d5e6f, identical to the copy in turn 1]"},
 		{name: "transcript typed by the user", body: contents("User: hello\nAssistant: I never said this, it was typed by the user and must stay user text.\nUser: right?"), arrives: "Assistant: I never said this"},
-		{name: "dot-dot path", path: "/v1beta/models/../models/gemini-2.5-flash:generateContent", body: prompt("dots")},
+		{name: "dot-dot path", path: "/v1beta/models/../models/gemini-2.5-flash:generateContent", body: prompt("dots"), wantStatus: 400},
 		{name: "encoded slash path", path: "/v1beta/models%2Fgemini-2.5-flash:generateContent", body: prompt("slashes")},
 		{name: "double slash path", path: "//v1beta//models//gemini-2.5-flash:generateContent", body: prompt("double")},
-		{name: "encoded dot-dot path", path: "/v1beta/models/%2e%2e/models/gemini-2.5-flash:generateContent", body: prompt("dots")},
+		{name: "encoded dot-dot path", path: "/v1beta/models/%2e%2e/models/gemini-2.5-flash:generateContent", body: prompt("dots"), wantStatus: 400},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
