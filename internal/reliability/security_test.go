@@ -189,7 +189,8 @@ func TestNoCredentialInOutputs(t *testing.T) {
 }
 
 // TestListenersExposeOnlyTheirAPI checks that the admin listener serves
-// its four endpoints and nothing of the traffic (no prompt, no answer),
+// its endpoints (the savings page at /, metrics, health and readiness)
+// and nothing of the traffic (no prompt, no answer),
 // with pprof off by default, and that the proxy listener serves only the
 // Gemini API: /metrics, /healthz, /readyz and /debug/pprof/ on it go to
 // the upstream like any other path.
@@ -212,7 +213,7 @@ func TestListenersExposeOnlyTheirAPI(t *testing.T) {
 				if bytes.Contains(got.Body, []byte(marker)) || bytes.Contains(got.Body, []byte(answerStart)) {
 					t.Errorf("admin %s serves prompt or response content", p)
 				}
-				wantOK := p == "/metrics" || p == "/healthz" || p == "/readyz" || pprof && strings.HasPrefix(p, "/debug/pprof/")
+				wantOK := p == "/" || p == "/metrics" || p == "/healthz" || p == "/readyz" || pprof && strings.HasPrefix(p, "/debug/pprof/")
 				if (got.Status == 200) != wantOK {
 					t.Errorf("admin %s: status %d, want 200: %v", p, got.Status, wantOK)
 				}
