@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -127,11 +128,7 @@ func (e *engine) evidence(o *occ, d *doc) (ok, lead bool) {
 	}
 	if o.lead != "" && e.role(o.turn) == "user" {
 		c := e.census()
-		others := c.repeats[o.turn]
-		if o.repeat {
-			others-- // o itself is not a reference once it continues d
-		}
-		ok = slices.Contains(d.leads, o.lead) && others == 0 && !c.ambiguous[o.lead]
+		ok = slices.Contains(d.leads, o.lead) && !c.copies[o.turn] && !c.ambiguous[o.lead]
 		return ok, ok
 	}
 	t := int(e.occs[d.last].turn)
@@ -146,11 +143,11 @@ type turnCensus struct {
 	// blocks counts a turn's blocks, the inlineData parts among them, the
 	// runs found in it and the reference lines of its texts.
 	blocks []int32
-	// repeats counts the reference lines, runs and exact repeats of an
-	// earlier block that a turn holds: there, once rewritten, a reference
-	// may stand for a copy of any document (occ.repeat marks the exact
-	// repeats).
-	repeats []int32
+	// copies marks the turns that hold a copy of something present
+	// elsewhere in the request, as the input and its rewritten output both
+	// show it (see census): there, once rewritten, a reference may stand for
+	// a copy of any document.
+	copies []bool
 	// ambiguous holds the lead-in lines that stand above two blocks or
 	// references of one user turn: they name neither.
 	ambiguous map[string]bool
@@ -163,21 +160,25 @@ func (e *engine) census() *turnCensus {
 		return c
 	}
 	c.blocks = make([]int32, len(e.req.contents))
-	c.repeats = make([]int32, len(e.req.contents))
+	c.copies = make([]bool, len(e.req.contents))
 	for k := range e.parts {
 		tp := &e.parts[k]
 		n := len(tp.blocks)
 		for i := range tp.lines.n() {
 			if s := tp.lines.at(i); strings.IndexByte(s, '[') >= 0 && isRefLine(s) {
 				n++
-				c.repeats[tp.turn]++
+				c.copies[tp.turn] = true
+				if t := refTarget(s, tp.turn); t >= 0 && t < len(c.copies) {
+					c.copies[t] = true
+				}
 			}
 		}
 		c.blocks[tp.turn] += int32(n)
 	}
 	for _, r := range e.runs {
 		c.blocks[r.turn]++
-		c.repeats[r.turn]++
+		c.copies[r.turn] = true
+		c.copies[e.parts[r.from.tp].turn] = true
 	}
 	for ti := range e.req.contents {
 		for pi := range e.req.contents[ti].parts {
@@ -187,16 +188,46 @@ func (e *engine) census() *turnCensus {
 		}
 	}
 	c.ambiguous = e.ambiguousLeads()
-	seen := make([]bool, len(e.ids))
+	// Both copies of a repeated content mark their turns: once rewritten,
+	// one of them is a reference line and the other the copy it names.
+	first := make([]int32, len(e.ids))
 	for i := range e.occs {
 		o := &e.occs[i]
-		if seen[o.cid] {
-			c.repeats[o.turn]++
-			o.repeat = true
+		if f := first[o.cid]; f > 0 {
+			c.copies[o.turn] = true
+			c.copies[e.occs[f-1].turn] = true
+		} else {
+			first[o.cid] = int32(i + 1)
 		}
-		seen[o.cid] = true
 	}
 	return c
+}
+
+// refTarget returns the turn that reference line s, in turn t, names as
+// holding the full copy of an unchanged content ("in turn N", "in your
+// previous reply", "earlier/later in this turn"), or -1 for a superseded
+// reference or none.
+func refTarget(s string, t int) int {
+	s = strings.TrimSpace(s)
+	if !strings.HasPrefix(s, "[unchanged: ") && !strings.HasPrefix(s, "[same ") {
+		return -1
+	}
+	s = strings.TrimSuffix(s, "]")
+	switch {
+	case strings.HasSuffix(s, " in this turn"):
+		return t
+	case strings.HasSuffix(s, " in your previous reply"):
+		return t - 1
+	}
+	k := strings.LastIndex(s, " in turn ")
+	if k < 0 {
+		return -1
+	}
+	n, err := strconv.Atoi(s[k+len(" in turn "):])
+	if err != nil || n < 1 {
+		return -1
+	}
+	return n - 1
 }
 
 // ambiguousLeads returns the lead-in lines that stand above two blocks or
@@ -306,7 +337,7 @@ func (e *engine) identify(o *occ) int {
 			}
 			e.chunkScan -= len(latest)
 		}
-		switch chunk(latest, o.content) {
+		switch e.chunk(latest, o.content) {
 		case -1: // a retrieval chunk of the file: a document of its own
 			return e.newDoc(o.b.name, o.b.kind)
 		case 1: // the earlier copy was a chunk of this one
@@ -340,12 +371,15 @@ func (e *engine) identify(o *occ) int {
 		}
 		if set == nil {
 			set = lineSet(o.content)
+			e.st.scanned += len(o.content)
 		}
 		if !d.hasSet {
 			d.set, d.hasSet = lineSet(d.latest), true
+			e.st.scanned += len(d.latest)
 		}
 		sim := similarity(set, d.set)
-		if sim < e.opts.Similarity || chunk(d.latest, o.content) != 0 {
+		e.st.scanned += 8 * (len(set) + len(d.set))
+		if sim < e.opts.Similarity || e.chunk(d.latest, o.content) != 0 {
 			continue
 		}
 		switch {

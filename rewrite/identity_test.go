@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -357,13 +359,21 @@ func FuzzTwoDocuments(f *testing.F) {
 // user turn is superseded, each document the newest user turn sends is in
 // full in the output, the invariants hold and the rewrite is idempotent.
 func TestIdentityMixes(t *testing.T) {
+	for _, seed := range []uint64{13, 7, 99} {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { identityMixes(t, seed, mixesSize()) })
+	}
+}
+
+// identityMixes checks n random conversations drawn from seed (see
+// TestIdentityMixes).
+func identityMixes(t *testing.T, seed uint64, size int) {
 	docs := []string{envConfig("staging"), envConfig("production"), strings.Replace(envConfig("staging"), "tag: 2.14.0", "tag: 2.15.1", 1)}
 	captions := []string{"", "", "Here is the config:", "This is our staging config:", "And this is production:"}
 	names := []string{"", "", "", "config.yaml"}
 	styles := []string{"fence", "bare", "tag"}
-	rng := rand.New(rand.NewPCG(13, 1))
+	rng := rand.New(rand.NewPCG(seed, 1))
 	opts := DefaultOptions()
-	for n := range 2000 {
+	for n := range size {
 		turns := 1 + rng.IntN(6)
 		var contents []map[string]any
 		var newest []string
@@ -414,7 +424,36 @@ func TestIdentityMixes(t *testing.T) {
 		}
 		again, rep2, err := Request(out, opts, nil)
 		if err != nil || string(again) != string(out) || rep2.Changed() {
-			t.Fatalf("case %d: not idempotent: %v; second report:\n%s\ninput:\n%s\noutput:\n%s", n, err, renderReport(rep2, nil), body, out)
+			t.Fatalf("seed %d case %d: not idempotent: %v; second report:\n%s\ninput:\n%s\noutput:\n%s\nsecond output:\n%s", seed, n, err, renderReport(rep2, nil), showTurns(body), showTurns(out), showTurns(again))
 		}
 	}
+}
+
+// mixesSize is the number of conversations TestIdentityMixes draws per
+// seed: GEMINI_PROXY_MIXES when set (a long run), else a few thousand.
+func mixesSize() int {
+	if n, err := strconv.Atoi(os.Getenv("GEMINI_PROXY_MIXES")); err == nil && n > 0 {
+		return n
+	}
+	return 3000
+}
+
+// showTurns renders the turns of a request body for a failure message.
+func showTurns(body []byte) string {
+	var req struct {
+		Contents []struct {
+			Role  string
+			Parts []struct{ Text string }
+		}
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return string(body)
+	}
+	var s strings.Builder
+	for i, c := range req.Contents {
+		for _, p := range c.Parts {
+			fmt.Fprintf(&s, "--- turn %d %s\n%s\n", i, c.Role, p.Text)
+		}
+	}
+	return s.String()
 }

@@ -36,6 +36,7 @@ func request1(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report
 
 // rewrite is request1 with the buffers of st.
 func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report, error) {
+	st.scanned = 0
 	// A request whose texts are all shorter than MinBlockBytes (and that
 	// has no inlineData part) is never changed and lists no blocks: the
 	// scan then only validates and measures its texts.
@@ -133,6 +134,11 @@ type state struct {
 	reps     []*occ
 	cuts     []cut
 	offs     []int
+	// scanned counts the bytes that the identity tests of the last request
+	// read (retrieval-chunk searches, line sets and their similarities):
+	// a measure of work that tests compare across input sizes, which,
+	// unlike time, does not depend on the machine's load.
+	scanned int
 }
 
 // flags returns n false flags.
@@ -269,14 +275,12 @@ type occ struct {
 	// that may keep its full text, pinned one in the newest user turn
 	// (see decide).
 	active, pinned bool
-	// repeat marks an exact repeat of an earlier block (turnCensus).
-	repeat   bool
-	sha      string
-	ref      string
-	refEsc   bool   // ref holds a byte that JSON escapes (set with ref)
-	refName  string // the name inside ref, when refText made it
-	refBytes int
-	from     loc // a run: the part and line where its earlier copy starts
+	sha            string
+	ref            string
+	refEsc         bool   // ref holds a byte that JSON escapes (set with ref)
+	refName        string // the name inside ref, when refText made it
+	refBytes       int
+	from           loc // a run: the part and line where its earlier copy starts
 }
 
 // doc is one document: every block that is a version of the same file.
@@ -590,6 +594,12 @@ const chunkScanFactor = 8
 
 // maxCandidates bounds the documents an unnamed block is compared with.
 const maxCandidates = 64
+
+// chunk is chunk(a, b), counting the bytes it may read in e.st.scanned.
+func (e *engine) chunk(a, b string) int {
+	e.st.scanned += len(a) + len(b)
+	return chunk(a, b)
+}
 
 // chunk reports whether b is a retrieval chunk of a (-1), a is a chunk of b
 // (1), or neither (0): one is a strict substring of the other and less than
