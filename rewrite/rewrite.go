@@ -302,6 +302,12 @@ type doc struct {
 	// apart (identity.go).
 	leads, opens         []string
 	overLeads, overOpens bool
+	// evLeads are the leads of the occurrences in turns that hold no copy
+	// (turnCensus.copies): only those are evidence, since in the output a
+	// copy's lead-in may stand above a reference line, which belongs to
+	// no document.
+	evLeads []string
+	overEv  bool
 	// split is set when the newest user turn holds an older version of
 	// the document (see decide).
 	split bool
@@ -570,6 +576,9 @@ func (e *engine) place(idx int) {
 	}
 	if o.lead != "" && e.role(o.turn) == "user" {
 		d.leads = remember(d.leads, o.lead, &d.overLeads)
+		if !e.census().copies[o.turn] {
+			d.evLeads = remember(d.evLeads, o.lead, &d.overEv)
+		}
 	}
 	if o.open != "" {
 		d.opens = remember(d.opens, o.open, &d.overOpens)
