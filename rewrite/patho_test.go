@@ -65,33 +65,39 @@ func namedChunksBody(n int) []byte {
 
 // TestNamedChunksLinear guards the retrieval-chunk test of named blocks:
 // each small block named as a huge file was searched for in the whole file,
-// so n blocks cost n times its size (8× the bytes took 64× the time). The
-// time at 8× the size is compared with 8× the time at 1× measured here, with
-// a wide margin for a loaded machine; a quadratic cost exceeds it 2.7 fold.
+// so n blocks cost n times its size (8× the bytes read 64× the bytes).
 func TestNamedChunksLinear(t *testing.T) {
 	checkLinear(t, namedChunksBody(200), namedChunksBody(1600), nil)
 }
 
-// checkLinear rewrites small and big (about 8× the bytes), each three
-// times, and fails when the fastest time for big exceeds 24× that for
-// small: 3× the linear cost, margin for a loaded machine, still well below
-// a quadratic cost's 8× more.
+// checkLinear rewrites small and big (about 8× the bytes) and fails when,
+// for big, the bytes the identity tests read (state.scanned) or the bytes
+// allocated exceed twice the linear cost: big's size ratio times small's,
+// plus big's size. Both count work, not time, so that a loaded machine
+// cannot make the test fail; a quadratic cost exceeds the bound 4 fold.
 func checkLinear(t *testing.T, small, big []byte, v Verifier) {
 	t.Helper()
-	fastest := func(body []byte) time.Duration {
-		best := time.Duration(1 << 62)
-		for range 3 {
-			start := time.Now()
-			if _, _, err := Request(body, DefaultOptions(), v); err != nil {
-				t.Fatal(err)
-			}
-			best = min(best, time.Since(start))
+	work := func(body []byte) (scanned, alloc uint64) {
+		var before, after runtime.MemStats
+		st := new(state)
+		runtime.ReadMemStats(&before)
+		if _, _, err := st.rewrite(body, DefaultOptions(), v, true); err != nil {
+			t.Fatal(err)
 		}
-		return best
+		runtime.ReadMemStats(&after)
+		return uint64(st.scanned), after.TotalAlloc - before.TotalAlloc
 	}
-	t1, t8 := fastest(small), fastest(big)
-	if t8 > 24*t1 {
-		t.Errorf("%d bytes took %v, %d bytes %v: %.1f× the time for %.1f× the bytes", len(small), t1, len(big), t8, float64(t8)/float64(t1), float64(len(big))/float64(len(small)))
+	s1, a1 := work(small)
+	s8, a8 := work(big)
+	ratio := float64(len(big)) / float64(len(small))
+	bound := func(w uint64) uint64 { return uint64(2*ratio*float64(w)) + uint64(len(big)) }
+	t.Logf("%d bytes: scanned %d, allocated %d; %d bytes (%.1f×): scanned %d (%.1f×), allocated %d (%.1f×)",
+		len(small), s1, a1, len(big), ratio, s8, float64(s8)/float64(max(s1, 1)), a8, float64(a8)/float64(a1))
+	if s8 > bound(s1) {
+		t.Errorf("identity tests read %d bytes for %d bytes, %d for %d: more than %d, twice linear", s1, len(small), s8, len(big), bound(s1))
+	}
+	if a8 > bound(a1) {
+		t.Errorf("allocated %d bytes for %d bytes, %d for %d: more than %d, twice linear", a1, len(small), a8, len(big), bound(a1))
 	}
 }
 
@@ -102,8 +108,8 @@ func (acceptAll) Served(string) bool { return true }
 
 // TestFlatRunLinear guards un-flattening a transcript with a long run of
 // model segments: each one was appended to the turn built so far, copying
-// it again (8× the bytes took over 50× the time). The time at 8× the size
-// is compared with 8× the time at 1× measured here, with a wide margin.
+// it again (8× the bytes took over 50× the time, and allocated as much
+// more).
 func TestFlatRunLinear(t *testing.T) {
 	body := func(n int) []byte {
 		text := strings.Repeat("<assistant>a</x>\n", n) + "<user>end</user>"

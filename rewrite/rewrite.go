@@ -36,6 +36,7 @@ func request1(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report
 
 // rewrite is request1 with the buffers of st.
 func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report, error) {
+	st.scanned = 0
 	// A request whose texts are all shorter than MinBlockBytes (and that
 	// has no inlineData part) is never changed and lists no blocks: the
 	// scan then only validates and measures its texts.
@@ -133,6 +134,11 @@ type state struct {
 	reps     []*occ
 	cuts     []cut
 	offs     []int
+	// scanned counts the bytes that the identity tests of the last request
+	// read (retrieval-chunk searches, line sets and their similarities):
+	// a measure of work that tests compare across input sizes, which,
+	// unlike time, does not depend on the machine's load.
+	scanned int
 }
 
 // flags returns n false flags.
@@ -269,14 +275,12 @@ type occ struct {
 	// that may keep its full text, pinned one in the newest user turn
 	// (see decide).
 	active, pinned bool
-	// repeat marks an exact repeat of an earlier block (turnCensus).
-	repeat   bool
-	sha      string
-	ref      string
-	refEsc   bool   // ref holds a byte that JSON escapes (set with ref)
-	refName  string // the name inside ref, when refText made it
-	refBytes int
-	from     loc // a run: the part and line where its earlier copy starts
+	sha            string
+	ref            string
+	refEsc         bool   // ref holds a byte that JSON escapes (set with ref)
+	refName        string // the name inside ref, when refText made it
+	refBytes       int
+	from           loc // a run: the part and line where its earlier copy starts
 }
 
 // doc is one document: every block that is a version of the same file.
@@ -298,6 +302,12 @@ type doc struct {
 	// apart (identity.go).
 	leads, opens         []string
 	overLeads, overOpens bool
+	// evLeads are the leads of the occurrences in turns that hold no copy
+	// (turnCensus.copies): only those are evidence, since in the output a
+	// copy's lead-in may stand above a reference line, which belongs to
+	// no document.
+	evLeads []string
+	overEv  bool
 	// split is set when the newest user turn holds an older version of
 	// the document (see decide).
 	split bool
@@ -566,6 +576,9 @@ func (e *engine) place(idx int) {
 	}
 	if o.lead != "" && e.role(o.turn) == "user" {
 		d.leads = remember(d.leads, o.lead, &d.overLeads)
+		if !e.census().copies[o.turn] {
+			d.evLeads = remember(d.evLeads, o.lead, &d.overEv)
+		}
 	}
 	if o.open != "" {
 		d.opens = remember(d.opens, o.open, &d.overOpens)
@@ -590,6 +603,12 @@ const chunkScanFactor = 8
 
 // maxCandidates bounds the documents an unnamed block is compared with.
 const maxCandidates = 64
+
+// chunk is chunk(a, b), counting the bytes it may read in e.st.scanned.
+func (e *engine) chunk(a, b string) int {
+	e.st.scanned += len(a) + len(b)
+	return chunk(a, b)
+}
 
 // chunk reports whether b is a retrieval chunk of a (-1), a is a chunk of b
 // (1), or neither (0): one is a strict substring of the other and less than
