@@ -3,8 +3,11 @@
 //
 // # Savings
 //
-// Sessions (Sessions) are scripts of client behaviour built from the real
-// documents in corpus/ (see corpus/README.md for origins and licences):
+// Sessions (Sessions) are scripts of client behaviour built from real
+// documents read at run time (LoadCorpus: Go's sources from the Go
+// installation, a module's source file from the module cache, licence
+// texts from /usr/share/common-licenses; the repository keeps no copy, and
+// the bench prints the versions it read):
 // ask mode re-sending a file every turn, edit mode where the client applies,
 // discards, undoes and edits by hand, flattened transcripts in four
 // languages, re-sent secondary context, repeated images, a 50-turn session,

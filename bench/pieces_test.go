@@ -66,6 +66,7 @@ func TestParseReport(t *testing.T) {
 // The ideal client's reference for a re-sent file must be what the rewrite
 // engine writes for the same request, byte for byte.
 func TestIdealMatchesRewrite(t *testing.T) {
+	needCorpus(t)
 	s := askSession()
 	turn := s.Turns[2]
 	body := mustJSON(map[string]any{"contents": turn.Naive})
@@ -104,6 +105,7 @@ func TestCheck(t *testing.T) {
 }
 
 func TestReplay(t *testing.T) {
+	needCorpus(t)
 	s := askSession()
 	var rec strings.Builder
 	for _, turn := range s.Turns[:3] {

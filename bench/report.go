@@ -52,6 +52,8 @@ type Result struct {
 	Overhead *Overhead `json:"overhead,omitempty"`
 	// StablePrefix is the savings with rewrite.stable_prefix off and on.
 	StablePrefix *StablePrefix `json:"stable_prefix,omitempty"`
+	// Corpus says where the sessions' documents were read from.
+	Corpus *Corpus `json:"corpus,omitempty"`
 }
 
 // Check returns an error naming every savings target s misses: total

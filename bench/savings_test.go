@@ -35,6 +35,7 @@ func stack(t *testing.T) (emuURL, proxyURL string, replies *Replies) {
 }
 
 func TestRunSavings(t *testing.T) {
+	needCorpus(t)
 	emuURL, proxyURL, replies := stack(t)
 	s, err := RunSavings(t.Context(), SavingsOptions{DirectURL: emuURL, ProxyURL: proxyURL, Replies: replies, Progress: t.Output()})
 	if err != nil {
@@ -48,6 +49,7 @@ func TestRunSavings(t *testing.T) {
 }
 
 func TestRunOverheadAndChart(t *testing.T) {
+	needCorpus(t)
 	emuURL, proxyURL, _ := stack(t)
 	up, _ := url.Parse(emuURL)
 	plain := httptest.NewServer(PlainProxy(up))

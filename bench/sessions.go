@@ -36,7 +36,7 @@ func Sessions() []*Session {
 // ask mode: bufio/scan.go in a named fence, re-sent in every user turn.
 func askSession() *Session {
 	sc := newScript("ask-go", "ask mode, bufio/scan.go (Go) re-sent in every user turn, 8 turns", KindDedup, defaultModel)
-	file := fence("go", "scan.go", Document("scan.go.txt"))
+	file := fence("go", "scan.go", Document("scan.go"))
 	qs := []string{
 		"Explain what this file does.",
 		"What does ErrFinalToken mean for a split function?",
@@ -59,8 +59,8 @@ func askSession() *Session {
 func askTaggedSession() *Session {
 	sc := newScript("ask-c-asm-js", "ask mode, C + assembly + JavaScript in <file> tags re-sent every turn, 6 turns", KindDedup, defaultModel)
 	files := []struct{ name, corpus string }{
-		{"runtime/cgo/gcc_libinit.c", "gcc_libinit.c.txt"},
-		{"runtime/memmove_amd64.s", "memmove_amd64.s.txt"},
+		{"runtime/cgo/gcc_libinit.c", "gcc_libinit.c"},
+		{"runtime/memmove_amd64.s", "memmove_amd64.s"},
 		{"lib/wasm/wasm_exec.js", "wasm_exec.js"},
 	}
 	qs := []string{
@@ -87,7 +87,7 @@ func askTaggedSession() *Session {
 // every turn.
 func editSession() *Session {
 	sc := newScript("edit-go", "edit mode, sort/sort.go: model proposes whole files; apply, discard, undo, hand edit; 8 turns", KindDedup, defaultModel)
-	orig := Document("sort.go.txt")
+	orig := Document("sort.go")
 	cur := orig
 	var undo []string
 	propose := func(f, note string) []piece {
@@ -158,7 +158,7 @@ func secondarySession() *Session {
 		fmt.Fprintf(&tabs, "- genai/%s\n", f)
 	}
 	tabsText := strings.TrimSuffix(tabs.String(), "\n")
-	chats := "--- chats.go ---\n" + Document("chats.go.txt") + "--- End of content ---"
+	chats := "--- chats.go ---\n" + Document("chats.go") + "--- End of content ---"
 	qs := []string{
 		"Where is the chat history kept?",
 		"Does SendMessage copy the history?",
@@ -201,8 +201,8 @@ func streamSession() *Session {
 // a long 50-turn session: two files re-sent, one edited every ten turns.
 func longSession() *Session {
 	sc := newScript("long-50", "long session: 50 turns, container/list/list.go + gonum plotter/barchart.go re-sent, list.go edited by hand every 10 turns", KindDedup, defaultModel)
-	list := Document("list.go.txt")
-	bar := Document("barchart.go.txt")
+	list := Document("list.go")
+	bar := Document("barchart.go")
 	for i := range 50 {
 		if i > 0 && i%10 == 0 {
 			list = strings.Replace(list, "package list\n", fmt.Sprintf("package list\n\n// Revision %d.\n", i/10), 1)
@@ -232,7 +232,7 @@ var flatEN = flatLang{
 		"Section 3, the grant of patent licence, gives a licence to patents that contributors' contributions necessarily infringe, and ends it if you sue claiming the Work infringes a patent.",
 		"Each contributor licenses the patents their contribution needs, and that licence ends for anyone who brings a patent lawsuit over the Work.",
 	},
-	document: "Apache-2.0.txt", docName: "LICENSE",
+	document: "Apache-2.0", docName: "LICENSE",
 }
 
 var flatZH = flatLang{
@@ -244,7 +244,7 @@ var flatZH = flatLang{
 		"专利相关内容在第二条许可授予中，以及第五条终止条款中：如果您提起专利诉讼，您获得的权利将被终止。",
 		"这份许可证允许自由使用和修改，但修改后的文件必须继续以同一许可证开放源代码。",
 	},
-	document: "MPL-2.0.txt", docName: "LICENSE",
+	document: "MPL-2.0", docName: "LICENSE",
 }
 
 var flatPT = flatLang{
@@ -268,7 +268,7 @@ var flatES = flatLang{
 		"ScanWords omite los espacios iniciales y devuelve cada palabra separada por espacios, usando isSpace para reconocer los espacios Unicode.",
 		"Scanner divide una entrada en tokens con una función de división configurable y un búfer limitado.",
 	},
-	document: "scan.go.txt", docName: "scan.go",
+	document: "scan.go", docName: "scan.go",
 }
 
 func flatSession(name, lang string, l flatLang) *Session {
@@ -339,7 +339,7 @@ func sideTaskSession() *Session {
 func pinnedSession() *Session {
 	sc := newScript("ctl-pinned", "control: files pinned once in the first turn with an acknowledgement, 5 questions", KindControl, defaultModel)
 	sc.history = []msg{
-		user(txt("Here is the context for this conversation:\n\n"), doc("list.go", fence("go", "list.go", Document("list.go.txt"))), txt("\n\n"), doc("sort.go", fence("go", "sort.go", Document("sort.go.txt")))),
+		user(txt("Here is the context for this conversation:\n\n"), doc("list.go", fence("go", "list.go", Document("list.go"))), txt("\n\n"), doc("sort.go", fence("go", "sort.go", Document("sort.go")))),
 		model(txt("Got it. Thanks for the context!")),
 	}
 	for i, q := range []string{"Could Sort use a List?", "What does MoveToFront cost?", "Is heapSort used by Sort?", "How would you sort a List?", "Which file has more exported functions?"} {
@@ -358,7 +358,7 @@ func functionSession() *Session {
 		Name: "read_file", Description: "Reads a file of the workspace.",
 		Parameters: &genai.Schema{Type: genai.TypeObject, Properties: map[string]*genai.Schema{"path": {Type: genai.TypeString}}, Required: []string{"path"}},
 	}}}}}
-	list := Document("list.go.txt")
+	list := Document("list.go")
 	var hist []*genai.Content
 	add := func(role string, parts ...*genai.Part) { hist = append(hist, &genai.Content{Role: role, Parts: parts}) }
 	turn := func(answer string) {
@@ -395,7 +395,7 @@ func functionSession() *Session {
 func statelessSession() *Session {
 	s := &Session{Name: "stateless-go", Kind: KindStateless, Model: defaultModel,
 		Description: "stateless (N3): question first, then net/http/httputil/reverseproxy.go in a fence, no history, 6 requests"}
-	file := fence("go", "reverseproxy.go", Document("reverseproxy.go.txt"))
+	file := fence("go", "reverseproxy.go", Document("reverseproxy.go"))
 	qs := []string{
 		"Why does ReverseProxy remove hop-by-hop headers before forwarding?",
 		"When is FlushInterval ignored for a response?",

@@ -77,8 +77,14 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 			limit = 25 * time.Second
 		}
 	}
+	// The sessions and request sizes are built from documents read from
+	// the Go installation, the module cache and the system.
+	corpus, err := bench.LoadCorpus()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
-	res := &bench.Result{Command: "gemini-proxy bench " + strings.Join(benchArgs(fs), " "), Date: start.UTC(), Machine: machine()}
+	res := &bench.Result{Command: "gemini-proxy bench " + strings.Join(benchArgs(fs), " "), Date: start.UTC(), Machine: machine(), Corpus: corpus}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -391,6 +397,12 @@ func benchReplay(path string, w io.Writer) error {
 // writeBenchMarkdown prints the run's tables.
 func writeBenchMarkdown(w io.Writer, r *bench.Result) {
 	fmt.Fprintf(w, "Command: `%s`  \nDate: %s  \nMachine: %s  \nDuration: %s\n", r.Command, r.Date.Format(time.RFC3339), r.Machine, r.Duration)
+	if r.Corpus != nil {
+		fmt.Fprintf(w, "\nCorpus (documents read at run time; the same versions give the same savings figures), sha256:%s:\n\n", r.Corpus.SHA256)
+		for _, o := range r.Corpus.Origins {
+			fmt.Fprintf(w, "- %s %s (`%s`): %s\n", o.Source, o.Version, o.Dir, strings.Join(o.Files, ", "))
+		}
+	}
 	if r.Savings != nil {
 		fmt.Fprintf(w, "\n### Savings (prompt tokens from the emulator's usageMetadata)\n\n")
 		if !r.Verifier {
