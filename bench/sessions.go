@@ -13,7 +13,7 @@ const defaultModel = "gemini-2.5-flash"
 // Sessions returns the workload corpus, built from the documents in
 // corpus/. The result is deterministic; callers may modify it.
 func Sessions() []*Session {
-	return []*Session{
+	s := []*Session{
 		askSession(),
 		askTaggedSession(),
 		editSession(),
@@ -31,6 +31,8 @@ func Sessions() []*Session {
 		functionSession(),
 		statelessSession(),
 	}
+	s = append(s, layoutSessions()...)
+	return append(s, twoDocSessions()...)
 }
 
 // ask mode: bufio/scan.go in a named fence, re-sent in every user turn.
@@ -221,6 +223,40 @@ type flatLang struct {
 	header, user, model, cue, current string
 	questions, answers                []string
 	document, docName                 string
+	// layout, when set, replaces header, user, model, cue and current
+	// (layouts.go).
+	layout *flatLayout
+	// lang is the fence's language; anon leaves the fence without a name
+	// (the document is named only in the prose around it).
+	lang string
+	anon bool
+}
+
+// flatLayout is how a client writes its history into one user turn:
+// header, then for each past exchange userOpen, the question, userClose,
+// modelOpen, the answer, modelClose, and last currentOpen, the new
+// question, currentClose.
+type flatLayout struct {
+	header                    string
+	userOpen, userClose       string
+	modelOpen, modelClose     string
+	currentOpen, currentClose string
+}
+
+// layoutOf returns l's layout: its own, or the label-per-line layout its
+// header, user, model, cue and current describe.
+func (l flatLang) layoutOf() flatLayout {
+	if l.layout != nil {
+		return *l.layout
+	}
+	lay := flatLayout{header: l.header, userOpen: l.user, userClose: "\n", modelOpen: l.model, modelClose: "\n", currentOpen: l.user}
+	if l.current != "" {
+		lay.currentOpen = "\n" + l.current
+	}
+	if l.cue != "" {
+		lay.currentClose = "\n" + l.cue
+	}
+	return lay
 }
 
 var flatEN = flatLang{
@@ -272,34 +308,39 @@ var flatES = flatLang{
 }
 
 func flatSession(name, lang string, l flatLang) *Session {
-	s := &Session{Name: name, Kind: KindFlattened, Model: defaultModel,
-		Description: fmt.Sprintf("flattened transcript (%s): history joined into one user turn, document pasted twice, %d turns", lang, len(l.questions))}
-	d := fence("", l.docName, Document(l.document))
+	return flatLayoutSession(name, fmt.Sprintf("flattened transcript (%s): history joined into one user turn, document pasted twice, %d turns", lang, len(l.questions)), l)
+}
+
+// flatLayoutSession builds the flattened session l describes: request i is
+// one user turn holding the first i exchanges and question i in l's layout;
+// its ideal is the same conversation as native turns.
+func flatLayoutSession(name, desc string, l flatLang) *Session {
+	s := &Session{Name: name, Kind: KindFlattened, Model: defaultModel, Description: desc}
+	body := Document(l.document)
+	d := fence(l.lang, l.docName, body)
+	if l.anon {
+		d = fenceAnon(l.lang, body)
+	}
+	lay := l.layoutOf()
 	// question i as pieces, with the document where %s stands.
 	q := func(i int) []piece {
 		parts := strings.SplitN(l.questions[i], "%s", 2)
 		if len(parts) == 1 {
 			return []piece{txt(parts[0])}
 		}
-		return []piece{txt(parts[0]), doc(l.docName, d), txt(parts[1])}
+		return []piece{txt(parts[0]), docRef(l.docName, refName(d), d), txt(parts[1])}
 	}
 	var native []msg
 	for i := range l.questions {
-		flat := []piece{txt(l.header)}
+		flat := []piece{txt(lay.header)}
 		for j := range i {
-			flat = append(flat, txt(l.user))
+			flat = append(flat, txt(lay.userOpen))
 			flat = append(flat, q(j)...)
-			flat = append(flat, txt("\n"+l.model+l.answers[j]+"\n"))
+			flat = append(flat, txt(lay.userClose+lay.modelOpen+l.answers[j]+lay.modelClose))
 		}
-		if l.current != "" {
-			flat = append(flat, txt("\n"+l.current))
-		} else {
-			flat = append(flat, txt(l.user))
-		}
+		flat = append(flat, txt(lay.currentOpen))
 		flat = append(flat, q(i)...)
-		if l.cue != "" {
-			flat = append(flat, txt("\n"+l.cue))
-		}
+		flat = append(flat, txt(lay.currentClose))
 		native = append(native, user(q(i)...))
 		s.Turns = append(s.Turns, Turn{Naive: render([]msg{user(flat...)}), Ideal: ideal(native), Answer: l.answers[i]})
 		native = append(native, model(txt(l.answers[i])))
