@@ -70,14 +70,7 @@ type Result struct {
 // landed yet, each with the defect. Check reports their misses without
 // failing, and fails once such a session meets all its targets, so that
 // its entry goes with the fix.
-var pending = map[string]string{
-	"flat-glued-fence": "issue 13 defect 2, a fence on the label's line",
-	"flat-glued-zh":    "issue 13 defect 2, a fence on the label's line",
-	"flat-bracketed":   "issue 13 defect 2, a fence on the label's line",
-	"flat-langchain":   "issue 13 defect 2, a fence on the label's line",
-	"two-doc-diff":     "issue 13 defect 1, two versions in one turn",
-	"two-doc-envs":     "issue 13 defect 1, two similar documents both current",
-}
+var pending = map[string]string{}
 
 // Pending returns the defect a pending session waits for ("" when the
 // session is not pending).
