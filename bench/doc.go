@@ -3,22 +3,36 @@
 //
 // # Savings
 //
-// Sessions (Sessions) are scripts of client behaviour built from the real
-// documents in corpus/ (see corpus/README.md for origins and licences):
+// Sessions (Sessions) are scripts of client behaviour built from real
+// documents read at run time (LoadCorpus: Go's sources from the Go
+// installation, a module's source file from the module cache, licence
+// texts from /usr/share/common-licenses; the repository keeps no copy, and
+// the bench prints the versions it read):
 // ask mode re-sending a file every turn, edit mode where the client applies,
 // discards, undoes and edits by hand, flattened transcripts in four
-// languages, re-sent secondary context, repeated images, a 50-turn session,
-// streaming, control sessions that must pass unchanged, and a stateless
-// client that sends its question before the same file every time. Each Turn holds
-// the request a naive client sends and the request an ideal stateful client
-// would send for the same step: native user/model turns, each active version
-// of each document once, every other copy replaced by a reference in the
-// proxy's format (rewrite/doc.go), so of the same size as the proxy's.
+// languages and in seven more layouts (layouts.go: labels glued to an
+// opening fence, full-width colon, bracketed upper case, Markdown headings,
+// chat-template tokens, XML turn tags, LangChain's Human:/AI:), two
+// documents that look alike but are both current (a diff question, staging
+// and production configs), re-sent secondary context, repeated images, a
+// 50-turn session, streaming, control sessions that must pass unchanged,
+// and a stateless client that sends its question before the same file
+// every time. Each Turn holds the request a naive client sends and the
+// request an ideal stateful client would send for the same step: native
+// user/model turns, each active version of each document once (both
+// documents of a two-document session in full), every other copy replaced
+// by a reference in the proxy's format (rewrite/doc.go), so of the same
+// size as the proxy's.
 // Answers are scripted (Replies): the emulator answers the n-th request of
 // an API key with the n-th answer of the session registered for that key, so
 // the naive, proxied and ideal replays see the same conversation.
 // RunSavings replays every session naive (direct), through the proxy and
-// ideal, and reads prompt and implicit-cache tokens from usageMetadata.
+// ideal, and reads prompt and implicit-cache tokens from usageMetadata;
+// given the proxy's admin URL it also counts, per session, the requests
+// that failed the rewrite audit (AuditMetric on /metrics). Check holds the
+// targets; sessions that exercise a defect whose fix has not landed are
+// pending (Pending): their misses are listed, not failed, and a pending
+// session that meets its targets fails Check until its entry is removed.
 // `gemini-proxy bench` replays them once more through a proxy that differs
 // only in rewrite.stable_prefix (StablePrefix, WriteStablePrefixTable), and
 // with --check fails if the option costs any session implicit-cache tokens

@@ -56,13 +56,40 @@ func (r SessionResult) ledgerError() (float64, bool) {
 	return math.Abs(*r.Ledger-r.BilledSaving()) / base, true
 }
 
+// pendingLedger lists the sessions whose ledger is known to miss its
+// billed saving, each with the cause, until the ledger models it. Like
+// pending (report.go) it is strict: CheckLedger reports their misses
+// (PendingLedgerMisses) without failing, and fails once such a session's
+// ledger is within MaxLedgerError, so that the entry goes with the fix.
+var pendingLedger = map[string]string{
+	"flat-glued-fence": ledgerCacheCause,
+	"flat-glued-zh":    ledgerCacheCause,
+	"flat-xml-turns":   ledgerCacheCause,
+	"flat-langchain":   ledgerCacheCause,
+}
+
+// ledgerCacheCause is why the ledger misses the layout sessions' bills: the
+// naive flattened transcript only grows, so the implicit cache matches most
+// of it, and the un-flattened requests are cached less (flat-glued-fence:
+// 8,169 cached tokens naive, 4,238 through the proxy, 6,187 ideal); the
+// ledger prices the removed tokens, not the cache hits the rewrite lost.
+const ledgerCacheCause = "issue 14: the ledger does not price implicit-cache hits that un-flattening loses"
+
 // CheckLedger returns an error naming every session whose ledger differs
 // from its billed saving by more than MaxLedgerError, or nil. Sessions
-// without a ledger (a proxy the bench cannot read) are not checked.
+// without a ledger (a proxy the bench cannot read) are not checked; those
+// in pendingLedger fail only when their ledger is within the limit.
 func CheckLedger(s *Savings) error {
 	var errs []error
 	for _, r := range s.Sessions {
-		if e, ok := r.ledgerError(); ok && e > MaxLedgerError {
+		e, ok := r.ledgerError()
+		if cause := pendingLedger[r.Name]; cause != "" && ok {
+			if e <= MaxLedgerError {
+				errs = append(errs, fmt.Errorf("session %s: the ledger is within %.0f%% of the bill: remove it from pendingLedger in bench/ledger.go (%s)", r.Name, 100*MaxLedgerError, cause))
+			}
+			continue
+		}
+		if ok && e > MaxLedgerError {
 			errs = append(errs, fmt.Errorf("session %s: the proxy's ledger says $%.6f saved, the bill $%.6f (%.1f%% off, limit %.0f%%)", r.Name, *r.Ledger, r.BilledSaving(), 100*e, 100*MaxLedgerError))
 		}
 	}
@@ -93,4 +120,17 @@ func WriteLedgerTable(w io.Writer, s *Savings) {
 		row(r, false)
 	}
 	row(s.Total, true)
+}
+
+// PendingLedgerMisses describes the ledger misses of the sessions in
+// pendingLedger.
+func PendingLedgerMisses(s *Savings) []string {
+	var out []string
+	for _, r := range s.Sessions {
+		cause := pendingLedger[r.Name]
+		if e, ok := r.ledgerError(); ok && cause != "" && e > MaxLedgerError {
+			out = append(out, fmt.Sprintf("session %s: the proxy's ledger says $%.6f saved, the bill $%.6f (%.1f%% off, limit %.0f%%; pending: %s)", r.Name, *r.Ledger, r.BilledSaving(), 100*e, 100*MaxLedgerError, cause))
+		}
+	}
+	return out
 }

@@ -29,3 +29,23 @@ func TestCheckLedger(t *testing.T) {
 		}
 	}
 }
+
+// A pending ledger miss is listed, not failed; a pending session whose
+// ledger is within the limit fails until its entry is removed.
+func TestCheckLedgerPending(t *testing.T) {
+	defer func(p map[string]string) { pendingLedger = p }(pendingLedger)
+	pendingLedger = map[string]string{"far": "cause"}
+	f := func(v float64) *float64 { return &v }
+	far := SessionResult{Name: "far", Naive: Tokens{Billed: 10}, Proxy: Tokens{Billed: 4}, Ledger: f(6.7)}
+	s := &Savings{Sessions: []SessionResult{far}}
+	if err := CheckLedger(s); err != nil {
+		t.Errorf("CheckLedger(pending miss) = %v, want nil", err)
+	}
+	if m := PendingLedgerMisses(s); len(m) != 1 || !strings.Contains(m[0], "pending: cause") {
+		t.Errorf("PendingLedgerMisses = %q", m)
+	}
+	s.Sessions[0].Ledger = f(6.1)
+	if err := CheckLedger(s); err == nil || !strings.Contains(err.Error(), "remove it from pendingLedger") {
+		t.Errorf("CheckLedger(pending session within the limit) = %v, want an error", err)
+	}
+}

@@ -50,7 +50,7 @@ const (
 // re-sent over six turns).
 func Sizes() []Size {
 	small := []map[string]any{userText(strings.Repeat("Explain the difference between a slice and an array in Go. ", 17))}
-	files := fence("go", "scan.go", Document("scan.go.txt")) + "\n\n" + fence("go", "list.go", Document("list.go.txt"))
+	files := fence("go", "scan.go", Document("scan.go")) + "\n\n" + fence("go", "list.go", Document("list.go"))
 	var medium []map[string]any
 	for i := range 3 {
 		medium = append(medium, userText("Here are my files:\n\n"+files))
@@ -61,7 +61,7 @@ func Sizes() []Size {
 	medium = append(medium, userText("What changed since my last question? The team's notes say:\n\n"+Document("HACKING.md")))
 	fitBody(medium, MediumBytes)
 	var docs strings.Builder
-	for _, f := range []string{"reverseproxy.go.txt", "scan.go.txt", "sort.go.txt", "chats.go.txt", "HACKING.md", "wasm_exec.js", "memmove_amd64.s.txt", "gcc_libinit.c.txt", "MPL-2.0.txt", "Apache-2.0.txt"} {
+	for _, f := range []string{"reverseproxy.go", "scan.go", "sort.go", "chats.go", "HACKING.md", "wasm_exec.js", "memmove_amd64.s", "gcc_libinit.c", "MPL-2.0", "Apache-2.0"} {
 		docs.WriteString(fence("", f, Document(f)) + "\n")
 	}
 	var large []map[string]any

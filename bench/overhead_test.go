@@ -17,6 +17,7 @@ import (
 )
 
 func TestSizesExact(t *testing.T) {
+	needCorpus(t)
 	want := map[string]struct{ bytes, turns int }{"medium": {MediumBytes, 6}, "large": {LargeBytes, 6}}
 	for _, s := range Sizes() {
 		var req struct {
@@ -50,6 +51,7 @@ func TestFitBody(t *testing.T) {
 }
 
 func TestFakeGemini(t *testing.T) {
+	needCorpus(t)
 	srv := httptest.NewServer(FakeGemini())
 	defer srv.Close()
 	post := func(path string, body []byte) (*http.Response, []byte) {
@@ -115,6 +117,7 @@ func TestFakeGemini(t *testing.T) {
 // RunOverhead measures every target in every cell and divides by the plain
 // Go proxy of the same cell.
 func TestRunOverheadRatios(t *testing.T) {
+	needCorpus(t)
 	up := httptest.NewServer(FakeGemini())
 	defer up.Close()
 	u, _ := url.Parse(up.URL)

@@ -81,6 +81,10 @@ type SavingsOptions struct {
 	// until it finished every request of the session. Nil: the proxy's
 	// ledger is not read.
 	Ledger func(apiKey string) (dollars float64, requests int)
+	// AdminURL, when set, is the proxy's admin listener: RunSavings reads
+	// the rewrite audit's failures (AuditMetric) from its /metrics before
+	// and after the replay.
+	AdminURL string
 }
 
 // Tokens are the totals of one replay of a session.
@@ -123,6 +127,9 @@ type SessionResult struct {
 	// AnswersMatch reports whether the proxied replay received the same
 	// answers as the naive one.
 	AnswersMatch bool `json:"answers_match"`
+	// AuditFailures counts the session's proxied requests that failed the
+	// rewrite audit (measured with SavingsOptions.AdminURL).
+	AuditFailures int `json:"audit_failures,omitempty"`
 	// Errors lists request failures; a session with errors has partial
 	// figures.
 	Errors []string `json:"errors,omitempty"`
@@ -164,6 +171,8 @@ type Savings struct {
 	// Total sums every session; ByKind sums the sessions of each kind.
 	Total  SessionResult          `json:"total"`
 	ByKind map[Kind]SessionResult `json:"by_kind"`
+	// Audit is what the proxy's rewrite audit reported during the replay.
+	Audit AuditCount `json:"audit"`
 }
 
 // RunSavings replays every session three times: naive directly against
@@ -184,21 +193,32 @@ func RunSavings(ctx context.Context, o SavingsOptions) (*Savings, error) {
 	if par <= 0 {
 		par = 4
 	}
+	var auditBefore map[string]int
+	if o.AdminURL != "" {
+		b, _, err := readAudit(ctx, o.AdminURL)
+		if err != nil {
+			return nil, err
+		}
+		auditBefore = b
+	}
 	results := make([]SessionResult, len(sessions))
 	sem := make(chan struct{}, par)
 	var wg sync.WaitGroup
 	var pmu sync.Mutex
+	// With an admin URL the proxied replays take turns, so that each
+	// session's audit failures are its own.
+	var proxyMu sync.Mutex
 	for i, s := range sessions {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			results[i] = replaySession(ctx, o, s)
+			results[i] = replaySession(ctx, o, s, &proxyMu)
 			if o.Progress != nil {
 				pmu.Lock()
 				r := results[i]
-				fmt.Fprintf(o.Progress, "bench: session %-14s naive %8d  proxy %8d  ideal %8d prompt tokens\n", r.Name, r.Naive.Prompt, r.Proxy.Prompt, r.Ideal.Prompt)
+				fmt.Fprintf(o.Progress, "bench: session %-18s naive %8d  proxy %8d  ideal %8d prompt tokens\n", r.Name, r.Naive.Prompt, r.Proxy.Prompt, r.Ideal.Prompt)
 				pmu.Unlock()
 			}
 		}()
@@ -217,6 +237,14 @@ func RunSavings(ctx context.Context, o SavingsOptions) (*Savings, error) {
 		addResult(&k, r)
 		out.ByKind[r.Kind] = k
 	}
+	if o.AdminURL != "" {
+		after, exported, err := readAudit(ctx, o.AdminURL)
+		if err != nil {
+			return nil, err
+		}
+		out.Audit = AuditCount{Measured: true, Exported: exported}
+		out.Audit.Failures, out.Audit.ByReason = auditDelta(auditBefore, after)
+	}
 	return out, nil
 }
 
@@ -227,6 +255,7 @@ func addResult(t *SessionResult, r SessionResult) {
 	t.Ideal.add(r.Ideal)
 	t.Changed += r.Changed
 	t.Unflattened += r.Unflattened
+	t.AuditFailures += r.AuditFailures
 	t.AnswersMatch = t.AnswersMatch && r.AnswersMatch
 	t.Errors = append(t.Errors, r.Errors...)
 	if r.Ledger != nil {
@@ -238,8 +267,10 @@ func addResult(t *SessionResult, r SessionResult) {
 	}
 }
 
-// replaySession plays s naive, through the proxy and ideal.
-func replaySession(ctx context.Context, o SavingsOptions, s *Session) SessionResult {
+// replaySession plays s naive, through the proxy and ideal. With
+// o.AdminURL it holds proxyMu during the proxied replay and counts the
+// audit failures the proxy's metrics gained meanwhile.
+func replaySession(ctx context.Context, o SavingsOptions, s *Session, proxyMu *sync.Mutex) SessionResult {
 	r := SessionResult{Name: s.Name, Description: s.Description, Kind: s.Kind, Requests: len(s.Turns), AnswersMatch: true}
 	type mode struct {
 		name, url string
@@ -248,7 +279,9 @@ func replaySession(ctx context.Context, o SavingsOptions, s *Session) SessionRes
 	}
 	modes := []mode{{"naive", o.DirectURL, false, &r.Naive}, {"proxy", o.ProxyURL, false, &r.Proxy}, {"ideal", o.DirectURL, true, &r.Ideal}}
 	var answers [3][]string
-	for mi, m := range modes {
+	// play replays s in mode m and returns its answers.
+	play := func(m mode) []string {
+		var out []string
 		key := fmt.Sprintf("bench-%s-%s-%s", o.RunID, s.Name, m.name)
 		if o.Replies != nil {
 			o.Replies.Register(key, s.Answers())
@@ -261,7 +294,7 @@ func replaySession(ctx context.Context, o SavingsOptions, s *Session) SessionRes
 		})
 		if err != nil {
 			r.Errors = append(r.Errors, fmt.Sprintf("%s: client: %v", m.name, err))
-			continue
+			return nil
 		}
 		for ti, t := range s.Turns {
 			contents := t.Naive
@@ -273,7 +306,7 @@ func replaySession(ctx context.Context, o SavingsOptions, s *Session) SessionRes
 				r.Errors = append(r.Errors, fmt.Sprintf("%s: %s turn %d: %v", s.Name, m.name, ti+1, err))
 				break
 			}
-			answers[mi] = append(answers[mi], answer)
+			out = append(out, answer)
 			sent, report := rec.last()
 			tk := Tokens{ClientBytes: sent, Bytes: sent, Billed: billed(o.Prices[s.Model], u)}
 			if u != nil {
@@ -297,6 +330,26 @@ func replaySession(ctx context.Context, o SavingsOptions, s *Session) SessionRes
 			} else {
 				r.Errors = append(r.Errors, fmt.Sprintf("%s: the proxy finished fewer than %d requests", s.Name, len(s.Turns)))
 			}
+		}
+		return out
+	}
+	for mi, m := range modes {
+		if m.name != "proxy" || o.AdminURL == "" {
+			answers[mi] = play(m)
+			continue
+		}
+		proxyMu.Lock()
+		before, _, err := readAudit(ctx, o.AdminURL)
+		if err == nil {
+			answers[mi] = play(m)
+			var after map[string]int
+			if after, _, err = readAudit(ctx, o.AdminURL); err == nil {
+				r.AuditFailures, _ = auditDelta(before, after)
+			}
+		}
+		proxyMu.Unlock()
+		if err != nil {
+			r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", m.name, err))
 		}
 	}
 	if len(answers[0]) != len(answers[1]) {

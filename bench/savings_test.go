@@ -2,11 +2,15 @@ package bench
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +39,7 @@ func stack(t *testing.T) (emuURL, proxyURL string, replies *Replies) {
 }
 
 func TestRunSavings(t *testing.T) {
+	needCorpus(t)
 	emuURL, proxyURL, replies := stack(t)
 	s, err := RunSavings(t.Context(), SavingsOptions{DirectURL: emuURL, ProxyURL: proxyURL, Replies: replies, Progress: t.Output()})
 	if err != nil {
@@ -48,6 +53,7 @@ func TestRunSavings(t *testing.T) {
 }
 
 func TestRunOverheadAndChart(t *testing.T) {
+	needCorpus(t)
 	emuURL, proxyURL, _ := stack(t)
 	up, _ := url.Parse(emuURL)
 	plain := httptest.NewServer(PlainProxy(up))
@@ -73,5 +79,47 @@ func TestRunOverheadAndChart(t *testing.T) {
 	b, err := os.ReadFile(path)
 	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
 		t.Errorf("chart is not a PNG (%d bytes, %v)", len(b), err)
+	}
+}
+
+// With an admin URL, RunSavings counts each session's audit failures: the
+// proxied replays take turns, so the increase of the metric during one is
+// that session's.
+func TestRunSavingsAudit(t *testing.T) {
+	needCorpus(t)
+	emuURL, proxyURL, replies := stack(t)
+	up, _ := url.Parse(proxyURL)
+	var proxied atomic.Int64 // every proxied request "fails the audit"
+	counting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxied.Add(1)
+		httputil.NewSingleHostReverseProxy(up).ServeHTTP(w, r)
+	}))
+	t.Cleanup(counting.Close)
+	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s{reason=\"test\"} %d\n", AuditMetric, proxied.Load())
+	}))
+	t.Cleanup(admin.Close)
+	var sessions []*Session
+	for _, s := range Sessions() {
+		if s.Name == "ctl-side-task" || s.Name == "ctl-functions" || s.Name == "two-doc-envs" {
+			sessions = append(sessions, s)
+		}
+	}
+	s, err := RunSavings(t.Context(), SavingsOptions{DirectURL: emuURL, ProxyURL: counting.URL, AdminURL: admin.URL, Replies: replies, Sessions: sessions, Parallel: 3})
+	if err != nil {
+		t.Fatalf("RunSavings: %v", err)
+	}
+	total := 0
+	for i, r := range s.Sessions {
+		if r.AuditFailures != len(sessions[i].Turns) {
+			t.Errorf("session %s: %d audit failures, want one per request (%d)", r.Name, r.AuditFailures, len(sessions[i].Turns))
+		}
+		total += r.AuditFailures
+	}
+	if !s.Audit.Measured || !s.Audit.Exported || s.Audit.Failures != total || s.Audit.ByReason["test"] != total {
+		t.Errorf("Audit = %+v, want %d failures for reason test", s.Audit, total)
+	}
+	if err := Check(s, false); err == nil {
+		t.Errorf("Check passed with audit failures")
 	}
 }

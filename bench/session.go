@@ -22,6 +22,11 @@ const (
 	// KindControl sessions are already well written or must not be touched:
 	// the proxy must forward them byte for byte.
 	KindControl Kind = "control"
+	// KindTwoDoc sessions hold two different documents that look alike
+	// (two versions compared in one turn, two environments' configurations):
+	// both are current, so the proxy may replace only exact repeats; the
+	// ideal client keeps both in full.
+	KindTwoDoc Kind = "two-doc"
 	// KindStateless sessions send no history (each request is one user
 	// turn): the proxy removes nothing, and must not add prompt tokens;
 	// rewrite.stable_prefix reorders them for the implicit cache.
@@ -70,6 +75,7 @@ type piece struct {
 	img  []byte
 	mime string
 	raw  *genai.Part
+	brk  bool
 }
 
 // docOcc is one copy of a document inside a text.
@@ -77,8 +83,19 @@ type docOcc struct {
 	// name identifies the document ("project tree" and "open tabs" for
 	// secondary context).
 	name string
+	// ref is the name a reference to it shows (rewrite/doc.go NAME); empty
+	// means name.
+	ref string
 	// body is the exact text the proxy replaces (wrapper lines included).
 	body string
+}
+
+// refName is the NAME of a reference to a copy of the document.
+func (d *docOcc) refName() string {
+	if d.ref != "" {
+		return d.ref
+	}
+	return d.name
 }
 
 // msg is one turn of a conversation before rendering.
@@ -87,10 +104,22 @@ type msg struct {
 	pieces []piece
 }
 
-// txt, doc and img build pieces.
-func txt(s string) piece                 { return piece{text: s} }
-func doc(name, body string) piece        { return piece{doc: &docOcc{name: name, body: body}} }
+// txt, doc, docRef, img and brk build pieces.
+func txt(s string) piece          { return piece{text: s} }
+func doc(name, body string) piece { return piece{doc: &docOcc{name: name, body: body}} }
+
+// docRef is a document whose references show ref, not its name.
+func docRef(name, ref, body string) piece {
+	if ref == name {
+		ref = ""
+	}
+	return piece{doc: &docOcc{name: name, ref: ref, body: body}}
+}
 func img(mime string, data []byte) piece { return piece{img: data, mime: mime} }
+
+// brk ends the current text part: the next piece starts a new part of the
+// same turn.
+func brk() piece { return piece{brk: true} }
 
 func user(ps ...piece) msg  { return msg{role: genai.RoleUser, pieces: ps} }
 func model(ps ...piece) msg { return msg{role: genai.RoleModel, pieces: ps} }
@@ -101,6 +130,24 @@ func fence(lang, name, content string) string {
 		content += "\n"
 	}
 	return "```" + lang + " " + name + "\n" + content + "```"
+}
+
+// fenceAnon wraps a file in a Markdown fence with a language and no name.
+func fenceAnon(lang, content string) string {
+	if !strings.HasSuffix(content, "\n") {
+		content += "\n"
+	}
+	return "```" + lang + "\n" + content + "```"
+}
+
+// refName is the NAME the proxy gives a block without a file name: its
+// first line (rewrite/doc.go "Reference format").
+func refName(block string) string {
+	first, _, _ := strings.Cut(block, "\n")
+	if strings.HasPrefix(first, "```") && strings.Contains(strings.TrimSpace(first), " ") {
+		return "" // a named fence: the name
+	}
+	return first
 }
 
 // render turns msgs into contents as the naive client sends them: text and
@@ -126,6 +173,8 @@ func renderWith(msgs []msg, refs map[[2]int]string) []*genai.Content {
 		for j, p := range m.pieces {
 			ref, isRef := refs[[2]int{i, j}]
 			switch {
+			case p.brk:
+				flush()
 			case p.raw != nil:
 				flush()
 				c.Parts = append(c.Parts, p.raw)
@@ -202,9 +251,9 @@ func ideal(msgs []msg) []*genai.Content {
 				h := hex.EncodeToString(sum[:12])[:12]
 				var ref string
 				if p.doc.body == active[p.doc.name] {
-					ref = fmt.Sprintf("[unchanged: %s sha256:%s, identical to the copy %s]", p.doc.name, h, where(msgs, i, k.m, k.p < j))
+					ref = fmt.Sprintf("[unchanged: %s sha256:%s, identical to the copy %s]", p.doc.refName(), h, where(msgs, i, k.m, k.p < j))
 				} else {
-					ref = fmt.Sprintf("[superseded: %s sha256:%s, replaced by the version %s]", p.doc.name, h, where(msgs, i, k.m, k.p < j))
+					ref = fmt.Sprintf("[superseded: %s sha256:%s, replaced by the version %s]", p.doc.refName(), h, where(msgs, i, k.m, k.p < j))
 				}
 				if len(p.doc.body) >= minBlockBytes && 2*len(ref) <= len(p.doc.body) {
 					refs[[2]int{i, j}] = ref

@@ -13,7 +13,7 @@ const defaultModel = "gemini-2.5-flash"
 // Sessions returns the workload corpus, built from the documents in
 // corpus/. The result is deterministic; callers may modify it.
 func Sessions() []*Session {
-	return []*Session{
+	s := []*Session{
 		askSession(),
 		askTaggedSession(),
 		editSession(),
@@ -31,12 +31,14 @@ func Sessions() []*Session {
 		functionSession(),
 		statelessSession(),
 	}
+	s = append(s, layoutSessions()...)
+	return append(s, twoDocSessions()...)
 }
 
 // ask mode: bufio/scan.go in a named fence, re-sent in every user turn.
 func askSession() *Session {
 	sc := newScript("ask-go", "ask mode, bufio/scan.go (Go) re-sent in every user turn, 8 turns", KindDedup, defaultModel)
-	file := fence("go", "scan.go", Document("scan.go.txt"))
+	file := fence("go", "scan.go", Document("scan.go"))
 	qs := []string{
 		"Explain what this file does.",
 		"What does ErrFinalToken mean for a split function?",
@@ -59,8 +61,8 @@ func askSession() *Session {
 func askTaggedSession() *Session {
 	sc := newScript("ask-c-asm-js", "ask mode, C + assembly + JavaScript in <file> tags re-sent every turn, 6 turns", KindDedup, defaultModel)
 	files := []struct{ name, corpus string }{
-		{"runtime/cgo/gcc_libinit.c", "gcc_libinit.c.txt"},
-		{"runtime/memmove_amd64.s", "memmove_amd64.s.txt"},
+		{"runtime/cgo/gcc_libinit.c", "gcc_libinit.c"},
+		{"runtime/memmove_amd64.s", "memmove_amd64.s"},
 		{"lib/wasm/wasm_exec.js", "wasm_exec.js"},
 	}
 	qs := []string{
@@ -87,7 +89,7 @@ func askTaggedSession() *Session {
 // every turn.
 func editSession() *Session {
 	sc := newScript("edit-go", "edit mode, sort/sort.go: model proposes whole files; apply, discard, undo, hand edit; 8 turns", KindDedup, defaultModel)
-	orig := Document("sort.go.txt")
+	orig := Document("sort.go")
 	cur := orig
 	var undo []string
 	propose := func(f, note string) []piece {
@@ -158,7 +160,7 @@ func secondarySession() *Session {
 		fmt.Fprintf(&tabs, "- genai/%s\n", f)
 	}
 	tabsText := strings.TrimSuffix(tabs.String(), "\n")
-	chats := "--- chats.go ---\n" + Document("chats.go.txt") + "--- End of content ---"
+	chats := "--- chats.go ---\n" + Document("chats.go") + "--- End of content ---"
 	qs := []string{
 		"Where is the chat history kept?",
 		"Does SendMessage copy the history?",
@@ -201,8 +203,8 @@ func streamSession() *Session {
 // a long 50-turn session: two files re-sent, one edited every ten turns.
 func longSession() *Session {
 	sc := newScript("long-50", "long session: 50 turns, container/list/list.go + gonum plotter/barchart.go re-sent, list.go edited by hand every 10 turns", KindDedup, defaultModel)
-	list := Document("list.go.txt")
-	bar := Document("barchart.go.txt")
+	list := Document("list.go")
+	bar := Document("barchart.go")
 	for i := range 50 {
 		if i > 0 && i%10 == 0 {
 			list = strings.Replace(list, "package list\n", fmt.Sprintf("package list\n\n// Revision %d.\n", i/10), 1)
@@ -221,6 +223,40 @@ type flatLang struct {
 	header, user, model, cue, current string
 	questions, answers                []string
 	document, docName                 string
+	// layout, when set, replaces header, user, model, cue and current
+	// (layouts.go).
+	layout *flatLayout
+	// lang is the fence's language; anon leaves the fence without a name
+	// (the document is named only in the prose around it).
+	lang string
+	anon bool
+}
+
+// flatLayout is how a client writes its history into one user turn:
+// header, then for each past exchange userOpen, the question, userClose,
+// modelOpen, the answer, modelClose, and last currentOpen, the new
+// question, currentClose.
+type flatLayout struct {
+	header                    string
+	userOpen, userClose       string
+	modelOpen, modelClose     string
+	currentOpen, currentClose string
+}
+
+// layoutOf returns l's layout: its own, or the label-per-line layout its
+// header, user, model, cue and current describe.
+func (l flatLang) layoutOf() flatLayout {
+	if l.layout != nil {
+		return *l.layout
+	}
+	lay := flatLayout{header: l.header, userOpen: l.user, userClose: "\n", modelOpen: l.model, modelClose: "\n", currentOpen: l.user}
+	if l.current != "" {
+		lay.currentOpen = "\n" + l.current
+	}
+	if l.cue != "" {
+		lay.currentClose = "\n" + l.cue
+	}
+	return lay
 }
 
 var flatEN = flatLang{
@@ -232,7 +268,7 @@ var flatEN = flatLang{
 		"Section 3, the grant of patent licence, gives a licence to patents that contributors' contributions necessarily infringe, and ends it if you sue claiming the Work infringes a patent.",
 		"Each contributor licenses the patents their contribution needs, and that licence ends for anyone who brings a patent lawsuit over the Work.",
 	},
-	document: "Apache-2.0.txt", docName: "LICENSE",
+	document: "Apache-2.0", docName: "LICENSE",
 }
 
 var flatZH = flatLang{
@@ -244,7 +280,7 @@ var flatZH = flatLang{
 		"专利相关内容在第二条许可授予中，以及第五条终止条款中：如果您提起专利诉讼，您获得的权利将被终止。",
 		"这份许可证允许自由使用和修改，但修改后的文件必须继续以同一许可证开放源代码。",
 	},
-	document: "MPL-2.0.txt", docName: "LICENSE",
+	document: "MPL-2.0", docName: "LICENSE",
 }
 
 var flatPT = flatLang{
@@ -268,38 +304,43 @@ var flatES = flatLang{
 		"ScanWords omite los espacios iniciales y devuelve cada palabra separada por espacios, usando isSpace para reconocer los espacios Unicode.",
 		"Scanner divide una entrada en tokens con una función de división configurable y un búfer limitado.",
 	},
-	document: "scan.go.txt", docName: "scan.go",
+	document: "scan.go", docName: "scan.go",
 }
 
 func flatSession(name, lang string, l flatLang) *Session {
-	s := &Session{Name: name, Kind: KindFlattened, Model: defaultModel,
-		Description: fmt.Sprintf("flattened transcript (%s): history joined into one user turn, document pasted twice, %d turns", lang, len(l.questions))}
-	d := fence("", l.docName, Document(l.document))
+	return flatLayoutSession(name, fmt.Sprintf("flattened transcript (%s): history joined into one user turn, document pasted twice, %d turns", lang, len(l.questions)), l)
+}
+
+// flatLayoutSession builds the flattened session l describes: request i is
+// one user turn holding the first i exchanges and question i in l's layout;
+// its ideal is the same conversation as native turns.
+func flatLayoutSession(name, desc string, l flatLang) *Session {
+	s := &Session{Name: name, Kind: KindFlattened, Model: defaultModel, Description: desc}
+	body := Document(l.document)
+	d := fence(l.lang, l.docName, body)
+	if l.anon {
+		d = fenceAnon(l.lang, body)
+	}
+	lay := l.layoutOf()
 	// question i as pieces, with the document where %s stands.
 	q := func(i int) []piece {
 		parts := strings.SplitN(l.questions[i], "%s", 2)
 		if len(parts) == 1 {
 			return []piece{txt(parts[0])}
 		}
-		return []piece{txt(parts[0]), doc(l.docName, d), txt(parts[1])}
+		return []piece{txt(parts[0]), docRef(l.docName, refName(d), d), txt(parts[1])}
 	}
 	var native []msg
 	for i := range l.questions {
-		flat := []piece{txt(l.header)}
+		flat := []piece{txt(lay.header)}
 		for j := range i {
-			flat = append(flat, txt(l.user))
+			flat = append(flat, txt(lay.userOpen))
 			flat = append(flat, q(j)...)
-			flat = append(flat, txt("\n"+l.model+l.answers[j]+"\n"))
+			flat = append(flat, txt(lay.userClose+lay.modelOpen+l.answers[j]+lay.modelClose))
 		}
-		if l.current != "" {
-			flat = append(flat, txt("\n"+l.current))
-		} else {
-			flat = append(flat, txt(l.user))
-		}
+		flat = append(flat, txt(lay.currentOpen))
 		flat = append(flat, q(i)...)
-		if l.cue != "" {
-			flat = append(flat, txt("\n"+l.cue))
-		}
+		flat = append(flat, txt(lay.currentClose))
 		native = append(native, user(q(i)...))
 		s.Turns = append(s.Turns, Turn{Naive: render([]msg{user(flat...)}), Ideal: ideal(native), Answer: l.answers[i]})
 		native = append(native, model(txt(l.answers[i])))
@@ -339,7 +380,7 @@ func sideTaskSession() *Session {
 func pinnedSession() *Session {
 	sc := newScript("ctl-pinned", "control: files pinned once in the first turn with an acknowledgement, 5 questions", KindControl, defaultModel)
 	sc.history = []msg{
-		user(txt("Here is the context for this conversation:\n\n"), doc("list.go", fence("go", "list.go", Document("list.go.txt"))), txt("\n\n"), doc("sort.go", fence("go", "sort.go", Document("sort.go.txt")))),
+		user(txt("Here is the context for this conversation:\n\n"), doc("list.go", fence("go", "list.go", Document("list.go"))), txt("\n\n"), doc("sort.go", fence("go", "sort.go", Document("sort.go")))),
 		model(txt("Got it. Thanks for the context!")),
 	}
 	for i, q := range []string{"Could Sort use a List?", "What does MoveToFront cost?", "Is heapSort used by Sort?", "How would you sort a List?", "Which file has more exported functions?"} {
@@ -358,7 +399,7 @@ func functionSession() *Session {
 		Name: "read_file", Description: "Reads a file of the workspace.",
 		Parameters: &genai.Schema{Type: genai.TypeObject, Properties: map[string]*genai.Schema{"path": {Type: genai.TypeString}}, Required: []string{"path"}},
 	}}}}}
-	list := Document("list.go.txt")
+	list := Document("list.go")
 	var hist []*genai.Content
 	add := func(role string, parts ...*genai.Part) { hist = append(hist, &genai.Content{Role: role, Parts: parts}) }
 	turn := func(answer string) {
@@ -395,7 +436,7 @@ func functionSession() *Session {
 func statelessSession() *Session {
 	s := &Session{Name: "stateless-go", Kind: KindStateless, Model: defaultModel,
 		Description: "stateless (N3): question first, then net/http/httputil/reverseproxy.go in a fence, no history, 6 requests"}
-	file := fence("go", "reverseproxy.go", Document("reverseproxy.go.txt"))
+	file := fence("go", "reverseproxy.go", Document("reverseproxy.go"))
 	qs := []string{
 		"Why does ReverseProxy remove hop-by-hop headers before forwarding?",
 		"When is FlushInterval ignored for a response?",

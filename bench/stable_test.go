@@ -23,6 +23,7 @@ import (
 // the stateless one and one of each other shape; `gemini-proxy bench
 // --check` compares the whole corpus.
 func TestStablePrefix(t *testing.T) {
+	needCorpus(t)
 	var sessions []*Session
 	for _, s := range Sessions() {
 		switch s.Name {

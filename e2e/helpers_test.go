@@ -2,13 +2,14 @@ package e2e
 
 import (
 	"crypto/sha256"
-	_ "embed"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"reflect"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/gemini-proxy/gemini-proxy/cache"
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	"github.com/gemini-proxy/gemini-proxy/internal/goenv"
 	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/proxy"
@@ -32,10 +34,23 @@ const testKey = "e2e-test-key"
 // (caches, files, interactions) are equal in the direct and proxied runs.
 var fixedNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// bufferGo is a real 500-line Go source file (testdata/README.md).
-//
-//go:embed testdata/buffer.go.txt
-var bufferGo string
+// bufferGo is a real 500-line Go source file, bytes/buffer.go of the Go
+// installation that runs the tests (read at run time: the repository holds
+// no copy).
+var bufferGo = goSource("src/bytes/buffer.go")
+
+// goSource returns the file rel of the Go installation (go env GOROOT).
+func goSource(rel string) string {
+	env, err := goenv.Lookup()
+	if err != nil {
+		panic(fmt.Sprintf("e2e: %v", err))
+	}
+	b, err := os.ReadFile(env.File(rel))
+	if err != nil {
+		panic(fmt.Sprintf("e2e: reading %s of the Go installation: %v", rel, err))
+	}
+	return string(b)
+}
 
 // stack is one emulator with a proxy in front of it, both on loopback.
 type stack struct {

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,8 @@ func benchFlags(fs *pflag.FlagSet) {
 	fs.String("replay", "", "replay recorded requests (serve --record FILE) through the rewrite engine and report the savings per model")
 	fs.String("proxy-url", "", "measure a running proxy at this URL (with --upstream-url) instead of the in-process stack")
 	fs.String("upstream-url", "", "the upstream the running proxy forwards to (with --proxy-url)")
+	fs.String("admin-url", "", "the running proxy's admin listener (with --proxy-url), to read its rewrite audit failures from /metrics")
+	fs.String("sessions", "", "replay only the sessions whose name matches this regular expression")
 	fs.Bool("savings", true, "measure savings on the session corpus")
 	fs.Bool("overhead", true, "measure latency, throughput, CPU and memory")
 	fs.Duration("time-limit", 0, "hard limit for the overhead measurement (0: 25s with --quick, 12m otherwise)")
@@ -60,12 +63,31 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 	outDir, _ := fs.GetString("out")
 	proxyURL, _ := fs.GetString("proxy-url")
 	upstreamURL, _ := fs.GetString("upstream-url")
+	adminURL, _ := fs.GetString("admin-url")
+	only, _ := fs.GetString("sessions")
 	doSavings, _ := fs.GetBool("savings")
 	doOverhead, _ := fs.GetBool("overhead")
 	limit, _ := fs.GetDuration("time-limit")
 	if (proxyURL == "") != (upstreamURL == "") {
 		fmt.Fprintln(stderr, "gemini-proxy bench: --proxy-url and --upstream-url go together")
 		return errUsage
+	}
+	if adminURL != "" && proxyURL == "" {
+		fmt.Fprintln(stderr, "gemini-proxy bench: --admin-url goes with --proxy-url")
+		return errUsage
+	}
+	sessions := bench.Sessions()
+	if only != "" {
+		re, err := regexp.Compile(only)
+		if err != nil {
+			fmt.Fprintf(stderr, "gemini-proxy bench: --sessions: %v\n", err)
+			return errUsage
+		}
+		sessions = slices.DeleteFunc(sessions, func(s *bench.Session) bool { return !re.MatchString(s.Name) })
+		if len(sessions) == 0 {
+			fmt.Fprintf(stderr, "gemini-proxy bench: --sessions %q matches no session\n", only)
+			return errUsage
+		}
 	}
 	if check && !doSavings {
 		fmt.Fprintln(stderr, "gemini-proxy bench: --check needs the savings measurement")
@@ -77,8 +99,14 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 			limit = 25 * time.Second
 		}
 	}
+	// The sessions and request sizes are built from documents read from
+	// the Go installation, the module cache and the system.
+	corpus, err := bench.LoadCorpus()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
-	res := &bench.Result{Command: "gemini-proxy bench " + strings.Join(benchArgs(fs), " "), Date: start.UTC(), Machine: machine()}
+	res := &bench.Result{Command: "gemini-proxy bench " + strings.Join(benchArgs(fs), " "), Date: start.UTC(), Machine: machine(), Corpus: corpus}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -86,7 +114,7 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 	// proxy built exactly as serve builds it (same cache and Verifier).
 	var replies *bench.Replies
 	runID := fmt.Sprintf("%x", start.UnixNano())
-	var flipURL string // the in-process proxy with rewrite.stable_prefix flipped
+	var flipURL, flipAdmin string // the in-process proxy with rewrite.stable_prefix flipped
 	stable := config.Default().Rewrite.StablePrefix
 	prices := map[string]bench.Price{}
 	for _, p := range config.Default().Metrics.Prices {
@@ -112,13 +140,15 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 		go func() { done <- serveUntil(ctx, []*listener{el}, 0, time.Second, new(atomic.Bool), logger) }()
 		upstreamURL = "http://" + el.ln.Addr().String()
 		c := config.Default()
-		c.Server.Listen, c.Admin.Listen = "127.0.0.1:0", ""
+		// The admin listener serves /metrics, where the rewrite audit's
+		// failures are read.
+		c.Server.Listen, c.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
 		c.Server.ShutdownGrace = time.Second
 		c.Upstream.URL = upstreamURL
 		c.Cache.TenantSecret = "bench-" + runID
 		var lk benchLedger
 		ledger = func(key string) (float64, int) { return lk.of(proxy.TenantOfKey([]byte(c.Cache.TenantSecret), key)) }
-		addrs := make(chan string, 1)
+		addrs := make(chan [2]string, 1)
 		// The second proxy differs only in rewrite.stable_prefix, so that
 		// the savings say what the option does (issue #8).
 		flip := c
@@ -129,13 +159,13 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 			if i == 0 {
 				pctx = context.WithValue(ctx, exchangeHookKey{}, lk.add)
 			}
-			go func() { done <- serveConfig(pctx, pc, logger, func(p, _ string) { addrs <- p }) }()
+			go func() { done <- serveConfig(pctx, pc, logger, func(p, a string) { addrs <- [2]string{p, a} }) }()
 			select {
 			case a := <-addrs:
 				if proxyURL == "" {
-					proxyURL = "http://" + a
+					proxyURL, adminURL = "http://"+a[0], "http://"+a[1]
 				} else {
-					flipURL = "http://" + a
+					flipURL, flipAdmin = "http://"+a[0], "http://"+a[1]
 				}
 			case err := <-done:
 				done <- nil
@@ -149,7 +179,7 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 
 	if doSavings {
 		fmt.Fprintln(stderr, "bench: savings: replaying the session corpus naive, through the proxy and ideal")
-		s, err := bench.RunSavings(ctx, bench.SavingsOptions{DirectURL: upstreamURL, ProxyURL: proxyURL, Replies: replies, RunID: runID, Progress: stderr, Prices: prices, Ledger: ledger})
+		s, err := bench.RunSavings(ctx, bench.SavingsOptions{DirectURL: upstreamURL, ProxyURL: proxyURL, AdminURL: adminURL, Replies: replies, Sessions: sessions, RunID: runID, Progress: stderr, Prices: prices, Ledger: ledger})
 		if err != nil {
 			return err
 		}
@@ -157,7 +187,7 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 		res.Verifier = s.ByKind[bench.KindFlattened].Unflattened > 0
 		if flipURL != "" {
 			fmt.Fprintf(stderr, "bench: savings again with rewrite.stable_prefix=%v\n", !stable)
-			f, err := bench.RunSavings(ctx, bench.SavingsOptions{DirectURL: upstreamURL, ProxyURL: flipURL, Replies: replies, RunID: runID + "-flip", Prices: prices})
+			f, err := bench.RunSavings(ctx, bench.SavingsOptions{DirectURL: upstreamURL, ProxyURL: flipURL, AdminURL: flipAdmin, Replies: replies, Sessions: sessions, RunID: runID + "-flip", Prices: prices})
 			if err != nil {
 				return err
 			}
@@ -202,8 +232,13 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 			if err := bench.CheckStablePrefix(res.StablePrefix); err != nil {
 				return fmt.Errorf("bench: rewrite.stable_prefix hurts:\n%w", err)
 			}
+			for _, s := range []*bench.Savings{res.StablePrefix.Off, res.StablePrefix.On} {
+				if s.Audit.Failures > 0 {
+					return fmt.Errorf("bench: the rewrite audit failed %d times with rewrite.stable_prefix flipped", s.Audit.Failures)
+				}
+			}
 		}
-		fmt.Fprintf(stderr, "bench: savings targets met (total ≥ %.0f%%, each dedup session ≥ %.0f%% of the ideal, flattened ≥ %.0f%% with a verifier, control sessions unchanged)\n", 100*bench.MinTotalSaved, 100*bench.MinShareOfIdeal, 100*bench.MinFlattenedShareOfIdeal)
+		fmt.Fprintf(stderr, "bench: savings targets met (total ≥ %.0f%%, each dedup session ≥ %.0f%% of the ideal, each flattened ≥ %.0f%% with a verifier, each two-document ≥ %.0f%%, none below the ideal, control sessions unchanged, no failed audit)\n", 100*bench.MinTotalSaved, 100*bench.MinShareOfIdeal, 100*bench.MinFlattenedShareOfIdeal, 100*bench.MinTwoDocShareOfIdeal)
 	}
 	return nil
 }
@@ -391,6 +426,12 @@ func benchReplay(path string, w io.Writer) error {
 // writeBenchMarkdown prints the run's tables.
 func writeBenchMarkdown(w io.Writer, r *bench.Result) {
 	fmt.Fprintf(w, "Command: `%s`  \nDate: %s  \nMachine: %s  \nDuration: %s\n", r.Command, r.Date.Format(time.RFC3339), r.Machine, r.Duration)
+	if r.Corpus != nil {
+		fmt.Fprintf(w, "\nCorpus (documents read at run time; the same versions give the same savings figures), sha256:%s:\n\n", r.Corpus.SHA256)
+		for _, o := range r.Corpus.Origins {
+			fmt.Fprintf(w, "- %s %s (`%s`): %s\n", o.Source, o.Version, o.Dir, strings.Join(o.Files, ", "))
+		}
+	}
 	if r.Savings != nil {
 		fmt.Fprintf(w, "\n### Savings (prompt tokens from the emulator's usageMetadata)\n\n")
 		if !r.Verifier {
@@ -398,6 +439,9 @@ func writeBenchMarkdown(w io.Writer, r *bench.Result) {
 			fmt.Fprintln(w)
 		}
 		bench.WriteSavingsTable(w, r.Savings, r.Verifier)
+		fmt.Fprintln(w)
+		bench.WriteAudit(w, r.Savings)
+		bench.WritePending(w, r.Savings, r.Verifier)
 		fmt.Fprintf(w, "\n### Billed cost with implicit caching (US dollars per 1,000 sessions, at the default price table; ledger: the proxy's net saved_dollars_total − cost_increase_dollars_total)\n\n")
 		bench.WriteLedgerTable(w, r.Savings)
 	}

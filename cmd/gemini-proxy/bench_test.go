@@ -69,7 +69,8 @@ func TestBenchSavingsCheckAndReplay(t *testing.T) {
 	if err := run(t.Context(), []string{"bench", "--quick", "--check", "--overhead=false", "--out", dir}, &out, &errb); err != nil {
 		t.Fatalf("bench: %v\n%s", err, errb.String())
 	}
-	for _, want := range []string{"| **total** |", "ctl-functions", "unchanged (byte for byte)"} {
+	for _, want := range []string{"| **total** |", "ctl-functions", "unchanged (byte for byte)", "| **total two-doc** |", "flat-chat-template",
+		"Rewrite audit failures during the replay (`gemini_proxy_rewrite_audit_failures_total`, target 0): 0", "Corpus (documents read at run time", "- Go installation go1."} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("bench output lacks %q:\n%s", want, out.String())
 		}
@@ -90,6 +91,24 @@ func TestBenchSavingsCheckAndReplay(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "gemini-2.5-flash") || !strings.Contains(out.String(), "total") {
 		t.Errorf("replay output:\n%s", out.String())
+	}
+}
+
+// --sessions replays only the matching sessions; bad values are usage
+// errors.
+func TestBenchSessionsFlag(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := run(t.Context(), []string{"bench", "--overhead=false", "--sessions", "^ctl-side-task$"}, &out, &errb); err != nil {
+		t.Fatalf("bench --sessions: %v\n%s", err, errb.String())
+	}
+	if !strings.Contains(out.String(), "| ctl-side-task |") || strings.Contains(out.String(), "| ask-go |") {
+		t.Errorf("bench --sessions ^ctl-side-task$ output:\n%s", out.String())
+	}
+	for _, args := range [][]string{{"--sessions", "["}, {"--sessions", "no-such-session"}, {"--admin-url", "http://127.0.0.1:1"}} {
+		errb.Reset()
+		if err := run(t.Context(), append([]string{"bench", "--overhead=false"}, args...), io.Discard, &errb); err == nil {
+			t.Errorf("bench %v succeeded", args)
+		}
 	}
 }
 

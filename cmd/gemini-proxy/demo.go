@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/sha256"
-	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -22,9 +21,6 @@ import (
 	"github.com/spf13/pflag"
 	"google.golang.org/genai"
 )
-
-//go:embed demodata/list.go.txt
-var demoFile string
 
 func demoFlags(fs *pflag.FlagSet) {
 	fs.String("model", "gemini-2.5-flash", "model the demo conversation uses")
@@ -170,15 +166,16 @@ func demo(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writer) erro
 		return errors.New("demo: proxy did not start")
 	}
 
+	file, source := demoSource()
 	fmt.Fprintf(stdout, "gemini-proxy demo: emulator at %s, proxy at http://%s (admin http://%s)\n", emuURL, proxyAddr, adminAddr)
-	fmt.Fprintf(stdout, "A naive client re-sends list.go (%d lines) in every user turn of a %d-turn chat with %s;\nthe model edits the file twice, the user once. Same conversation, direct and through the proxy:\n\n", strings.Count(demoFile, "\n"), len(demoTurns), model)
+	fmt.Fprintf(stdout, "A naive client re-sends list.go (%d lines; %s) in every user turn of a %d-turn chat with %s;\nthe model edits the file twice, the user once. Same conversation, direct and through the proxy:\n\n", strings.Count(file, "\n"), source, len(demoTurns), model)
 
-	naive, err := runDemoSession(ctx, emuURL, model, emu)
+	naive, err := runDemoSession(ctx, emuURL, model, emu, file)
 	if err != nil {
 		return fmt.Errorf("demo: direct session: %w", err)
 	}
 	emu.Reset() // same starting state (implicit-cache history) for the second run
-	proxied, err := runDemoSession(ctx, "http://"+proxyAddr, model, emu)
+	proxied, err := runDemoSession(ctx, "http://"+proxyAddr, model, emu, file)
 	if err != nil {
 		return fmt.Errorf("demo: session through the proxy: %w", err)
 	}
@@ -233,8 +230,9 @@ The emulator and the proxy keep running. Next steps:
 	return nil
 }
 
-// runDemoSession plays the naive client against baseURL with the real SDK.
-func runDemoSession(ctx context.Context, baseURL, model string, emu *emulator.Server) ([]demoResult, error) {
+// runDemoSession plays the naive client against baseURL with the real SDK,
+// starting from file.
+func runDemoSession(ctx context.Context, baseURL, model string, emu *emulator.Server, file string) ([]demoResult, error) {
 	client, err := genai.NewClient(ctx, &genai.ClientConfig{
 		APIKey:      "demo-key",
 		Backend:     genai.BackendGeminiAPI,
@@ -244,7 +242,6 @@ func runDemoSession(ctx context.Context, baseURL, model string, emu *emulator.Se
 	if err != nil {
 		return nil, err
 	}
-	file := demoFile
 	var history []*genai.Content
 	var out []demoResult
 	for _, t := range demoTurns {
