@@ -74,7 +74,9 @@ func TestUploadURLPublicURL(t *testing.T) {
 // response streamed for longer than the timeout after the body ended, are
 // not cut.
 func TestBodyIdleTimeout(t *testing.T) {
-	const idle = 300 * time.Millisecond
+	// Generous against scheduling delays on a loaded machine: the moving
+	// body below writes every idle/10.
+	const idle = time.Second
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if strings.Contains(r.URL.Path, "stream") {
@@ -121,7 +123,7 @@ func TestBodyIdleTimeout(t *testing.T) {
 			body := `{"contents":[{"role":"user","parts":[{"text":"hello there"}]}]}`
 			for i := range len(body) / 8 {
 				pw.Write([]byte(body[i*8 : i*8+8]))
-				time.Sleep(idle / 3)
+				time.Sleep(idle / 10)
 			}
 			pw.Write([]byte(body[len(body)/8*8:]))
 			pw.Close()

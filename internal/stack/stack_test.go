@@ -222,7 +222,7 @@ func TestStack(t *testing.T) {
 			t.Errorf("estimated tokens saved %.0f vs exact %.0f: off by %.1f%%, tolerance %.0f%%", est, exact, errPct, 100*tolerance)
 		}
 		if got := v(`sum(gemini_proxy_rewrite_fallbacks_total)`); got != 1 {
-			t.Errorf("fallbacks = %v, want 1 (the injected 503)", got)
+			t.Errorf("fallbacks = %v, want 1 (the injected 500)", got)
 		}
 		if got := v(`sum(gemini_proxy_count_tokens_requests_total{outcome="ok"})`); got < 1 || float64(sent.countTokens) != got {
 			t.Errorf("countTokens ok = %v, emulator answered %d", got, sent.countTokens)
@@ -623,8 +623,9 @@ var questions = []string{
 }
 
 // run plays the workload against base. With emu set (the proxied run), it
-// makes the emulator answer one rewritten request with a 503 first, so
-// that the proxy falls back to the original body once.
+// makes the emulator answer one rewritten request with a 500 first (a
+// status the rewrite can cause; 503 is never retried), so that the proxy
+// falls back to the original body once.
 func (w *workload) run(ctx context.Context, base string, emu *emulator.Server) {
 	t := w.t
 	w.requests, w.unpriced = 0, 0
@@ -635,7 +636,7 @@ func (w *workload) run(ctx context.Context, base string, emu *emulator.Server) {
 	var history []*genai.Content
 	for i, q := range questions {
 		if i == 4 && emu != nil {
-			emu.SetFault(emulator.Fault{Status: http.StatusServiceUnavailable, Times: 1,
+			emu.SetFault(emulator.Fault{Status: http.StatusInternalServerError, Times: 1,
 				Match: func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, ":generateContent") }})
 		}
 		user := genai.NewContentFromText("Here is my current file:\n\n```go list.go\n"+file+"```\n\n"+q, genai.RoleUser)
