@@ -62,11 +62,15 @@ func redisCmd(t *testing.T, addr string, args ...string) []byte {
 	if _, err := c.Write(b.Bytes()); err != nil {
 		t.Fatal(err)
 	}
-	// Read until the reply has been quiet for 100ms.
+	// Wait up to the 10s deadline for the reply to start (SAVE on a loaded
+	// machine can take longer than any quiet period), then read until it
+	// has been quiet for 300ms.
 	var out bytes.Buffer
 	r := bufio.NewReader(c)
-	for {
-		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	for first := true; ; first = false {
+		if !first {
+			c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		}
 		line, err := r.ReadBytes('\n')
 		out.Write(line)
 		if err != nil {
