@@ -112,8 +112,8 @@ func TestMemoGolden(t *testing.T) {
 				if !bytes.Equal(got, want) {
 					t.Errorf("%s memo: output differs\nwant: %s\ngot:  %s", name, want, got)
 				}
-				if err == nil && !cmp.Equal(wantRep, rep, cmp.AllowUnexported(Report{}, convInput{})) {
-					t.Errorf("%s memo: report differs: %s", name, cmp.Diff(wantRep, rep, cmp.AllowUnexported(Report{}, convInput{})))
+				if err == nil && !cmp.Equal(wantRep, rep, reportCmp) {
+					t.Errorf("%s memo: report differs: %s", name, cmp.Diff(wantRep, rep, reportCmp))
 				}
 			}
 			m := newMapMemo()
