@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -149,6 +151,8 @@ type auditor struct {
 	// their text strings and pieces in b1 offsets.
 	ufStart, ufEnd int
 	ufTurns        []ufSpans
+	// buf is scratch space for decoding.
+	buf []byte
 }
 
 // ufSpans is one rebuilt turn: its text string and the raw spans of its
@@ -167,14 +171,11 @@ func (au *auditor) unflat(original []byte) error {
 		return auditFail(AuditStructure, -1, "un-flattened content out of range")
 	}
 	raw := original[u.str.start:u.str.end]
-	text := bytesString(raw)
-	if u.esc {
-		d, err := decodeString(raw)
-		if err != nil {
-			return auditFail(AuditStructure, -1, "un-flattened text does not decode")
-		}
-		text = d.text
+	dec, ok := decodeRaw(nil, raw)
+	if !ok {
+		return auditFail(AuditStructure, -1, "un-flattened text does not decode")
 	}
+	text := bytesString(dec)
 	n := len(u.turns)
 	if n < 3 || u.turns[0].model || u.turns[n-1].model {
 		return auditFail(AuditUnflattenMismatch, -1, "%d turns, not user … user", n)
@@ -363,19 +364,50 @@ func escBoundary(b []byte, from, off int) bool {
 }
 
 // decodeRaw returns the decoded contents of a raw JSON string range: the
-// bytes themselves when they hold no escape.
-func decodeRaw(raw []byte) (string, bool) {
-	if bytes.IndexByte(raw, '\\') < 0 {
-		if bytes.IndexByte(raw, '"') >= 0 {
-			return "", false
+// bytes themselves when they hold no escape, else their decoding written
+// over buf.
+func decodeRaw(buf, raw []byte) ([]byte, bool) {
+	i := bytes.IndexByte(raw, '\\')
+	if i < 0 {
+		return raw, true
+	}
+	buf = slices.Grow(buf[:0], len(raw))
+	buf = append(buf, raw[:i]...)
+	for i < len(raw) {
+		if raw[i] != '\\' {
+			// Copy plain bytes up to the next escape; short runs byte by
+			// byte, as escape-dense text (source code) has many.
+			j := i + 1
+			for j < len(raw) && j < i+16 && raw[j] != '\\' {
+				j++
+			}
+			if j == i+16 {
+				if k := bytes.IndexByte(raw[j:], '\\'); k >= 0 {
+					j += k
+				} else {
+					j = len(raw)
+				}
+			}
+			buf = append(buf, raw[i:j]...)
+			i = j
+			continue
 		}
-		return bytesString(raw), true
+		if i+1 >= len(raw) {
+			return nil, false
+		}
+		if e := escByte[raw[i+1]]; e != 0 {
+			buf = append(buf, e)
+			i += 2
+			continue
+		}
+		if raw[i+1] != 'u' || i+6 > len(raw) {
+			return nil, false
+		}
+		r, n := decodeEscape(raw[i:])
+		buf = utf8.AppendRune(buf, r)
+		i += n
 	}
-	d, err := decodeString(raw)
-	if err != nil {
-		return "", false
-	}
-	return d.text, true
+	return buf, true
 }
 
 func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
@@ -386,7 +418,7 @@ func (au *auditor) contents() error {
 	b := au.b1
 	// hashes maps a hex SHA-256 to content verified to have it, so that
 	// each distinct content is hashed once.
-	hashes := make(map[string]string, len(au.a.cuts))
+	hashes := make(map[string][]byte, len(au.a.cuts))
 	for i := range au.a.cuts {
 		c := &au.a.cuts[i]
 		r := &au.rep.Replacements[i]
@@ -405,26 +437,34 @@ func (au *auditor) contents() error {
 		if !strings.HasPrefix(r.Reference, prefix) {
 			return auditFail(AuditRefMismatch, i, "reference is not of the recorded kind")
 		}
-		var content string
-		var ok bool
+		// Each distinct content is hashed once; a later span with the
+		// same hash must hold the same bytes (or decode to them).
+		raw := b[c.start:c.end]
 		if c.kind == kindImage {
-			content, ok = decodeBase64(b[c.str.start:c.str.end], bytes.IndexByte(b[c.str.start:c.str.end], '\\') >= 0)
-		} else {
-			content, ok = decodeRaw(b[c.start:c.end])
+			raw = b[c.str.start:c.str.end]
 		}
-		if !ok {
-			return auditFail(AuditStructure, i, "replaced span does not decode")
-		}
-		if h, seen := hashes[r.SHA256]; seen {
-			if h != content {
+		if prev, seen := hashes[r.SHA256]; seen {
+			if !bytes.Equal(prev, raw) && !au.sameDecoded(c.kind, prev, raw) {
 				return auditFail(AuditRefMismatch, i, "two contents under one hash")
 			}
 		} else {
-			sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(content), len(content)))
+			var content []byte
+			var ok bool
+			if c.kind == kindImage {
+				var s string
+				s, ok = decodeBase64(raw, bytes.IndexByte(raw, '\\') >= 0)
+				content = unsafe.Slice(unsafe.StringData(s), len(s))
+			} else if content, ok = decodeRaw(au.buf, raw); ok && cap(content) > cap(au.buf) {
+				au.buf = content
+			}
+			if !ok {
+				return auditFail(AuditStructure, i, "replaced span does not decode")
+			}
+			sum := sha256.Sum256(content)
 			if hex.EncodeToString(sum[:]) != r.SHA256 {
 				return auditFail(AuditRefMismatch, i, "replaced bytes do not have the recorded hash")
 			}
-			hashes[r.SHA256] = content
+			hashes[r.SHA256] = raw
 		}
 		if c.super {
 			if err := au.superseded(i, c, r); err != nil {
@@ -445,19 +485,22 @@ func (au *auditor) contents() error {
 // sameContent reports whether the content of cut c equals that of its
 // full copy, line endings normalised.
 func (au *auditor) sameContent(c *auditCut) bool {
-	b := au.b1
-	x, y := b[c.cs:c.ce], b[c.ts:c.te]
-	if bytes.Equal(x, y) {
-		return true
-	}
-	if c.kind == kindImage {
+	x, y := au.b1[c.cs:c.ce], au.b1[c.ts:c.te]
+	return bytes.Equal(x, y) || au.sameDecoded(c.kind, x, y)
+}
+
+// sameDecoded reports whether the raw strings x and y decode to the same
+// content: the same bytes for an image, the same text with line endings
+// normalised otherwise.
+func (au *auditor) sameDecoded(k blockKind, x, y []byte) bool {
+	if k == kindImage {
 		dx, ok1 := decodeBase64(x, bytes.IndexByte(x, '\\') >= 0)
 		dy, ok2 := decodeBase64(y, bytes.IndexByte(y, '\\') >= 0)
 		return ok1 && ok2 && dx == dy
 	}
-	sx, ok1 := decodeRaw(x)
-	sy, ok2 := decodeRaw(y)
-	return ok1 && ok2 && lf(sx) == lf(sy)
+	sx, ok1 := decodeRaw(nil, x)
+	sy, ok2 := decodeRaw(nil, y)
+	return ok1 && ok2 && lf(string(sx)) == lf(string(sy))
 }
 
 // lf returns s with CRLF line endings, and a final CR, turned into LF.
@@ -509,43 +552,10 @@ func (au *auditor) inModel(off int) bool {
 // output checks that rewritten is b1 with every cut replaced by its
 // reference and every split made.
 func (au *auditor) output(rewritten []byte) error {
-	b := au.b1
-	cuts := au.a.cuts
-	// b2 is b1 with the cuts made; its size is known.
-	const textOpen, textClose = `{"text":"`, `"}`
-	n := len(b)
-	for i := range cuts {
-		c := &cuts[i]
-		ref := au.rep.Replacements[i].Reference
-		n += escapedLen(ref) - (c.end - c.start)
-		if c.kind == kindImage {
-			n += len(textOpen) + len(textClose)
-		}
-	}
-	b2 := b
-	if len(cuts) > 0 {
-		b2 = make([]byte, 0, n)
-		prev := 0
-		for i := range cuts {
-			c := &cuts[i]
-			b2 = append(b2, b[prev:c.start]...)
-			if c.kind == kindImage {
-				b2 = append(b2, textOpen...)
-			}
-			b2 = appendEscaped(b2, au.rep.Replacements[i].Reference)
-			if c.kind == kindImage {
-				b2 = append(b2, textClose...)
-			}
-			prev = c.end
-		}
-		b2 = append(b2, b[prev:]...)
-	}
 	if len(au.a.splits) == 0 {
-		if !bytes.Equal(b2, rewritten) {
-			return au.mismatch(b2, rewritten)
-		}
-		return nil
+		return au.compare(rewritten)
 	}
+	b2 := au.expected()
 	// Each split part {"text":"LEAD BLOCKS"} is {"text":"BLOCKS"},{"text":"LEAD"}.
 	const open, mid, end = `{"text":"`, `"},{"text":"`, `"}`
 	w, prev := 0, 0
@@ -574,8 +584,76 @@ func (au *auditor) output(rewritten []byte) error {
 	return nil
 }
 
-// mismatch says where b2, the expected output, and rewritten first differ.
-func (au *auditor) mismatch(b2, rewritten []byte) error {
+const textOpen, textClose = `{"text":"`, `"}`
+
+// refBytes returns the bytes that replace cut i in the output: the
+// reference escaped as JSON string contents, wrapped as a text part for
+// an inlineData part. scratch may be used to build them.
+func (au *auditor) refBytes(i int, scratch []byte) []byte {
+	ref := au.rep.Replacements[i].Reference
+	img := au.a.cuts[i].kind == kindImage
+	if !img && !needsEscape(ref) {
+		return unsafe.Slice(unsafe.StringData(ref), len(ref))
+	}
+	b := scratch[:0]
+	if img {
+		b = append(b, textOpen...)
+	}
+	b = appendEscaped(b, ref)
+	if img {
+		b = append(b, textClose...)
+	}
+	return b
+}
+
+// compare checks, piece by piece, that rewritten is b1 with every cut
+// replaced by its reference (no split).
+func (au *auditor) compare(rewritten []byte) error {
+	b := au.b1
+	w, prev := 0, 0
+	var scratch []byte
+	for i := range au.a.cuts {
+		c := &au.a.cuts[i]
+		if w+c.start-prev > len(rewritten) || !bytes.Equal(rewritten[w:w+c.start-prev], b[prev:c.start]) {
+			return au.mismatch(rewritten)
+		}
+		w += c.start - prev
+		want := au.refBytes(i, scratch)
+		if w+len(want) > len(rewritten) || !bytes.Equal(rewritten[w:w+len(want)], want) {
+			return auditFail(AuditRefMismatch, i, "reference differs in the output")
+		}
+		w += len(want)
+		prev = c.end
+	}
+	if !bytes.Equal(rewritten[w:], b[prev:]) {
+		return au.mismatch(rewritten)
+	}
+	return nil
+}
+
+// expected returns b1 with every cut replaced by its reference: the
+// output before any split.
+func (au *auditor) expected() []byte {
+	b := au.b1
+	if len(au.a.cuts) == 0 {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	prev := 0
+	var scratch []byte
+	for i := range au.a.cuts {
+		c := &au.a.cuts[i]
+		out = append(out, b[prev:c.start]...)
+		out = append(out, au.refBytes(i, scratch)...)
+		prev = c.end
+	}
+	return append(out, b[prev:]...)
+}
+
+// mismatch says where rewritten first differs from the expected output,
+// when no part was split.
+func (au *auditor) mismatch(rewritten []byte) error {
+	b2 := au.expected()
 	k := 0
 	for k < len(b2) && k < len(rewritten) && b2[k] == rewritten[k] {
 		k++
@@ -585,10 +663,7 @@ func (au *auditor) mismatch(b2, rewritten []byte) error {
 	shift := 0 // b2 offset minus b1 offset before the current cut
 	for i := range cuts {
 		c := &cuts[i]
-		refLen := escapedLen(au.rep.Replacements[i].Reference)
-		if c.kind == kindImage {
-			refLen += len(`{"text":""}`)
-		}
+		refLen := len(au.refBytes(i, nil))
 		if k < c.start+shift {
 			break
 		}
