@@ -660,8 +660,11 @@ func (h *Handler) modifyResponse(res *http.Response) error {
 			}
 			res.Header.Set(HeaderReport, v)
 		}
-		if t := newTap(res.Header.Get("Content-Encoding"), h.opts.OnExchange != nil); t != nil {
-			st.tb = &tapBody{rc: res.Body, t: t}
+		if t := newTap(res.Header.Get("Content-Encoding"), h.opts.OnExchange != nil || h.opts.OnServed != nil); t != nil {
+			st.tb = &tapBody{rc: res.Body, t: t, left: res.ContentLength}
+			if h.opts.OnServed != nil && st.upStatus == http.StatusOK {
+				st.tb.complete = func() { h.served(st) }
+			}
 			res.Body = st.tb
 		}
 	} else if isInteractionCreate(st.info.route, res.Request) {
