@@ -276,3 +276,22 @@ func TestAuditDefect1(t *testing.T) {
 		t.Fatalf("Audit = %v, want %s", err, AuditSupersededNewestTurn)
 	}
 }
+
+// auditTranscript rewrites a request whose only turn is text, with v, and
+// audits the result: the oracle of FuzzUnflatten for the whole request.
+func auditTranscript(t *testing.T, text string, v Verifier) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"contents": []any{map[string]any{"role": "user", "parts": []any{map[string]any{"text": text}}}}})
+	if err != nil {
+		return
+	}
+	opts := DefaultOptions()
+	opts.MinBlockBytes = 24 // reach the replacements with short texts
+	out, rep, err := Request(body, opts, v)
+	if err != nil {
+		return
+	}
+	if err := Audit(body, out, rep); err != nil && !auditKnownReason(err) {
+		t.Fatalf("audit: %v\nin:  %q\nout: %q", err, body, out)
+	}
+}

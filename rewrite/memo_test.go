@@ -228,6 +228,11 @@ func FuzzMemo(f *testing.F) {
 			if renderReport(rep, err) != renderReport(wantRep, wantErr) || !bytes.Equal(got, want) {
 				t.Fatalf("%s memo changed the rewrite\nin:   %q\nwant: %q\ngot:  %q", name, body, want, got)
 			}
+			if err == nil {
+				if aerr := Audit(body, got, rep); aerr != nil && !auditKnownReason(aerr) {
+					t.Fatalf("%s memo: audit: %v\nin:  %q\nout: %q", name, aerr, body, got)
+				}
+			}
 		}
 	})
 }
