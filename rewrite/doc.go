@@ -171,9 +171,6 @@
 // across the boundary of two transcript turns, and its newer version is in
 // the output in full; a promoted model turn is one range of the
 // transcript, byte for byte, with nothing in it replaced. A failure is an
-// *AuditError whose Reason is one of AuditReasons. Today's identity rules
-// still supersede an older version inside the newest user turn in some
-// layouts (issue 13, defect 1): the audit then fails with
-// superseded_newest_turn and the original is sent; the golden test lists
-// those cases (auditKnown).
+// *AuditError whose Reason is one of AuditReasons. Every golden output and
+// every rewrite of the fuzz targets is audited.
 package rewrite
