@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -365,38 +364,31 @@ func escBoundary(b []byte, from, off int) bool {
 
 // decodeRaw returns the decoded contents of a raw JSON string range: the
 // bytes themselves when they hold no escape, else their decoding written
-// over buf.
+// over buf. A decoding is never longer than its raw form.
 func decodeRaw(buf, raw []byte) ([]byte, bool) {
 	i := bytes.IndexByte(raw, '\\')
 	if i < 0 {
 		return raw, true
 	}
-	buf = slices.Grow(buf[:0], len(raw))
-	buf = append(buf, raw[:i]...)
+	if cap(buf) < len(raw) {
+		buf = make([]byte, len(raw))
+	}
+	buf = buf[:len(raw)]
+	w := copy(buf, raw[:i])
 	for i < len(raw) {
-		if raw[i] != '\\' {
-			// Copy plain bytes up to the next escape; short runs byte by
-			// byte, as escape-dense text (source code) has many.
-			j := i + 1
-			for j < len(raw) && j < i+16 && raw[j] != '\\' {
-				j++
-			}
-			if j == i+16 {
-				if k := bytes.IndexByte(raw[j:], '\\'); k >= 0 {
-					j += k
-				} else {
-					j = len(raw)
-				}
-			}
-			buf = append(buf, raw[i:j]...)
-			i = j
+		c := raw[i]
+		if c != '\\' {
+			buf[w] = c
+			w++
+			i++
 			continue
 		}
 		if i+1 >= len(raw) {
 			return nil, false
 		}
 		if e := escByte[raw[i+1]]; e != 0 {
-			buf = append(buf, e)
+			buf[w] = e
+			w++
 			i += 2
 			continue
 		}
@@ -404,10 +396,10 @@ func decodeRaw(buf, raw []byte) ([]byte, bool) {
 			return nil, false
 		}
 		r, n := decodeEscape(raw[i:])
-		buf = utf8.AppendRune(buf, r)
+		w += utf8.EncodeRune(buf[w:], r)
 		i += n
 	}
-	return buf, true
+	return buf[:w], true
 }
 
 func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
