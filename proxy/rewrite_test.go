@@ -270,6 +270,7 @@ func TestNoFallbackOnOverload(t *testing.T) {
 			})
 			f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true}})
 			f.h.rewriteFn = changed
+			f.h.auditFn = noAudit // a fake rewrite keeps no records
 			req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/m:generateContent", strings.NewReader(origBody))
 			res, body := do(t, rawClient(), req)
 			if n := len(be.requests()); n != 1 {
@@ -412,6 +413,7 @@ func TestSlowTenantCannotStarve(t *testing.T) {
 	const rwMax = 64 << 10
 	f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true, MaxBodyBytes: rwMax, MaxInflightBytes: 2 * rwMax}})
 	f.h.rewriteFn = changed
+	f.h.auditFn = noAudit // a fake rewrite keeps no records
 	addr := strings.TrimPrefix(f.front.URL, "http://")
 	for i := range 8 {
 		conn, err := net.Dial("tcp", addr)
