@@ -77,7 +77,7 @@
 // for a second before it tries again, so a stopped or slow Redis never fails a request
 // and adds at most a bounded delay. A response served by one replica is
 // visible to the others once its write landed (about a Redis round trip
-// after the response ended); a request that arrives earlier at another
+// after the response body was read); a request that arrives earlier at another
 // replica is forwarded without un-flattening that answer.
 //
 // # Block index

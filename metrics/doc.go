@@ -31,6 +31,7 @@
 //	gemini_proxy_rewrite_saved_bytes_total                counter    rule                         bytes removed by each rewrite rule (replaced content minus references); only bodies the upstream accepted, never after a fallback
 //	gemini_proxy_rewrite_replacements_total               counter    rule                         spans replaced (or turns created, for unflatten; parts split, for stable) by each rule, same condition
 //	gemini_proxy_rewrite_errors_total                     counter    -                            rewrites that failed or panicked; the original body was forwarded
+//	gemini_proxy_rewrite_audit_failures_total             counter    reason                       rewritten bodies that failed the audit against the original (reason: rewrite.AuditReasons); the original body was forwarded
 //	gemini_proxy_rewrite_fallbacks_total                  counter    -                            rewritten requests retried with the original body after a 400 INVALID_ARGUMENT or 500
 //	gemini_proxy_rewrite_rejections_total                 counter    case                         error answers to rewritten requests; case=invalid_argument|internal (retried) or bad_request|rate_limited|unavailable|timeout|other (not retried)
 //	gemini_proxy_tokens_saved_total                       counter    rule, model                  estimated prompt tokens not sent: text bytes removed × tokens_per_byte (image: 258 per image minus its reference); same condition as saved bytes

@@ -141,6 +141,7 @@ type Metrics struct {
 	RewriteErrors       prometheus.Counter
 	RewriteFallbacks    prometheus.Counter
 	RewriteRejections   *prometheus.CounterVec // case
+	RewriteAuditFails   *prometheus.CounterVec // reason
 
 	TokensSaved        *prometheus.CounterVec // rule, model
 	TokensPerByte      *prometheus.GaugeVec   // model
@@ -289,6 +290,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "rewrite_errors_total",
 			Help: "Rewrites that failed or panicked; the original body was forwarded.",
 		}),
+		RewriteAuditFails: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "rewrite_audit_failures_total",
+			Help: "Rewritten bodies that failed the audit against the original (rewrite.AuditReasons); the original body was forwarded.",
+		}, []string{"reason"}),
 		RewriteFallbacks: f.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "rewrite_fallbacks_total",
 			Help: "Rewritten requests retried with the original body after the upstream answered 400 INVALID_ARGUMENT or 500.",

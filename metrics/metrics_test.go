@@ -65,6 +65,8 @@ var metricCases = []metricCase{
 		func(m *metrics.Metrics) { m.RewriteReplacements.WithLabelValues("unchanged").Add(3) }, 3},
 	{"gemini_proxy_rewrite_errors_total", dto.MetricType_COUNTER, nil,
 		func(m *metrics.Metrics) { m.RewriteErrors.Inc() }, 1},
+	{"gemini_proxy_rewrite_audit_failures_total", dto.MetricType_COUNTER, []string{"reason"},
+		func(m *metrics.Metrics) { m.RewriteAuditFails.WithLabelValues("ref_mismatch").Inc() }, 1},
 	{"gemini_proxy_rewrite_fallbacks_total", dto.MetricType_COUNTER, nil,
 		func(m *metrics.Metrics) { m.RewriteFallbacks.Inc() }, 1},
 	{"gemini_proxy_rewrite_rejections_total", dto.MetricType_COUNTER, []string{"case"},

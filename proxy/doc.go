@@ -57,12 +57,15 @@
 // A tap reads each generate response as it streams past and extracts the
 // last usageMetadata, the modelVersion and the model's text, for metrics
 // and for Options.OnExchange (and the usage and model of interactions a
-// client creates itself); a validating scanner reads each response
-// object, and hands what it is not sure of to encoding/json. Each request
-// produces one access log line with no prompt, response or credential in
-// it. Tenants are HMACs of the caller's credential (see
-// Options.TenantSecret), computed from pooled keyed HMAC states; no
-// credential is kept after its request.
+// client creates itself); Options.OnServed gets the text of a 200
+// response as soon as its body was read, before its last bytes reach the
+// client, so that an answer is recorded as served before the client can
+// quote it (TestServedRecordedBeforeClientHasIt). A validating scanner
+// reads each response object, and hands what it is not sure of to
+// encoding/json. Each request produces one access log line with no
+// prompt, response or credential in it. Tenants are HMACs of the caller's
+// credential (see Options.TenantSecret), computed from pooled keyed HMAC
+// states; no credential is kept after its request.
 //
 // Savings are counted only for a rewritten body the upstream accepted
 // with a 2xx (never after a fallback): bytes removed per rule, and tokens

@@ -135,6 +135,7 @@ func TestLedgerPrefixChange(t *testing.T) {
 		}
 		return out, &rewrite.Report{}, nil
 	}
+	f.h.auditFn = noAudit // a fake rewrite keeps no records
 	send := func(body []byte) {
 		req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(string(body)))
 		req.Header.Set("X-Goog-Api-Key", "k")

@@ -113,6 +113,15 @@ type Options struct {
 	// OnExchange, when set, is called synchronously after each generate
 	// response has been copied to the client (or has failed), on the
 	// request's goroutine. It must not block for long.
+	// OnServed, when set, is called with the model's visible text of a
+	// generate response with status 200 (candidate 0, at most MaxTextBytes
+	// bytes; truncated reports a cut) as soon as the upstream's body was
+	// read in full, on the request's goroutine, before the last bytes of
+	// the body are written to the client: a client that sends its next
+	// turn the instant it has the answer finds it recorded. It must be
+	// cheap (cache.Store.RecordServed is one hash pass); it is not called
+	// for a response cut short.
+	OnServed   func(tenant, text string, truncated bool)
 	OnExchange func(Exchange)
 	// Interactions configures continuing conversations server-side through
 	// the Interactions API. The zero value is off.

@@ -69,6 +69,8 @@ type Handler struct {
 
 	// rewriteFn is rewrite.Request; tests replace it to inject failures.
 	rewriteFn rewriteFunc
+	// auditFn is rewrite.Audit; tests replace it (audit.go).
+	auditFn auditFunc
 
 	ix *interactions // nil: Interactions continuation off
 
@@ -102,6 +104,7 @@ func New(opts Options, logger *slog.Logger, m *metrics.Metrics) (*Handler, error
 		rwOpts:    opts.Rewrite.Options,
 		secret:    opts.TenantSecret,
 		rewriteFn: rewrite.Request,
+		auditFn:   rewrite.Audit,
 		hot:       hotMetrics{m: m},
 	}
 	if h.basePath != "" && !strings.HasPrefix(h.basePath, "/") {
@@ -162,6 +165,9 @@ func New(opts Options, logger *slog.Logger, m *metrics.Metrics) (*Handler, error
 	for _, r := range rewrite.Rules {
 		m.RewriteSavedBytes.WithLabelValues(string(r))
 		m.RewriteReplacements.WithLabelValues(string(r))
+	}
+	for _, r := range rewrite.AuditReasons {
+		m.RewriteAuditFails.WithLabelValues(string(r))
 	}
 	return h, nil
 }
@@ -425,6 +431,8 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		st.outcome = metrics.OutcomeError
 		st.repHeader = fmt.Sprintf("bytes=%d->%d; error", len(buf), len(buf))
 		st.rwErr = rewriteErrorText(rerr)
+	case !h.audit(st, buf, res, rep):
+		// The rewritten body failed its audit: the original goes out.
 	default:
 		st.report = rep
 		st.repHeader = rep.Header()
@@ -652,8 +660,11 @@ func (h *Handler) modifyResponse(res *http.Response) error {
 			}
 			res.Header.Set(HeaderReport, v)
 		}
-		if t := newTap(res.Header.Get("Content-Encoding"), h.opts.OnExchange != nil); t != nil {
-			st.tb = &tapBody{rc: res.Body, t: t}
+		if t := newTap(res.Header.Get("Content-Encoding"), h.opts.OnExchange != nil || h.opts.OnServed != nil); t != nil {
+			st.tb = &tapBody{rc: res.Body, t: t, left: res.ContentLength}
+			if h.opts.OnServed != nil && st.upStatus == http.StatusOK {
+				st.tb.complete = func() { h.served(st) }
+			}
 			res.Body = st.tb
 		}
 	} else if isInteractionCreate(st.info.route, res.Request) {

@@ -24,6 +24,10 @@ const (
 	rewrittenBody = `{"contents":[{"role":"user","parts":[{"text":"NEW"}]}]}`
 )
 
+// noAudit passes every audit: the fake rewrites of these tests keep no
+// records for rewrite.Audit.
+func noAudit([]byte, []byte, *rewrite.Report) error { return nil }
+
 // changed is a rewrite that shortens the body and reports one replacement.
 func changed(body []byte, _ rewrite.Options, _ rewrite.Verifier) ([]byte, *rewrite.Report, error) {
 	return []byte(rewrittenBody), &rewrite.Report{
@@ -75,6 +79,7 @@ func TestRewrite(t *testing.T) {
 			be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {})
 			f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: !tt.disabled}})
 			f.h.rewriteFn = tt.fn
+			f.h.auditFn = noAudit // a fake rewrite keeps no records
 			req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(origBody))
 			if tt.modeHeader != "" {
 				req.Header.Set(HeaderRewrite, tt.modeHeader)
@@ -138,6 +143,7 @@ func TestRewriteSavingsMetrics(t *testing.T) {
 	be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {})
 	f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true}})
 	f.h.rewriteFn = changed
+	f.h.auditFn = noAudit // a fake rewrite keeps no records
 	req, _ := http.NewRequest("POST", f.front.URL+"/v1beta1/projects/p/locations/l/publishers/google/models/gemini-2.5-pro:streamGenerateContent?alt=sse", strings.NewReader(origBody))
 	do(t, rawClient(), req)
 	waitFor(t, "bytes sent", func() bool {
@@ -167,6 +173,7 @@ func TestRewriteLargeBodyStreamsUnchanged(t *testing.T) {
 		called = true
 		return changed(b, o, v)
 	}
+	f.h.auditFn = noAudit
 	for _, body := range []func() *http.Request{
 		func() *http.Request { // known length
 			r, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/m:generateContent", strings.NewReader(origBody))
@@ -207,6 +214,7 @@ func TestRewriteFallback(t *testing.T) {
 			})
 			f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true}})
 			f.h.rewriteFn = changed
+			f.h.auditFn = noAudit // a fake rewrite keeps no records
 			req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:generateContent?alt=json", strings.NewReader(origBody))
 			res, body := do(t, rawClient(), req)
 			if res.StatusCode != 200 || string(body) != `{"candidates":[]}` {
@@ -262,6 +270,7 @@ func TestNoFallbackOnOverload(t *testing.T) {
 			})
 			f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true}})
 			f.h.rewriteFn = changed
+			f.h.auditFn = noAudit // a fake rewrite keeps no records
 			req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/m:generateContent", strings.NewReader(origBody))
 			res, body := do(t, rawClient(), req)
 			if n := len(be.requests()); n != 1 {
@@ -292,6 +301,7 @@ func TestNoFallbackWhenUnchangedOrOK(t *testing.T) {
 		be := newBackend(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(tt.status) })
 		f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true}})
 		f.h.rewriteFn = tt.fn
+		f.h.auditFn = noAudit // a fake rewrite keeps no records
 		req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/m:generateContent", strings.NewReader(origBody))
 		res, _ := do(t, rawClient(), req)
 		if n := len(be.requests()); n != 1 || res.StatusCode != tt.status {
@@ -344,6 +354,7 @@ func TestRewriteInflightLimit(t *testing.T) {
 	})
 	f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true, MaxInflightBytes: int64(len(origBody)) + 10}})
 	f.h.rewriteFn = changed
+	f.h.auditFn = noAudit // a fake rewrite keeps no records
 	send := func() *http.Response {
 		req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(origBody))
 		res, _ := do(t, rawClient(), req)
@@ -402,6 +413,7 @@ func TestSlowTenantCannotStarve(t *testing.T) {
 	const rwMax = 64 << 10
 	f := newFixture(t, be.URL, Options{Rewrite: RewriteOptions{Enabled: true, MaxBodyBytes: rwMax, MaxInflightBytes: 2 * rwMax}})
 	f.h.rewriteFn = changed
+	f.h.auditFn = noAudit // a fake rewrite keeps no records
 	addr := strings.TrimPrefix(f.front.URL, "http://")
 	for i := range 8 {
 		conn, err := net.Dial("tcp", addr)

@@ -271,6 +271,7 @@ func TestSavingsOnlyWhenSent(t *testing.T) {
 				OnExchange: func(Exchange) { done <- struct{}{} },
 			})
 			f.h.rewriteFn = changed
+			f.h.auditFn = noAudit // a fake rewrite keeps no records
 			req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(origBody))
 			req.Header.Set("X-Goog-Api-Key", "k")
 			do(t, rawClient(), req)

@@ -520,16 +520,32 @@ func lastMember(b []byte, key string) []byte {
 type tapBody struct {
 	rc  io.ReadCloser
 	t   *tap
-	eof bool
+	eof bool // the whole body was read
+	// left is what the Content-Length says remains to be read, -1 when
+	// unknown. complete, when set, is called once, as soon as the whole
+	// body was read: before Read returns its last bytes, so before the
+	// client can have them (issue 13, defect 4).
+	left     int64
+	complete func()
 }
 
 func (b *tapBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 {
 		b.t.Write(p[:n]) //nolint:errcheck // never fails
+		if b.left > 0 {
+			if b.left -= int64(n); b.left <= 0 {
+				b.eof = true
+			}
+		}
 	}
 	if err == io.EOF {
 		b.eof = true
+	}
+	if b.eof && b.complete != nil {
+		f := b.complete
+		b.complete = nil
+		f()
 	}
 	return n, err
 }

@@ -202,6 +202,9 @@ type Report struct {
 	// order found; the earlier turns were the new turn of earlier requests.
 	// Only these are hashed, so the cost is bounded by the new turn's size.
 	Blocks []Block
+	// aud records where the rewrite cut, split and un-flattened, for
+	// Audit; nil when it changed nothing.
+	aud *auditRec
 }
 
 // Block is one block of a request's new turn (Report.Blocks).

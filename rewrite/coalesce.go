@@ -202,7 +202,8 @@ func (e *engine) group(reps []*occ, i int, done []*occ) (int, *occ) {
 		}
 	}
 	mo := &occ{tp: o.tp, turn: o.turn, part: o.part, doc: o.doc, next: -1, replace: true, rule: rule, target: o.target,
-		b: block{kind: kindTag, name: name, start: start, end: end, cstart: start, cend: end}}
+		b:    block{kind: kindTag, name: name, start: start, end: end, cstart: start, cend: end},
+		from: loc{int32(q), int32(a + delta)}, merged: true}
 	if !e.reference(mo) {
 		return 0, nil
 	}

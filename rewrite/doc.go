@@ -152,4 +152,25 @@
 // (stable.go gives the rule): text is never changed, only a part boundary
 // added. On anything it cannot handle it returns an error (ErrInvalidJSON,
 // ErrNoContents, ErrUnsupported) and the caller forwards the original.
+//
+// Audit checks a rewritten body against the original before it is sent
+// (audit.go; the proxy forwards the original when it fails). The Report
+// keeps, unexported, the raw offsets of every replaced span and of the
+// full copy it points to, of every split part and of the ranges of the
+// transcript each un-flattened turn joins; the audit shares no code with
+// segmentation or identity, trusts these records only for where things
+// are, and re-derives the rest from the original bytes: the output with
+// every reference expanded and every split undone is the original (an
+// un-flattened transcript rebuilt from its ranges, with at most 160 bytes
+// besides white space left out between two of them: labels); each
+// reference names the SHA-256 of the bytes it replaced (hashed once per
+// distinct content); the full copy of an unchanged or image reference is
+// in the output, uncut, with the same content; a superseded reference is
+// a document block (fence, tag, banner, inline data, tree or tab list; not
+// a run of lines nor a coalesced span), not in the newest user turn, not
+// across the boundary of two transcript turns, and its newer version is in
+// the output in full; a promoted model turn is one range of the
+// transcript, byte for byte, with nothing in it replaced. A failure is an
+// *AuditError whose Reason is one of AuditReasons. Every golden output and
+// every rewrite of the fuzz targets is audited.
 package rewrite

@@ -115,8 +115,8 @@ func TestGolden(t *testing.T) {
 			in = bytes.TrimSuffix(in, []byte("\n"))
 			out, rep, err := Request(in, opts, v)
 			gotReport := renderReport(rep, err)
-			if slow, slowRep, slowErr := request1(in, opts, v, false); !bytes.Equal(slow, out) || !errors.Is(slowErr, err) || !cmp.Equal(slowRep, rep, cmp.AllowUnexported(Report{}, convInput{})) {
-				t.Errorf("without the small-request path: %q, %v, %s", slow, slowErr, cmp.Diff(rep, slowRep, cmp.AllowUnexported(Report{}, convInput{})))
+			if slow, slowRep, slowErr := request1(in, opts, v, false); !bytes.Equal(slow, out) || !errors.Is(slowErr, err) || !cmp.Equal(slowRep, rep, reportCmp) {
+				t.Errorf("without the small-request path: %q, %v, %s", slow, slowErr, cmp.Diff(rep, slowRep, reportCmp))
 			}
 			var gotJSON []byte
 			if err == nil {
@@ -127,6 +127,7 @@ func TestGolden(t *testing.T) {
 				if e := checkDescription(in, out, rep); e != nil {
 					t.Errorf("report: %v", e)
 				}
+				auditGolden(t, filepath.Base(path), in, out, rep)
 				again, rep2, err := Request(out, opts, v)
 				if err != nil {
 					t.Fatalf("second rewrite: %v", err)
@@ -215,8 +216,8 @@ func TestStateReuse(t *testing.T) {
 			st.reset()
 			for range 2 {
 				got, rep, err := st.rewrite(body, opts, nil, true)
-				if err != nil || !bytes.Equal(got, want) || !cmp.Equal(rep, wantRep, cmp.AllowUnexported(Report{}, convInput{})) {
-					t.Fatalf("after reset: %v, output equal %v, report %s", err, bytes.Equal(got, want), cmp.Diff(wantRep, rep, cmp.AllowUnexported(Report{}, convInput{})))
+				if err != nil || !bytes.Equal(got, want) || !cmp.Equal(rep, wantRep, reportCmp) {
+					t.Fatalf("after reset: %v, output equal %v, report %s", err, bytes.Equal(got, want), cmp.Diff(wantRep, rep, reportCmp))
 				}
 				st.reset()
 			}

@@ -476,6 +476,7 @@ func (e *engine) decide() {
 			full = e.versions[fullKey(o, e.docs[o.doc].latestID)] - 1
 		}
 		o.target = e.occs[full].turn
+		o.tgt = int32(full)
 		o.later = full > i
 		o.rule = RuleUnchanged
 		switch {

@@ -112,8 +112,8 @@ func TestMemoGolden(t *testing.T) {
 				if !bytes.Equal(got, want) {
 					t.Errorf("%s memo: output differs\nwant: %s\ngot:  %s", name, want, got)
 				}
-				if err == nil && !cmp.Equal(wantRep, rep, cmp.AllowUnexported(Report{}, convInput{})) {
-					t.Errorf("%s memo: report differs: %s", name, cmp.Diff(wantRep, rep, cmp.AllowUnexported(Report{}, convInput{})))
+				if err == nil && !cmp.Equal(wantRep, rep, reportCmp) {
+					t.Errorf("%s memo: report differs: %s", name, cmp.Diff(wantRep, rep, reportCmp))
 				}
 			}
 			m := newMapMemo()
@@ -227,6 +227,11 @@ func FuzzMemo(f *testing.F) {
 			got, rep, err := Request(body, opts, memoVerifier{nil, m})
 			if renderReport(rep, err) != renderReport(wantRep, wantErr) || !bytes.Equal(got, want) {
 				t.Fatalf("%s memo changed the rewrite\nin:   %q\nwant: %q\ngot:  %q", name, body, want, got)
+			}
+			if err == nil {
+				if aerr := Audit(body, got, rep); aerr != nil && !auditKnownReason(aerr) {
+					t.Fatalf("%s memo: audit: %v\nin:  %q\nout: %q", name, aerr, body, got)
+				}
 			}
 		}
 	})

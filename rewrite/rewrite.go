@@ -54,10 +54,11 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 		rep.conv.set(body[c.start:c.end])
 		rep.hasConv = true
 	}
+	var uf *auditUnflat
 	if opts.Unflatten == UnflattenVerified && v != nil {
-		if nb, turns := unflattenRequest(body, req, &opts, v); turns > 0 {
+		if nb, turns, rec := unflattenRequest(body, req, &opts, v); turns > 0 {
 			rep.UnflattenedTurns = turns
-			body = nb
+			body, uf = nb, rec
 			if req, err = scanWith(body, st, small, limitsOf(&opts)); err != nil {
 				return nil, nil, err
 			}
@@ -68,6 +69,9 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 		// of the new turn to list.
 		rep.BytesAfter = len(body)
 		req.describe(rep)
+		if uf != nil {
+			rep.aud = &auditRec{uf: uf, newest: newestUser(req)}
+		}
 		return body, rep, nil
 	}
 	e := newEngine(body, req, &opts, st)
@@ -80,8 +84,12 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 	}
 	reps := e.coalesce(e.final())
 	out := e.emit(reps)
+	var splits []auditSplit
 	if opts.StablePrefix {
-		out, rep.Reordered = e.stabilise(out, reps)
+		out, rep.Reordered, splits = e.stabilise(out, reps)
+	}
+	if uf != nil || len(reps) > 0 || len(splits) > 0 {
+		rep.aud = &auditRec{uf: uf, cuts: e.auditCuts(reps), splits: splits, newest: newestUser(e.req)}
 	}
 	rep.Replacements = e.report(reps)
 	rep.BytesAfter = len(out)
@@ -281,6 +289,11 @@ type occ struct {
 	refName        string // the name inside ref, when refText made it
 	refBytes       int
 	from           loc // a run: the part and line where its earlier copy starts
+	// tgt is the index into engine.occs of the occurrence holding the
+	// full copy (set with target by decide), and merged marks a
+	// reference made by coalesce, whose copy starts at from (audit.go).
+	tgt    int32
+	merged bool
 }
 
 // doc is one document: every block that is a version of the same file.

@@ -190,15 +190,15 @@ func hasPointer(s, p string) bool {
 // new body and the number of parts split. Each split part
 // {"text":"LEAD BLOCKS"} becomes {"text":"BLOCKS"},{"text":"LEAD"}; the
 // string bytes keep their escaping. On anything unexpected it returns out
-// unchanged.
-func (e *engine) stabilise(out []byte, reps []*occ) ([]byte, int) {
+// unchanged. It also returns the audit's record of the splits.
+func (e *engine) stabilise(out []byte, reps []*occ) ([]byte, int, []auditSplit) {
 	splits := e.stableSplits(reps)
 	if len(splits) == 0 {
-		return out, 0
+		return out, 0, nil
 	}
 	req, err := scan(out)
 	if err != nil {
-		return out, 0
+		return out, 0, nil
 	}
 	type cut struct {
 		obj span
@@ -206,14 +206,15 @@ func (e *engine) stabilise(out []byte, reps []*occ) ([]byte, int) {
 		at  int // raw offset of the split
 	}
 	cuts := make([]cut, 0, len(splits))
+	rec := make([]auditSplit, 0, len(splits))
 	for _, sp := range splits {
 		if sp.turn >= len(req.contents) || sp.part >= len(req.contents[sp.turn].parts) {
-			return out, 0
+			return out, 0, nil
 		}
 		p := &req.contents[sp.turn].parts[sp.part]
 		text := p.dec.text
 		if p.kind != partText || sp.at <= 0 || sp.at >= len(text) || text[sp.at-1] != '\n' {
-			return out, 0
+			return out, 0, nil
 		}
 		raw := out[p.str.start:p.str.end]
 		at := sp.at
@@ -225,6 +226,7 @@ func (e *engine) stabilise(out []byte, reps []*occ) ([]byte, int) {
 			at = offs[0]
 		}
 		cuts = append(cuts, cut{p.obj, raw, at})
+		rec = append(rec, auditSplit{obj: p.obj, str: p.str, at: at})
 	}
 	const open, mid, end = `{"text":"`, `"},{"text":"`, `"}`
 	n := len(out)
@@ -242,5 +244,5 @@ func (e *engine) stabilise(out []byte, reps []*occ) ([]byte, int) {
 		res = append(res, end...)
 		prev = c.obj.end
 	}
-	return append(res, out[prev:]...), len(cuts)
+	return append(res, out[prev:]...), len(cuts), rec
 }

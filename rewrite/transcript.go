@@ -141,6 +141,9 @@ type flatScan struct {
 	closeStart map[int]int
 	closeEnd   map[int]int
 	ix         *flatIndex // built on the first protected region (flatregion.go)
+	// spans holds, after a build that succeeds, the ranges of text that
+	// each turn joins (unflattenSpans).
+	spans [][]flatSpan
 }
 
 // flatRole is a resolved role.
@@ -157,25 +160,32 @@ const (
 // text as it is. A nil lx means DefaultLexicon. See the file comment for
 // the rules.
 func unflatten(text string, lx *Lexicon, sideTaskHint bool, v Verifier) (turns []flatTurn, ok bool) {
+	turns, _, ok = unflattenSpans(text, lx, sideTaskHint, v)
+	return turns, ok
+}
+
+// unflattenSpans is unflatten, with the ranges of text that each turn's
+// Text joins with "\n\n" (the record the audit checks, audit.go).
+func unflattenSpans(text string, lx *Lexicon, sideTaskHint bool, v Verifier) (turns []flatTurn, spans [][]flatSpan, ok bool) {
 	if v == nil || sideTaskHint || len(text) < 8 {
-		return nil, false
+		return nil, nil, false
 	}
 	if lx == nil {
 		lx = DefaultLexicon()
 	}
 	if !flatMaybe(text, lx) {
-		return nil, false
+		return nil, nil, false
 	}
 	sc := flatScanText(text, lx)
 	if sc.exampleTag {
-		return nil, false
+		return nil, nil, false
 	}
 	for _, plan := range sc.plans() {
 		if turns, ok := sc.build(plan, v); ok {
-			return turns, true
+			return turns, sc.spans, true
 		}
 	}
-	return nil, false
+	return nil, nil, false
 }
 
 // flatMaybe is the cheap early exit: it reports whether text has a
@@ -1061,6 +1071,7 @@ func (s *flatScan) build(plan flatPlan, v Verifier) ([]flatTurn, bool) {
 	// the turn again for every segment (quadratic in a long run of them).
 	var turns []flatTurn
 	var pieces [][]string
+	var spans [][]flatSpan
 	// add adds t[a:b] without its surrounding white space, or exactly
 	// t[a:b] when exact (a model turn, the served answer byte for byte).
 	add := func(role string, a, b int, exact bool) {
@@ -1071,12 +1082,18 @@ func (s *flatScan) build(plan flatPlan, v Verifier) ([]flatTurn, bool) {
 		if text == "" {
 			return
 		}
+		if !exact {
+			a += len(t[a:b]) - len(strings.TrimLeftFunc(t[a:b], unicode.IsSpace))
+		}
+		sp := flatSpan{a, a + len(text)}
 		if n := len(turns); n > 0 && turns[n-1].Role == role {
 			pieces[n-1] = append(pieces[n-1], text)
+			spans[n-1] = append(spans[n-1], sp)
 			return
 		}
 		turns = append(turns, flatTurn{Role: role})
 		pieces = append(pieces, []string{text})
+		spans = append(spans, []flatSpan{sp})
 	}
 	cur, first, k := 0, true, 0
 	userAt := func(pos int) int {
@@ -1130,6 +1147,7 @@ func (s *flatScan) build(plan flatPlan, v Verifier) ([]flatTurn, bool) {
 	for i := range turns {
 		turns[i].Text = strings.Join(pieces[i], "\n\n")
 	}
+	s.spans = spans
 	return turns, true
 }
 

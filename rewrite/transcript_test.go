@@ -452,6 +452,7 @@ func FuzzUnflatten(f *testing.F) {
 	lx := DefaultLexicon()
 	f.Fuzz(func(t *testing.T, text string, hint bool) {
 		for _, v := range []Verifier{parityVerifier{}, servedSet{hello, friday}} {
+			auditTranscript(t, text, v)
 			got, ok := unflatten(text, lx, hint, v)
 			again, ok2 := unflatten(text, lx, hint, v)
 			if ok != ok2 || !cmp.Equal(got, again) {

@@ -8,17 +8,17 @@ import (
 // content is a user turn with a single text part that holds a flattened
 // transcript, that content is replaced by real alternating turns. It returns
 // the new body and the number of turns created, or 0 to leave the request
-// as is.
-func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]byte, int) {
+// as is, with the audit's record of what it did.
+func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]byte, int, *auditUnflat) {
 	n := len(req.contents)
 	if n == 0 {
-		return nil, 0
+		return nil, 0, nil
 	}
 	c := &req.contents[n-1]
 	// The content is replaced as a whole, so it must hold nothing but its
 	// role and one text part (an unknown member would be lost).
 	if (c.role != "" && c.role != "user") || c.extra || len(c.parts) != 1 || c.parts[0].kind != partText {
-		return nil, 0
+		return nil, 0, nil
 	}
 	p := &c.parts[0]
 	raw := body[p.str.start:p.str.end]
@@ -26,9 +26,13 @@ func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]b
 	if p.esc {
 		text = unescape(raw)
 	}
-	turns, ok := unflatten(text, opts.Lexicon, sideTaskHint(body, req), v)
+	turns, spans, ok := unflattenSpans(text, opts.Lexicon, sideTaskHint(body, req), v)
 	if !ok || len(turns) < 3 || turns[len(turns)-1].Role != "user" {
-		return nil, 0
+		return nil, 0, nil
+	}
+	rec := &auditUnflat{obj: c.obj, str: p.str, esc: p.esc, turns: make([]auditTurn, len(turns))}
+	for i, t := range turns {
+		rec.turns[i] = auditTurn{model: t.Role == "model", pieces: spans[i]}
 	}
 	out := make([]byte, 0, len(body)+64*len(turns))
 	out = append(out, body[:c.obj.start]...)
@@ -43,7 +47,7 @@ func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]b
 		out = append(out, `"}]}`...)
 	}
 	out = append(out, body[c.obj.end:]...)
-	return out, len(turns) - 1
+	return out, len(turns) - 1, rec
 }
 
 // sideTaskHint reports whether generationConfig asks for structured or very

@@ -85,6 +85,10 @@ func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, co
 	}
 	go page.Run(ctx)
 	hook, _ := ctx.Value(exchangeHookKey{}).(func(proxy.Exchange))
+	// A served answer is recorded as soon as the upstream's body was read,
+	// before the client has its last bytes: a client that sends its next
+	// turn at once finds it verified (issue 13, defect 4).
+	opts.OnServed = store.RecordServed
 	opts.OnExchange = func(ex proxy.Exchange) {
 		if hook != nil {
 			hook(ex)
@@ -93,11 +97,10 @@ func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, co
 			page.Record(savingspage.Report{At: time.Now(), Model: ex.Model, Status: ex.Status, Header: ex.Report.Header(),
 				BytesBefore: ex.Report.BytesBefore, BytesAfter: ex.Report.BytesAfter})
 		}
-		// Only what the client received in full counts as served.
+		// Only what the client received in full counts.
 		if !ex.Complete || ex.Status != http.StatusOK {
 			return
 		}
-		store.RecordServed(ex.Tenant, ex.Text, ex.TextTruncated)
 		if ex.Report != nil && len(ex.Report.Blocks) > 0 {
 			// The rewriter already hashed the new turn's blocks; the
 			// conversation's id is hashed here, after the response.

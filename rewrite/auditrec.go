@@ -1,0 +1,140 @@
+package rewrite
+
+// The records the audit checks (audit.go). The engine writes down where
+// every reference, full copy, split and un-flattened turn is, in raw byte
+// offsets of the bodies it worked on; the audit re-derives from the
+// original body and these records what the output must be, and checks it
+// byte for byte. The records hold offsets only, never prompt text.
+
+// auditRec is what Request did, in raw byte offsets.
+type auditRec struct {
+	// uf describes the un-flattening, nil when none was done. Cut offsets
+	// are in the body after it (the original body when uf is nil): the
+	// audit rebuilds that body from the original and uf.
+	uf *auditUnflat
+	// cuts holds one entry per Report.Replacements, in the same order.
+	cuts []auditCut
+	// splits are the parts split by Options.StablePrefix, in offsets of
+	// the body before the splits (the un-flattened body with cuts made).
+	splits []auditSplit
+	// newest is the index into contents of the newest user turn, -1 for
+	// none.
+	newest int
+}
+
+// auditCut is one replaced span and the full copy it refers to.
+type auditCut struct {
+	// start and end are the replaced raw span: inside a text string, or an
+	// inlineData part object. str is the text string's contents, or the
+	// data string of the inlineData part.
+	start, end int
+	str        span
+	// cs and ce are the raw span of the content compared for identity
+	// (wrapper lines excluded), inside start..end.
+	cs, ce int
+	// tstr is the target's string (as str); ts and te its content (as cs
+	// and ce), and tfull the target's whole block, which must stay in
+	// the output.
+	tstr   span
+	ts, te int
+	tfull  span
+	kind   blockKind
+	super  bool
+	merged bool // a coalesced reference
+	user   bool // the cut is in a user turn
+}
+
+// auditSplit is one part split by Options.StablePrefix: the part object
+// obj, its text string str, and the raw offset at, inside str, where the
+// moved text starts.
+type auditSplit struct {
+	obj, str span
+	at       int
+}
+
+// auditUnflat is one un-flattened content: its object obj in the
+// original body, its only text string str, and the turns that replaced
+// it.
+type auditUnflat struct {
+	obj, str span
+	esc      bool
+	turns    []auditTurn
+}
+
+// auditTurn is one turn made by un-flattening: its role and the ranges
+// of the original decoded text that its text joins with "\n\n".
+type auditTurn struct {
+	model  bool
+	pieces []flatSpan
+}
+
+// auditCuts records reps, the final replacements in request order.
+func (e *engine) auditCuts(reps []*occ) []auditCut {
+	if len(reps) == 0 {
+		return nil
+	}
+	out := make([]auditCut, len(reps))
+	var offs [4]int
+	for i, o := range reps {
+		c := &out[i]
+		c.kind, c.super, c.merged = o.b.kind, o.super, o.merged
+		c.user = e.role(o.turn) == "user"
+		if o.b.kind == kindImage {
+			t := &e.occs[o.tgt]
+			c.start, c.end, c.str = o.img.obj.start, o.img.obj.end, o.img.str
+			c.cs, c.ce = o.img.str.start, o.img.str.end
+			c.tstr, c.ts, c.te, c.tfull = t.img.str, t.img.str.start, t.img.str.end, t.img.obj
+			continue
+		}
+		tp := &e.parts[o.tp]
+		offs = [4]int{o.b.start, o.b.cstart, o.b.cend, o.b.end}
+		e.rawOf(tp, offs[:])
+		c.start, c.cs, c.ce, c.end, c.str = offs[0], offs[1], offs[2], offs[3], tp.p.str
+		var q *textPart
+		var ts, te, fs, fe int
+		if o.b.kind == kindRun || o.merged {
+			// A run or coalesced span repeats the lines of part from.tp
+			// starting at line from.line.
+			q = &e.parts[o.from.tp]
+			l, m := &tp.lines, &q.lines
+			a, z := lineAt(l, o.b.start), lineAt(l, o.b.end)
+			ga := int(o.from.line)
+			gz := ga + z - a
+			if ga < 0 || gz >= m.n() {
+				c.tstr = span{-1, -1} // the audit fails it
+				continue
+			}
+			ts, te = m.s(ga)+o.b.start-l.s(a), m.e(gz)-(l.e(z)-o.b.end)
+			fs, fe = ts, te
+		} else {
+			t := &e.occs[o.tgt]
+			q = &e.parts[t.tp]
+			ts, te, fs, fe = t.b.cstart, t.b.cend, t.b.start, t.b.end
+		}
+		offs = [4]int{fs, ts, te, fe}
+		e.rawOf(q, offs[:])
+		c.tfull, c.ts, c.te, c.tstr = span{offs[0], offs[3]}, offs[1], offs[2], q.p.str
+	}
+	return out
+}
+
+// rawOf maps offsets (ascending) in tp's decoded text to raw offsets in
+// the body, in place.
+func (e *engine) rawOf(tp *textPart, offs []int) {
+	if tp.p.esc {
+		rawOffsets(e.body[tp.p.str.start:tp.p.str.end], offs, tp.marks)
+	}
+	for k := range offs {
+		offs[k] += tp.p.str.start
+	}
+}
+
+// newestUser returns the index of the last user turn of req, -1 for none.
+func newestUser(req *request) int {
+	for i := len(req.contents) - 1; i >= 0; i-- {
+		if r := req.contents[i].role; r == "" || r == "user" {
+			return i
+		}
+	}
+	return -1
+}
