@@ -304,3 +304,29 @@ func harbourLog() string {
 
 // harbourMarker is a line of harbourLog that occurs once per copy.
 const harbourMarker = "Day 17: the harbour log records"
+
+// runSession starts a stack and runs chat (one answer per turn of a
+// session of n turns) through the proxy and straight against the emulator.
+// It checks what every example shares: turn 1 equals the direct answer, the
+// proxy sent one upstream request per turn, and each answer is the
+// upstream's answer to exactly the request the proxy sent. It returns the
+// stack, the answers through the proxy and the upstream requests.
+func runSession(t *testing.T, n int, chat func(t *testing.T, endpoint string) []string) (*stack, []string, []upstreamRequest) {
+	t.Helper()
+	s := startStack(t)
+	viaProxy := chat(t, s.ProxyURL)
+	direct := chat(t, s.EmulatorURL)
+	if viaProxy[0] == "" || viaProxy[0] != direct[0] {
+		t.Errorf("turn 1 through the proxy = %q, want the direct answer %q", viaProxy[0], direct[0])
+	}
+	up := s.Upstream()
+	if len(up) != n {
+		t.Fatalf("%d upstream requests, want %d", len(up), n)
+	}
+	for i, r := range up {
+		if got, want := viaProxy[i], s.replayText(t, r); got != want {
+			t.Errorf("turn %d: answer %q, want the upstream's answer to the sent request %q", i+1, got, want)
+		}
+	}
+	return s, viaProxy, up
+}

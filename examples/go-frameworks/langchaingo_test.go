@@ -55,21 +55,8 @@ func langchaingoConversation(t *testing.T, endpoint string) []string {
 }
 
 func TestLangchaingo(t *testing.T) {
-	s := startStack(t)
-	viaProxy := langchaingoConversation(t, s.ProxyURL)
-	direct := langchaingoConversation(t, s.EmulatorURL)
-
-	if viaProxy[0] == "" || viaProxy[0] != direct[0] {
-		t.Errorf("turn 1 through the proxy = %q, want the direct answer %q", viaProxy[0], direct[0])
-	}
-	up := s.Upstream()
-	if len(up) != len(colourQuestions) {
-		t.Fatalf("%d upstream requests, want %d", len(up), len(colourQuestions))
-	}
+	s, viaProxy, up := runSession(t, len(colourQuestions), langchaingoConversation)
 	for i, r := range up {
-		if got, want := viaProxy[i], s.replayText(t, r); got != want {
-			t.Errorf("turn %d: answer %q, want the upstream's answer to the sent request %q", i+1, got, want)
-		}
 		contents := parseRequest(t, r.Body).Contents
 		if len(contents) != 2*i+1 {
 			t.Fatalf("turn %d: %d contents upstream, want %d (user, model, …, user)\n%s", i+1, len(contents), 2*i+1, r.Body)

@@ -15,7 +15,7 @@ import { after, before, describe, test } from 'node:test';
 import { GoogleGenAI } from '@google/genai';
 import { GoogleGenerativeAI } from '@google/generative-ai';
 
-import { forwarder, metricSamples, start, sum } from './harness.mjs';
+import { metricSamples, startRecorded, sum } from './harness.mjs';
 
 const MODEL = 'gemini-2.5-flash';
 const API_KEY = 'e2e-test-key';
@@ -30,22 +30,11 @@ async function stack(emulatorArgs) {
   const dir = await mkdtemp(path.join(tmpdir(), 'gp-ix-'));
   const config = path.join(dir, 'config.yaml');
   await writeFile(config, 'upstream_state:\n  interactions: true\n');
-  const upstream = [];
-  let fwd;
-  const env = await start({
-    args: ['--config', config],
-    emulatorArgs,
-    upstream: async (emulatorURL) => {
-      fwd = await forwarder(emulatorURL, upstream);
-      return fwd.url;
-    },
-  });
+  const env = await startRecorded({ args: ['--config', config], emulatorArgs });
   return {
     ...env,
-    upstream,
     stop: async () => {
       await env.stop();
-      await fwd?.close();
       await rm(dir, { recursive: true, force: true });
     },
   };
