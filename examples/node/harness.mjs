@@ -5,6 +5,7 @@
 
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import http from 'node:http';
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -236,6 +237,48 @@ async function startOnce({ args = [], emulatorArgs = [], upstream } = {}) {
 }
 
 /**
+ * forwarder starts an HTTP server on loopback that forwards every request to
+ * target (streaming the answer back) and appends {method, path, body} of
+ * each to log. It returns its URL and a close function.
+ */
+export async function forwarder(target, log) {
+  const srv = http.createServer(async (req, res) => {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const body = Buffer.concat(chunks);
+    log.push({ method: req.method, path: req.url, body: body.toString('utf8') });
+    try {
+      const headers = { ...req.headers };
+      delete headers.host;
+      delete headers['content-length'];
+      const up = await fetch(target + req.url, {
+        method: req.method,
+        headers,
+        body: body.length > 0 ? body : undefined,
+      });
+      const out = {};
+      up.headers.forEach((v, k) => {
+        if (k !== 'content-length' && k !== 'content-encoding' && k !== 'transfer-encoding') out[k] = v;
+      });
+      res.writeHead(up.status, out);
+      if (up.body) for await (const c of up.body) res.write(c);
+      res.end();
+    } catch (err) {
+      res.destroy(err);
+    }
+  });
+  srv.listen(0, '127.0.0.1');
+  await once(srv, 'listening');
+  return {
+    url: `http://127.0.0.1:${srv.address().port}`,
+    close: async () => {
+      srv.closeAllConnections();
+      srv.close();
+    },
+  };
+}
+
+/**
  * recording returns a fetch function that calls next and appends
  * "METHOD /path?query" of every request to the origin of prefix to log.
  */
@@ -289,4 +332,69 @@ export function sum(samples, match) {
     if (Object.entries(match).every(([k, v]) => s.labels[k] === v)) total += s.value;
   }
   return total;
+}
+
+/**
+ * startRecorded is start with a recording forwarder between the proxy and
+ * the emulator: env.upstream collects {method, path, body} of every request
+ * the proxy sent upstream, so a test sees what was actually uploaded.
+ */
+export async function startRecorded(opts = {}) {
+  const upstream = [];
+  let fwd;
+  const env = await start({
+    ...opts,
+    upstream: async (emulatorURL) => {
+      fwd = await forwarder(emulatorURL, upstream);
+      return fwd.url;
+    },
+  });
+  return {
+    ...env,
+    upstream,
+    stop: async () => {
+      await env.stop();
+      await fwd?.close();
+    },
+  };
+}
+
+/**
+ * reporting returns a fetch function that calls next and appends the
+ * X-Gemini-Proxy-Report header of every response from the origin of prefix
+ * to reports (null when the proxy sent none).
+ */
+export function reporting(next, prefix, reports) {
+  const origin = new URL(prefix).origin;
+  return async (input, init) => {
+    const res = await next(input, init);
+    const url = input instanceof Request ? input.url : String(input);
+    if (new URL(url).origin === origin) reports.push(res.headers.get('x-gemini-proxy-report'));
+    return res;
+  };
+}
+
+/**
+ * replayText sends one recorded upstream generateContent request straight
+ * to the emulator with apiKey and returns the text of its first candidate:
+ * the answer the upstream gives to exactly what the proxy sent.
+ */
+export async function replayText(emulatorURL, req, apiKey) {
+  const res = await fetch(emulatorURL + req.path, {
+    method: req.method,
+    headers: { 'content-type': 'application/json', 'x-goog-api-key': apiKey },
+    body: req.body,
+    signal: AbortSignal.timeout(10_000),
+  });
+  const body = await res.json();
+  if (res.status !== 200) throw new Error(`replay ${req.path}: ${res.status} ${JSON.stringify(body)}`);
+  return (body.candidates?.[0]?.content?.parts ?? [])
+    .filter((p) => typeof p.text === 'string' && !p.thought)
+    .map((p) => p.text)
+    .join('');
+}
+
+/** occurrences counts the non-overlapping occurrences of needle in haystack. */
+export function occurrences(haystack, needle) {
+  return haystack.split(needle).length - 1;
 }

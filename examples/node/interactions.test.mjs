@@ -7,9 +7,7 @@
 // emulator.
 
 import assert from 'node:assert/strict';
-import { once } from 'node:events';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import http from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -17,54 +15,12 @@ import { after, before, describe, test } from 'node:test';
 import { GoogleGenAI } from '@google/genai';
 import { GoogleGenerativeAI } from '@google/generative-ai';
 
-import { metricSamples, start, sum } from './harness.mjs';
+import { metricSamples, startRecorded, sum } from './harness.mjs';
 
 const MODEL = 'gemini-2.5-flash';
 const API_KEY = 'e2e-test-key';
 const IX_REQUESTS = 'gemini_proxy_interactions_requests_total';
 const QUESTIONS = ['What is a promise?', 'How do I cancel one?', 'And with an AbortSignal?', 'Thanks. Summarise.'];
-
-/**
- * forwarder starts an HTTP server on loopback that forwards every request to
- * target (streaming the answer back) and appends {method, path, body} of
- * each to log. It returns its URL and a close function.
- */
-async function forwarder(target, log) {
-  const srv = http.createServer(async (req, res) => {
-    const chunks = [];
-    for await (const c of req) chunks.push(c);
-    const body = Buffer.concat(chunks);
-    log.push({ method: req.method, path: req.url, body: body.toString('utf8') });
-    try {
-      const headers = { ...req.headers };
-      delete headers.host;
-      delete headers['content-length'];
-      const up = await fetch(target + req.url, {
-        method: req.method,
-        headers,
-        body: body.length > 0 ? body : undefined,
-      });
-      const out = {};
-      up.headers.forEach((v, k) => {
-        if (k !== 'content-length' && k !== 'content-encoding' && k !== 'transfer-encoding') out[k] = v;
-      });
-      res.writeHead(up.status, out);
-      if (up.body) for await (const c of up.body) res.write(c);
-      res.end();
-    } catch (err) {
-      res.destroy(err);
-    }
-  });
-  srv.listen(0, '127.0.0.1');
-  await once(srv, 'listening');
-  return {
-    url: `http://127.0.0.1:${srv.address().port}`,
-    close: async () => {
-      srv.closeAllConnections();
-      srv.close();
-    },
-  };
-}
 
 /**
  * stack runs the emulator (with emulatorArgs), the forwarder and the proxy
@@ -74,22 +30,11 @@ async function stack(emulatorArgs) {
   const dir = await mkdtemp(path.join(tmpdir(), 'gp-ix-'));
   const config = path.join(dir, 'config.yaml');
   await writeFile(config, 'upstream_state:\n  interactions: true\n');
-  const upstream = [];
-  let fwd;
-  const env = await start({
-    args: ['--config', config],
-    emulatorArgs,
-    upstream: async (emulatorURL) => {
-      fwd = await forwarder(emulatorURL, upstream);
-      return fwd.url;
-    },
-  });
+  const env = await startRecorded({ args: ['--config', config], emulatorArgs });
   return {
     ...env,
-    upstream,
     stop: async () => {
       await env.stop();
-      await fwd?.close();
       await rm(dir, { recursive: true, force: true });
     },
   };
