@@ -23,32 +23,6 @@ import (
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
 )
 
-// memStore is an InteractionStore in a map.
-type memStore struct {
-	mu sync.Mutex
-	m  map[string][]byte
-}
-
-func (s *memStore) Conversations(tenant string, keys []string) [][]byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([][]byte, len(keys))
-	for i, k := range keys {
-		out[i] = s.m[tenant+"\x00"+k]
-	}
-	return out
-}
-
-func (s *memStore) SetConversation(tenant, k string, v []byte) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string][]byte{}
-	}
-	s.m[tenant+"\x00"+k] = v
-	return true
-}
-
 func chainOf(t *testing.T, contents ...string) [32]byte {
 	t.Helper()
 	var raws []json.RawMessage
@@ -122,7 +96,7 @@ type ixFixture struct {
 	*fixture
 	emu   *emulator.Server
 	up    *httptest.Server
-	store *memStore
+	store *localStore
 }
 
 // newIxFixture starts the emulator configured by eo, each wrap around its
@@ -130,7 +104,7 @@ type ixFixture struct {
 func newIxFixture(t *testing.T, eo emulator.Options, wrap ...func(http.Handler) http.Handler) *ixFixture {
 	t.Helper()
 	emu, up := tu.StartEmulator(t, eo, wrap...)
-	store := &memStore{}
+	store := newLocalStore(1 << 20)
 	f := newFixture(t, up.URL, Options{
 		Rewrite:      RewriteOptions{Enabled: true},
 		Interactions: InteractionsOptions{Enabled: true, Store: store},
