@@ -40,7 +40,9 @@ const (
 	DefaultImplicitCacheWindow = 5 * time.Minute
 	// ledgerChunk is the text chunk, in bytes, at which prefixes are
 	// compared inside a text part: a flattened transcript is one text part
-	// that grows, and Gemini caches the part of it that did not change.
+	// that grows, and Gemini caches the part of it that did not change. A
+	// prompt that ends inside a chunk the next request extends is matched
+	// through its end (tail).
 	ledgerChunk = 512
 	// ledgerKeyBytes is how much of a prompt's serialised start names its
 	// conversation: a prompt shorter than that is below any implicit-cache
@@ -142,6 +144,12 @@ type layout struct {
 	// one of them.
 	key  string
 	ends []string
+	// leads and texts are, per checkpoint that ends a text chunk, what
+	// was hashed since the previous checkpoint before the chunk's text
+	// (part markers) and the chunk's text; nil and "" elsewhere. The tail
+	// match (tailAt) reads them.
+	leads [][]byte
+	texts []string
 	// explicit reports a cachedContent request, which implicit caching
 	// does not model.
 	explicit bool
@@ -185,13 +193,19 @@ func layoutOf(body []byte, model string) (*layout, error) {
 	written, keyed := 0, false
 	var bytesSoFar int
 	var fixedSoFar float64
+	// lead is what was hashed since the last checkpoint, while it is only
+	// part markers (the text-end and text-start bytes).
+	var lead []byte
 	write := func(b ...[]byte) {
 		for _, x := range b {
 			h.Write(x) //nolint:errcheck // never fails
 			written += len(x)
 		}
 	}
-	check := func(nbytes int, fixed float64) {
+	check := func(nbytes int, fixed float64, text string, textLead []byte) {
+		p.leads = append(p.leads, textLead)
+		p.texts = append(p.texts, text)
+		lead = lead[:0]
 		bytesSoFar += nbytes
 		fixedSoFar += fixed
 		s := h.Sum(sum[:0])
@@ -205,7 +219,7 @@ func layoutOf(body []byte, model string) (*layout, error) {
 	si := firstRaw(req.SystemInstruction, req.SystemInstruction_)
 	tc := firstRaw(req.ToolConfig, req.ToolConfig_)
 	write([]byte(model), []byte{0}, compactRaw(si), []byte{0}, compactRaw(req.Tools), []byte{0}, compactRaw(tc), []byte{0})
-	check(len(si)+len(req.Tools)+len(tc), 0)
+	check(len(si)+len(req.Tools)+len(tc), 0, "", nil)
 	for _, c := range req.Contents {
 		role := c.Role
 		if role == "" {
@@ -216,24 +230,26 @@ func layoutOf(body []byte, model string) (*layout, error) {
 			p.ends = append(p.ends, hex.EncodeToString(s[:16]))
 		}
 		write([]byte{1}, []byte(role), []byte{0})
-		check(0, 1)
+		check(0, 1, "", nil)
 		for _, raw := range c.Parts {
 			if text, ok := textOnly(raw); ok {
 				for off := 0; off < len(text) || off == 0; off += ledgerChunk {
 					chunk := text[off:min(off+ledgerChunk, len(text))]
 					write([]byte{2}, []byte(chunk))
-					check(len(chunk), 0)
+					lead = append(lead, 2)
+					check(len(chunk), 0, chunk, append([]byte(nil), lead...))
 				}
 				write([]byte{3})
+				lead = append(lead, 3)
 				continue
 			}
 			write([]byte{4}, compactRaw(raw), []byte{0})
 			if bytes.Contains(raw, []byte(`"inlineData"`)) || bytes.Contains(raw, []byte(`"inline_data"`)) ||
 				bytes.Contains(raw, []byte(`"fileData"`)) || bytes.Contains(raw, []byte(`"file_data"`)) {
-				check(0, ImageTokens)
+				check(0, ImageTokens, "", nil)
 				continue
 			}
-			check(len(raw), 0)
+			check(len(raw), 0, "", nil)
 		}
 	}
 	s := h.Sum(sum[:0])
@@ -295,6 +311,58 @@ func (p *layout) shared(prev map[uint64]struct{}) int {
 	return -1
 }
 
+// tail is the end of a prompt inside its last text chunk: the checkpoint
+// hash before the chunk (pre), the chunk's length in bytes (n), and the
+// hash of its lead and text (sum). A flattened transcript is one text part
+// that grows, so the previous request ends inside a chunk that the next
+// one extends: Gemini caches all of the previous text (units, then the
+// common prefix inside the first text part that differs), and whole
+// chunks alone would miss up to ledgerChunk bytes of it per request.
+type tail struct {
+	pre, sum uint64
+	n        int
+}
+
+// tailOf returns the tail of p, or the zero tail when p does not end in a
+// text chunk shorter than ledgerChunk (a whole chunk is a checkpoint).
+func (p *layout) tailOf() tail {
+	i := len(p.sums) - 1
+	if i < 1 || p.leads[i] == nil || len(p.texts[i]) == 0 || len(p.texts[i]) >= ledgerChunk {
+		return tail{}
+	}
+	return tail{pre: p.sums[i-1], n: len(p.texts[i]), sum: tailSum(p.leads[i], p.texts[i])}
+}
+
+func tailSum(lead []byte, text string) uint64 {
+	h := sha256.New()
+	h.Write(lead)         //nolint:errcheck // never fails
+	h.Write([]byte(text)) //nolint:errcheck // never fails
+	var sum [sha256.Size]byte
+	return binary.BigEndian.Uint64(h.Sum(sum[:0]))
+}
+
+// sharedTokens returns the estimated tokens of p's prefix that equals the
+// previous prompt of state s: through the last checkpoint they share, or,
+// when p continues the text chunk s's prompt ended inside, through that
+// prompt's end.
+func (p *layout) sharedTokens(s *ledgerState, ratio float64) float64 {
+	got := p.estimate(p.shared(setOf(s.naive)), ratio)
+	if s.tail.n == 0 {
+		return got
+	}
+	for i := 0; i+1 < len(p.sums); i++ {
+		if p.sums[i] != s.tail.pre {
+			continue
+		}
+		j := i + 1
+		if t := p.texts[j]; p.leads[j] != nil && len(t) >= s.tail.n && tailSum(p.leads[j], t[:s.tail.n]) == s.tail.sum {
+			got = max(got, float64(p.bytes[i]+s.tail.n)*ratio+p.fixed[i])
+		}
+		break
+	}
+	return got
+}
+
 // ledgerState is what the conversation state keeps of the previous
 // request: when it was answered, its position, and of the prompt the
 // client sent (naive) and the prompt the proxy sent (sent) the checkpoint
@@ -307,9 +375,11 @@ type ledgerState struct {
 	naive      []uint64
 	sent       []uint64
 	sentTokens float64
+	// tail is the naive prompt's end inside its last text chunk.
+	tail tail
 }
 
-const ledgerStateVersion = 2
+const ledgerStateVersion = 3
 
 func (s *ledgerState) encode() []byte {
 	b := make([]byte, 0, 32+8*(len(s.naive)+len(s.sent)))
@@ -324,6 +394,9 @@ func (s *ledgerState) encode() []byte {
 			b = binary.BigEndian.AppendUint64(b, v)
 		}
 	}
+	b = binary.AppendUvarint(b, uint64(s.tail.n))
+	b = binary.BigEndian.AppendUint64(b, s.tail.pre)
+	b = binary.BigEndian.AppendUint64(b, s.tail.sum)
 	return b
 }
 
@@ -365,6 +438,11 @@ func decodeLedgerState(b []byte) (*ledgerState, error) {
 		b = b[8*n:]
 		*dst = out
 	}
+	n, ok := uv()
+	if !ok || n >= ledgerChunk || len(b) < 16 {
+		return nil, errLedgerState
+	}
+	s.tail = tail{n: int(n), pre: binary.BigEndian.Uint64(b), sum: binary.BigEndian.Uint64(b[8:])}
 	return s, nil
 }
 
@@ -528,7 +606,7 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	if prev != nil {
 		turn = prev.turn + 1
 	}
-	next := &ledgerState{at: now, turn: turn, holdout: st.holdout, naive: sampleSums(naive.sums), sent: sampleSums(sent.sums), sentTokens: sent.total(ratio)}
+	next := &ledgerState{at: now, turn: turn, holdout: st.holdout, naive: sampleSums(naive.sums), sent: sampleSums(sent.sums), sentTokens: sent.total(ratio), tail: naive.tailOf()}
 	l.save(st.tenant, naive, next)
 
 	// Prefix changes: the sent prompt no longer starts with the previous
@@ -559,7 +637,7 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 		kn := 0.0
 		if fresh {
 			if total := naive.total(ratio); total > 0 {
-				kn = pn * naive.estimate(naive.shared(setOf(prev.naive)), ratio) / total
+				kn = pn * naive.sharedTokens(prev, ratio) / total
 			}
 			if kn < l.minTokens(model) {
 				kn = 0
