@@ -61,17 +61,7 @@ func (r SessionResult) ledgerError() (float64, bool) {
 // pending (report.go) it is strict: CheckLedger reports their misses
 // (PendingLedgerMisses) without failing, and fails once such a session's
 // ledger is within MaxLedgerError, so that the entry goes with the fix.
-var pendingLedger = map[string]string{
-	"flat-xml-turns": ledgerTailCause,
-}
-
-// ledgerTailCause is why the ledger misses flat-xml-turns' bill: its
-// naive request ends with `</user></turn>`, which the next request
-// replaces with `</user><assistant>`, so the previous prompt's last text
-// chunk is not a prefix of the next one; the ledger matches a partial
-// last chunk only whole (proxy/ledger.go tail), while the implicit cache
-// also bills the common prefix of that chunk.
-const ledgerTailCause = "issue 14: the ledger does not match the common prefix inside the previous request's last text chunk"
+var pendingLedger = map[string]string{}
 
 // CheckLedger returns an error naming every session whose ledger differs
 // from its billed saving by more than MaxLedgerError, or nil. Sessions

@@ -42,7 +42,8 @@ const (
 	// compared inside a text part: a flattened transcript is one text part
 	// that grows, and Gemini caches the part of it that did not change. A
 	// prompt that ends inside a chunk the next request extends is matched
-	// through its end (tail).
+	// through its end, or through the part of its last chunk the next one
+	// keeps (tail).
 	ledgerChunk = 512
 	// ledgerKeyBytes is how much of a prompt's serialised start names its
 	// conversation: a prompt shorter than that is below any implicit-cache
@@ -312,16 +313,22 @@ func (p *layout) shared(prev map[uint64]struct{}) int {
 }
 
 // tail is the end of a prompt inside its last text chunk: the checkpoint
-// hash before the chunk (pre), the chunk's length in bytes (n), and the
-// hash of its lead and text (sum). A flattened transcript is one text part
-// that grows, so the previous request ends inside a chunk that the next
-// one extends: Gemini caches all of the previous text (units, then the
+// hash before the chunk (pre) and, for prefixes of the chunk that end on a
+// run boundary (ns, longest first, the whole chunk among them), the hash of
+// the chunk's lead and that prefix (sums). A flattened transcript is one
+// text part that grows, so the previous request ends inside a chunk that
+// the next one extends, or rewrites only its end (a closing tag the next
+// turn replaces): Gemini caches the text the two share (units, then the
 // common prefix inside the first text part that differs), and whole
 // chunks alone would miss up to ledgerChunk bytes of it per request.
 type tail struct {
-	pre, sum uint64
-	n        int
+	pre  uint64
+	ns   []int
+	sums []uint64
 }
+
+// maxTailSums bounds the prefixes of the last chunk kept in a tail.
+const maxTailSums = 32
 
 // tailOf returns the tail of p, or the zero tail when p does not end in a
 // text chunk shorter than ledgerChunk (a whole chunk is a checkpoint).
@@ -330,7 +337,29 @@ func (p *layout) tailOf() tail {
 	if i < 1 || p.leads[i] == nil || len(p.texts[i]) == 0 || len(p.texts[i]) >= ledgerChunk {
 		return tail{}
 	}
-	return tail{pre: p.sums[i-1], n: len(p.texts[i]), sum: tailSum(p.leads[i], p.texts[i])}
+	text := p.texts[i]
+	t := tail{pre: p.sums[i-1]}
+	for n := len(text); n > 0 && len(t.ns) < maxTailSums; n-- {
+		if n == len(text) || runClass(text[n-1]) != runClass(text[n]) {
+			t.ns = append(t.ns, n)
+			t.sums = append(t.sums, tailSum(p.leads[i], text[:n]))
+		}
+	}
+	return t
+}
+
+// runClass classes a byte for the run boundaries of tailOf: word bytes
+// (letters, digits, and all of UTF-8 beyond ASCII), white space, and other
+// ASCII (punctuation and symbols), as tokenizers split text into runs.
+func runClass(c byte) int {
+	switch {
+	case c >= 0x80 || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_':
+		return 0
+	case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		return 1
+	default:
+		return 2
+	}
 }
 
 func tailSum(lead []byte, text string) uint64 {
@@ -347,7 +376,7 @@ func tailSum(lead []byte, text string) uint64 {
 // prompt's end.
 func (p *layout) sharedTokens(s *ledgerState, ratio float64) float64 {
 	got := p.estimate(p.shared(setOf(s.naive)), ratio)
-	if s.tail.n == 0 {
+	if len(s.tail.ns) == 0 {
 		return got
 	}
 	for i := 0; i+1 < len(p.sums); i++ {
@@ -355,8 +384,14 @@ func (p *layout) sharedTokens(s *ledgerState, ratio float64) float64 {
 			continue
 		}
 		j := i + 1
-		if t := p.texts[j]; p.leads[j] != nil && len(t) >= s.tail.n && tailSum(p.leads[j], t[:s.tail.n]) == s.tail.sum {
-			got = max(got, float64(p.bytes[i]+s.tail.n)*ratio+p.fixed[i])
+		if p.leads[j] == nil {
+			break
+		}
+		for k, n := range s.tail.ns {
+			if t := p.texts[j]; len(t) >= n && tailSum(p.leads[j], t[:n]) == s.tail.sums[k] {
+				got = max(got, float64(p.bytes[i]+n)*ratio+p.fixed[i])
+				break
+			}
 		}
 		break
 	}
@@ -394,9 +429,12 @@ func (s *ledgerState) encode() []byte {
 			b = binary.BigEndian.AppendUint64(b, v)
 		}
 	}
-	b = binary.AppendUvarint(b, uint64(s.tail.n))
 	b = binary.BigEndian.AppendUint64(b, s.tail.pre)
-	b = binary.BigEndian.AppendUint64(b, s.tail.sum)
+	b = binary.AppendUvarint(b, uint64(len(s.tail.ns)))
+	for k, n := range s.tail.ns {
+		b = binary.AppendUvarint(b, uint64(n))
+		b = binary.BigEndian.AppendUint64(b, s.tail.sums[k])
+	}
 	return b
 }
 
@@ -438,11 +476,23 @@ func decodeLedgerState(b []byte) (*ledgerState, error) {
 		b = b[8*n:]
 		*dst = out
 	}
-	n, ok := uv()
-	if !ok || n >= ledgerChunk || len(b) < 16 {
+	if len(b) < 8 {
 		return nil, errLedgerState
 	}
-	s.tail = tail{n: int(n), pre: binary.BigEndian.Uint64(b), sum: binary.BigEndian.Uint64(b[8:])}
+	s.tail.pre, b = binary.BigEndian.Uint64(b), b[8:]
+	count, ok := uv()
+	if !ok || count > maxTailSums {
+		return nil, errLedgerState
+	}
+	for range count {
+		n, ok := uv()
+		if !ok || n == 0 || n >= ledgerChunk || len(b) < 8 {
+			return nil, errLedgerState
+		}
+		s.tail.ns = append(s.tail.ns, int(n))
+		s.tail.sums = append(s.tail.sums, binary.BigEndian.Uint64(b))
+		b = b[8:]
+	}
 	return s, nil
 }
 
