@@ -148,7 +148,7 @@ type layout struct {
 	// leads and texts are, per checkpoint that ends a text chunk, what
 	// was hashed since the previous checkpoint before the chunk's text
 	// (part markers) and the chunk's text; nil and "" elsewhere. The tail
-	// match (tailAt) reads them.
+	// match (tailOf, sharedTokens) reads them.
 	leads [][]byte
 	texts []string
 	// explicit reports a cachedContent request, which implicit caching
