@@ -61,19 +61,7 @@ func (r SessionResult) ledgerError() (float64, bool) {
 // pending (report.go) it is strict: CheckLedger reports their misses
 // (PendingLedgerMisses) without failing, and fails once such a session's
 // ledger is within MaxLedgerError, so that the entry goes with the fix.
-var pendingLedger = map[string]string{
-	"flat-glued-fence": ledgerCacheCause,
-	"flat-glued-zh":    ledgerCacheCause,
-	"flat-xml-turns":   ledgerCacheCause,
-	"flat-langchain":   ledgerCacheCause,
-}
-
-// ledgerCacheCause is why the ledger misses the layout sessions' bills: the
-// naive flattened transcript only grows, so the implicit cache matches most
-// of it, and the un-flattened requests are cached less (flat-glued-fence:
-// 8,169 cached tokens naive, 4,238 through the proxy, 6,187 ideal); the
-// ledger prices the removed tokens, not the cache hits the rewrite lost.
-const ledgerCacheCause = "issue 14: the ledger does not price implicit-cache hits that un-flattening loses"
+var pendingLedger = map[string]string{}
 
 // CheckLedger returns an error naming every session whose ledger differs
 // from its billed saving by more than MaxLedgerError, or nil. Sessions

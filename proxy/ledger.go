@@ -40,7 +40,10 @@ const (
 	DefaultImplicitCacheWindow = 5 * time.Minute
 	// ledgerChunk is the text chunk, in bytes, at which prefixes are
 	// compared inside a text part: a flattened transcript is one text part
-	// that grows, and Gemini caches the part of it that did not change.
+	// that grows, and Gemini caches the part of it that did not change. A
+	// prompt that ends inside a chunk the next request extends is matched
+	// through its end, or through the part of its last chunk the next one
+	// keeps (tail).
 	ledgerChunk = 512
 	// ledgerKeyBytes is how much of a prompt's serialised start names its
 	// conversation: a prompt shorter than that is below any implicit-cache
@@ -142,6 +145,12 @@ type layout struct {
 	// one of them.
 	key  string
 	ends []string
+	// leads and texts are, per checkpoint that ends a text chunk, what
+	// was hashed since the previous checkpoint before the chunk's text
+	// (part markers) and the chunk's text; nil and "" elsewhere. The tail
+	// match (tailOf, sharedTokens) reads them.
+	leads [][]byte
+	texts []string
 	// explicit reports a cachedContent request, which implicit caching
 	// does not model.
 	explicit bool
@@ -185,13 +194,19 @@ func layoutOf(body []byte, model string) (*layout, error) {
 	written, keyed := 0, false
 	var bytesSoFar int
 	var fixedSoFar float64
+	// lead is what was hashed since the last checkpoint, while it is only
+	// part markers (the text-end and text-start bytes).
+	var lead []byte
 	write := func(b ...[]byte) {
 		for _, x := range b {
 			h.Write(x) //nolint:errcheck // never fails
 			written += len(x)
 		}
 	}
-	check := func(nbytes int, fixed float64) {
+	check := func(nbytes int, fixed float64, text string, textLead []byte) {
+		p.leads = append(p.leads, textLead)
+		p.texts = append(p.texts, text)
+		lead = lead[:0]
 		bytesSoFar += nbytes
 		fixedSoFar += fixed
 		s := h.Sum(sum[:0])
@@ -205,7 +220,7 @@ func layoutOf(body []byte, model string) (*layout, error) {
 	si := firstRaw(req.SystemInstruction, req.SystemInstruction_)
 	tc := firstRaw(req.ToolConfig, req.ToolConfig_)
 	write([]byte(model), []byte{0}, compactRaw(si), []byte{0}, compactRaw(req.Tools), []byte{0}, compactRaw(tc), []byte{0})
-	check(len(si)+len(req.Tools)+len(tc), 0)
+	check(len(si)+len(req.Tools)+len(tc), 0, "", nil)
 	for _, c := range req.Contents {
 		role := c.Role
 		if role == "" {
@@ -216,24 +231,26 @@ func layoutOf(body []byte, model string) (*layout, error) {
 			p.ends = append(p.ends, hex.EncodeToString(s[:16]))
 		}
 		write([]byte{1}, []byte(role), []byte{0})
-		check(0, 1)
+		check(0, 1, "", nil)
 		for _, raw := range c.Parts {
 			if text, ok := textOnly(raw); ok {
 				for off := 0; off < len(text) || off == 0; off += ledgerChunk {
 					chunk := text[off:min(off+ledgerChunk, len(text))]
 					write([]byte{2}, []byte(chunk))
-					check(len(chunk), 0)
+					lead = append(lead, 2)
+					check(len(chunk), 0, chunk, append([]byte(nil), lead...))
 				}
 				write([]byte{3})
+				lead = append(lead, 3)
 				continue
 			}
 			write([]byte{4}, compactRaw(raw), []byte{0})
 			if bytes.Contains(raw, []byte(`"inlineData"`)) || bytes.Contains(raw, []byte(`"inline_data"`)) ||
 				bytes.Contains(raw, []byte(`"fileData"`)) || bytes.Contains(raw, []byte(`"file_data"`)) {
-				check(0, ImageTokens)
+				check(0, ImageTokens, "", nil)
 				continue
 			}
-			check(len(raw), 0)
+			check(len(raw), 0, "", nil)
 		}
 	}
 	s := h.Sum(sum[:0])
@@ -295,6 +312,92 @@ func (p *layout) shared(prev map[uint64]struct{}) int {
 	return -1
 }
 
+// tail is the end of a prompt inside its last text chunk: the checkpoint
+// hash before the chunk (pre) and, for prefixes of the chunk that end on a
+// run boundary (ns, longest first, the whole chunk among them), the hash of
+// the chunk's lead and that prefix (sums). A flattened transcript is one
+// text part that grows, so the previous request ends inside a chunk that
+// the next one extends, or rewrites only its end (a closing tag the next
+// turn replaces): Gemini caches the text the two share (units, then the
+// common prefix inside the first text part that differs), and whole
+// chunks alone would miss up to ledgerChunk bytes of it per request.
+type tail struct {
+	pre  uint64
+	ns   []int
+	sums []uint64
+}
+
+// maxTailSums bounds the prefixes of the last chunk kept in a tail.
+const maxTailSums = 32
+
+// tailOf returns the tail of p, or the zero tail when p does not end in a
+// text chunk shorter than ledgerChunk (a whole chunk is a checkpoint).
+func (p *layout) tailOf() tail {
+	i := len(p.sums) - 1
+	if i < 1 || p.leads[i] == nil || len(p.texts[i]) == 0 || len(p.texts[i]) >= ledgerChunk {
+		return tail{}
+	}
+	text := p.texts[i]
+	t := tail{pre: p.sums[i-1]}
+	for n := len(text); n > 0 && len(t.ns) < maxTailSums; n-- {
+		if n == len(text) || runClass(text[n-1]) != runClass(text[n]) {
+			t.ns = append(t.ns, n)
+			t.sums = append(t.sums, tailSum(p.leads[i], text[:n]))
+		}
+	}
+	return t
+}
+
+// runClass classes a byte for the run boundaries of tailOf: word bytes
+// (letters, digits, and all of UTF-8 beyond ASCII), white space, and other
+// ASCII (punctuation and symbols), as tokenizers split text into runs.
+func runClass(c byte) int {
+	switch {
+	case c >= 0x80 || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_':
+		return 0
+	case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		return 1
+	default:
+		return 2
+	}
+}
+
+func tailSum(lead []byte, text string) uint64 {
+	h := sha256.New()
+	h.Write(lead)         //nolint:errcheck // never fails
+	h.Write([]byte(text)) //nolint:errcheck // never fails
+	var sum [sha256.Size]byte
+	return binary.BigEndian.Uint64(h.Sum(sum[:0]))
+}
+
+// sharedTokens returns the estimated tokens of p's prefix that equals the
+// previous prompt of state s: through the last checkpoint they share, or,
+// when p continues the text chunk s's prompt ended inside, through that
+// prompt's end.
+func (p *layout) sharedTokens(s *ledgerState, ratio float64) float64 {
+	got := p.estimate(p.shared(setOf(s.naive)), ratio)
+	if len(s.tail.ns) == 0 {
+		return got
+	}
+	for i := 0; i+1 < len(p.sums); i++ {
+		if p.sums[i] != s.tail.pre {
+			continue
+		}
+		j := i + 1
+		if p.leads[j] == nil {
+			break
+		}
+		for k, n := range s.tail.ns {
+			if t := p.texts[j]; len(t) >= n && tailSum(p.leads[j], t[:n]) == s.tail.sums[k] {
+				got = max(got, float64(p.bytes[i]+n)*ratio+p.fixed[i])
+				break
+			}
+		}
+		break
+	}
+	return got
+}
+
 // ledgerState is what the conversation state keeps of the previous
 // request: when it was answered, its position, and of the prompt the
 // client sent (naive) and the prompt the proxy sent (sent) the checkpoint
@@ -307,9 +410,11 @@ type ledgerState struct {
 	naive      []uint64
 	sent       []uint64
 	sentTokens float64
+	// tail is the naive prompt's end inside its last text chunk.
+	tail tail
 }
 
-const ledgerStateVersion = 2
+const ledgerStateVersion = 3
 
 func (s *ledgerState) encode() []byte {
 	b := make([]byte, 0, 32+8*(len(s.naive)+len(s.sent)))
@@ -323,6 +428,12 @@ func (s *ledgerState) encode() []byte {
 		for _, v := range sums {
 			b = binary.BigEndian.AppendUint64(b, v)
 		}
+	}
+	b = binary.BigEndian.AppendUint64(b, s.tail.pre)
+	b = binary.AppendUvarint(b, uint64(len(s.tail.ns)))
+	for k, n := range s.tail.ns {
+		b = binary.AppendUvarint(b, uint64(n))
+		b = binary.BigEndian.AppendUint64(b, s.tail.sums[k])
 	}
 	return b
 }
@@ -364,6 +475,23 @@ func decodeLedgerState(b []byte) (*ledgerState, error) {
 		}
 		b = b[8*n:]
 		*dst = out
+	}
+	if len(b) < 8 {
+		return nil, errLedgerState
+	}
+	s.tail.pre, b = binary.BigEndian.Uint64(b), b[8:]
+	count, ok := uv()
+	if !ok || count > maxTailSums {
+		return nil, errLedgerState
+	}
+	for range count {
+		n, ok := uv()
+		if !ok || n == 0 || n >= ledgerChunk || len(b) < 8 {
+			return nil, errLedgerState
+		}
+		s.tail.ns = append(s.tail.ns, int(n))
+		s.tail.sums = append(s.tail.sums, binary.BigEndian.Uint64(b))
+		b = b[8:]
 	}
 	return s, nil
 }
@@ -528,7 +656,7 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	if prev != nil {
 		turn = prev.turn + 1
 	}
-	next := &ledgerState{at: now, turn: turn, holdout: st.holdout, naive: sampleSums(naive.sums), sent: sampleSums(sent.sums), sentTokens: sent.total(ratio)}
+	next := &ledgerState{at: now, turn: turn, holdout: st.holdout, naive: sampleSums(naive.sums), sent: sampleSums(sent.sums), sentTokens: sent.total(ratio), tail: naive.tailOf()}
 	l.save(st.tenant, naive, next)
 
 	// Prefix changes: the sent prompt no longer starts with the previous
@@ -559,7 +687,7 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 		kn := 0.0
 		if fresh {
 			if total := naive.total(ratio); total > 0 {
-				kn = pn * naive.estimate(naive.shared(setOf(prev.naive)), ratio) / total
+				kn = pn * naive.sharedTokens(prev, ratio) / total
 			}
 			if kn < l.minTokens(model) {
 				kn = 0

@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	tu "github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
 )
@@ -87,12 +90,12 @@ func TestLayoutShared(t *testing.T) {
 }
 
 func TestLedgerStateRoundTrip(t *testing.T) {
-	s := &ledgerState{at: time.UnixMilli(1764590000123), turn: 7, holdout: true, naive: []uint64{1, 2, 3}, sent: []uint64{math.MaxUint64}, sentTokens: 12345}
+	s := &ledgerState{at: time.UnixMilli(1764590000123), turn: 7, holdout: true, naive: []uint64{1, 2, 3}, sent: []uint64{math.MaxUint64}, sentTokens: 12345, tail: tail{pre: 4, ns: []int{300, 299}, sums: []uint64{5, 6}}}
 	got, err := decodeLedgerState(s.encode())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(s, got, cmp.AllowUnexported(ledgerState{})); diff != "" {
+	if diff := cmp.Diff(s, got, cmp.AllowUnexported(ledgerState{}, tail{})); diff != "" {
 		t.Errorf("round trip (-want +got):\n%s", diff)
 	}
 	for _, bad := range [][]byte{nil, {9}, s.encode()[:12]} {
@@ -290,6 +293,61 @@ func TestRecordedUsagePriced(t *testing.T) {
 			}
 			if n := testutil.CollectAndCount(f.m.UnpricedRequests); n != 0 {
 				t.Errorf("unpriced_requests_total has %d series, want none", n)
+			}
+		})
+	}
+}
+
+// TestLedgerGrowingTranscriptCachedShare checks the counterfactual's
+// cached share of a flattened transcript, one text part that grows, against
+// what the emulator's implicit cache reports for the same bodies sent
+// directly: the previous request ends inside a ledgerChunk-byte chunk that
+// the next one extends (appends) or whose closing tag it replaces, and
+// Gemini caches all the text the two share, not only their whole chunks.
+func TestLedgerGrowingTranscriptCachedShare(t *testing.T) {
+	sentence := "The reader keeps a buffer of the bytes it has read and returns one record per call. "
+	for _, tt := range []struct {
+		name                       string
+		open, close, answer, after string
+	}{
+		{"appends", "User: ", "\nAssistant:", " ", "\n"},
+		{"replaces its end", "<turn><user>", "</user></turn>", "</user><assistant>", "</assistant></turn>\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, direct := tu.StartEmulator(t, emulator.Options{})
+			history := "Previous conversation:\n"
+			var prev *ledgerState
+			for turn := 1; turn <= 4; turn++ {
+				question := fmt.Sprintf("question %d: %s", turn, strings.Repeat(sentence, 25+7*turn))
+				transcript := history + tt.open + question + tt.close
+				body := ledgerBody(t, "", []string{transcript})
+				code, got := call(t, direct.URL, genURL, keyA, string(body))
+				if code != 200 {
+					t.Fatalf("turn %d: status %d: %s", turn, code, got)
+				}
+				var resp struct {
+					UsageMetadata struct {
+						PromptTokenCount        int64 `json:"promptTokenCount"`
+						CachedContentTokenCount int64 `json:"cachedContentTokenCount"`
+					} `json:"usageMetadata"`
+				}
+				if err := json.Unmarshal(got, &resp); err != nil {
+					t.Fatal(err)
+				}
+				p, err := layoutOf(body, "gemini-2.5-flash")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if prev != nil {
+					u := resp.UsageMetadata
+					ratio := float64(u.PromptTokenCount-1) / float64(len(transcript))
+					est := float64(u.PromptTokenCount) * p.sharedTokens(prev, ratio) / p.total(ratio)
+					if want := float64(u.CachedContentTokenCount); want == 0 || math.Abs(est-want) > 0.02*want {
+						t.Errorf("turn %d: estimated cached tokens %.0f, the emulator reports %d of %d", turn, est, u.CachedContentTokenCount, u.PromptTokenCount)
+					}
+				}
+				prev = &ledgerState{naive: sampleSums(p.sums), tail: p.tailOf()}
+				history += tt.open + question + tt.answer + "Answer " + strings.Repeat("ok ", 20*turn) + tt.after
 			}
 		})
 	}
