@@ -149,6 +149,11 @@ func TestRewriteSavingsMetrics(t *testing.T) {
 	waitFor(t, "bytes sent", func() bool {
 		return testutil.ToFloat64(f.m.RequestBytes.WithLabelValues("stream_generate_content", metrics.StageSent)) == float64(len(rewrittenBody))
 	})
+	// The rewrite's own figures are recorded when the response ends, which
+	// may be after the client has read it; replacements are counted last.
+	waitFor(t, "rewrite recorded", func() bool {
+		return testutil.ToFloat64(f.m.RewriteReplacements.WithLabelValues("unchanged")) > 0
+	})
 	for _, c := range []struct {
 		name      string
 		got, want float64
