@@ -32,7 +32,8 @@ func Sessions() []*Session {
 		statelessSession(),
 	}
 	s = append(s, layoutSessions()...)
-	return append(s, twoDocSessions()...)
+	s = append(s, twoDocSessions()...)
+	return append(s, structuredSessions()...)
 }
 
 // ask mode: bufio/scan.go in a named fence, re-sent in every user turn.
