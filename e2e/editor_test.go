@@ -262,7 +262,11 @@ func checkEditorUpstream(t *testing.T, n int, sent []*genai.Content, got emulato
 	if len(got.Contents) != len(sent) {
 		t.Fatalf("request %d: %d contents upstream, %d sent", n, len(got.Contents), len(sent))
 	}
-	var active string
+	var last map[string]any
+	if err := json.Unmarshal([]byte(sent[len(sent)-1].Parts[0].Text), &last); err != nil {
+		t.Fatal(err)
+	}
+	active := last["currentSource"].(string)
 	full := map[string]int{}
 	for i, sc := range sent {
 		var cm, gm map[string]any
@@ -276,9 +280,6 @@ func checkEditorUpstream(t *testing.T, n int, sent []*genai.Content, got emulato
 		}
 		if ck, gk := jsonKeys(t, sc.Parts[0].Text), jsonKeys(t, gt); !cmp.Equal(ck, gk) {
 			t.Errorf("request %d content %d: keys %v upstream, %v sent", n, i, gk, ck)
-		}
-		if i == len(sent)-1 {
-			active = cm["currentSource"].(string)
 		}
 		for k, cv := range cm {
 			cs, _ := cv.(string)
