@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/genai"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
@@ -153,7 +154,14 @@ func editorReply(rr emulator.ReplyRequest) string {
 type editorTurn struct {
 	sent   []*genai.Content
 	answer string
+	resp   *genai.GenerateContentResponse
 }
+
+// ignorePromptUsage ignores the usage figures of the prompt, which the
+// proxy shrinks; everything else of a response must be the same with and
+// without it.
+var ignorePromptUsage = cmpopts.IgnoreFields(genai.GenerateContentResponseUsageMetadata{},
+	"PromptTokenCount", "PromptTokensDetails", "CachedContentTokenCount", "CacheTokensDetails", "TotalTokenCount")
 
 // playEditor runs the guide's naive client against baseURL: JSON texts in
 // native turns, the editor's code in every user turn, each model turn kept
@@ -200,7 +208,7 @@ func playEditor(t *testing.T, baseURL string) ([]editorTurn, []string) {
 				editor = m.ProposedSource
 			}
 		}
-		turns = append(turns, editorTurn{sent: contents, answer: answer})
+		turns = append(turns, editorTurn{sent: contents, answer: answer, resp: resp})
 		history = append(contents, genai.NewContentFromText(answer, genai.RoleModel))
 	}
 	return turns, versions
@@ -231,6 +239,8 @@ func TestEditorSessionJSON(t *testing.T) {
 	for i := range direct {
 		if direct[i].answer != proxied[i].answer {
 			t.Errorf("request %d: answer through the proxy differs:\n direct: %.300q\nproxied: %.300q", i+1, direct[i].answer, proxied[i].answer)
+		} else if diff := cmp.Diff(direct[i].resp, proxied[i].resp, ignoreSDKHTTPResponse, ignorePromptUsage, exportAll); diff != "" {
+			t.Errorf("request %d: response through the proxy differs (-direct +proxy):\n%s", i+1, diff)
 		}
 	}
 	if len(versions) != 7 {
@@ -370,7 +380,7 @@ func readFileReply(rr emulator.ReplyRequest) string {
 // model after it called read_file, whose result is scan.go every time.
 // The client echoes the model's parts as received and answers each call
 // with its id.
-func playReadFile(t *testing.T, baseURL string) []loopTurn {
+func playReadFile(t *testing.T, baseURL string) ([]loopTurn, []*genai.GenerateContentResponse) {
 	t.Helper()
 	c := newClient(t, baseURL)
 	cfg := &genai.GenerateContentConfig{Tools: []*genai.Tool{{FunctionDeclarations: []*genai.FunctionDeclaration{{
@@ -379,6 +389,7 @@ func playReadFile(t *testing.T, baseURL string) []loopTurn {
 	}}}}}
 	var contents []*genai.Content
 	var turns []loopTurn
+	var resps []*genai.GenerateContentResponse
 	for _, q := range []string{"Read bufio/scan.go and explain Buffer.", "Read it again: what does ErrTooLong mean?", "Read it once more: which split function is the default?"} {
 		contents = append(contents, genai.NewContentFromText(q, genai.RoleUser))
 		for step := 0; ; step++ {
@@ -389,6 +400,7 @@ func playReadFile(t *testing.T, baseURL string) []loopTurn {
 			if err != nil {
 				t.Fatalf("%q step %d: %v", q, step, err)
 			}
+			resps = append(resps, resp)
 			parts := resp.Candidates[0].Content.Parts
 			var turn loopTurn
 			var results []*genai.Part
@@ -412,7 +424,7 @@ func playReadFile(t *testing.T, baseURL string) []loopTurn {
 			contents = append(contents, &genai.Content{Role: genai.RoleUser, Parts: results})
 		}
 	}
-	return turns
+	return turns, resps
 }
 
 // TestReadFileAgent runs an agent that reads the same 14.5 KB file three
@@ -423,10 +435,13 @@ func playReadFile(t *testing.T, baseURL string) []loopTurn {
 // object, under the call's id and name.
 func TestReadFileAgent(t *testing.T) {
 	p := newPair(t, emulator.Options{Script: callUntilAnswered, Reply: readFileReply})
-	direct := playReadFile(t, p.direct.emuURL)
-	proxied := playReadFile(t, p.proxied.proxyURL)
+	direct, dResps := playReadFile(t, p.direct.emuURL)
+	proxied, pResps := playReadFile(t, p.proxied.proxyURL)
 	if diff := cmp.Diff(direct, proxied); diff != "" {
 		t.Errorf("agent through the proxy differs (-direct +proxy):\n%s", diff)
+	}
+	if diff := cmp.Diff(dResps, pResps, ignoreSDKHTTPResponse, ignorePromptUsage, exportAll); diff != "" {
+		t.Errorf("responses through the proxy differ (-direct +proxy):\n%s", diff)
 	}
 	if len(proxied) != 6 || !strings.Contains(proxied[5].Text, "(3 reads so far)") {
 		t.Fatalf("turns %+v, want three calls each followed by an answer naming the read", proxied)
