@@ -214,14 +214,29 @@ func playEditor(t *testing.T, baseURL string) ([]editorTurn, []string) {
 	return turns, versions
 }
 
-// upstreamBytes sums the bodies of the generate requests an emulator
-// received.
-func upstreamBytes(rs []emulator.Received) (total int, each []int) {
-	for _, r := range testutil.GenerateRequests(rs) {
-		total += len(r.Body)
-		each = append(each, len(r.Body))
+// upstreamBytes returns the body sizes of the generate requests the
+// direct and the proxied emulator of p received, and logs their totals.
+// While structuredDedup is false it demands equal totals and returns ok
+// false, nothing more to check; what names the payload for the message.
+func upstreamBytes(t *testing.T, p pair, what string) (direct, proxied []int, ok bool) {
+	t.Helper()
+	sizes := func(rs []emulator.Received) (total int, each []int) {
+		for _, r := range testutil.GenerateRequests(rs) {
+			total += len(r.Body)
+			each = append(each, len(r.Body))
+		}
+		return total, each
 	}
-	return total, each
+	dTotal, direct := sizes(p.direct.emu.Received())
+	pTotal, proxied := sizes(p.proxied.emu.Received())
+	t.Logf("upstream bytes: direct %d, through the proxy %d (%.1f%% fewer); per request direct %v, proxied %v", dTotal, pTotal, 100*(1-float64(pTotal)/float64(dTotal)), direct, proxied)
+	if !structuredDedup {
+		if pTotal != dTotal {
+			t.Fatalf("the proxy changed the upstream bytes (%d -> %d): %s deduplicated now; set structuredDedup", dTotal, pTotal, what)
+		}
+		return direct, proxied, false
+	}
+	return direct, proxied, true
 }
 
 // TestEditorSessionJSON plays the guide's editor session (issue 15) with
@@ -246,13 +261,8 @@ func TestEditorSessionJSON(t *testing.T) {
 	if len(versions) != 7 {
 		t.Errorf("session produced %d source versions, want 7 (the original, a hand edit, five proposals)", len(versions))
 	}
-	dTotal, dEach := upstreamBytes(p.direct.emu.Received())
-	pTotal, pEach := upstreamBytes(p.proxied.emu.Received())
-	t.Logf("upstream bytes: direct %d, through the proxy %d (%.1f%% fewer); per request direct %v, proxied %v", dTotal, pTotal, 100*(1-float64(pTotal)/float64(dTotal)), dEach, pEach)
-	if !structuredDedup {
-		if pTotal != dTotal {
-			t.Fatalf("the proxy changed the editor session's upstream bytes (%d -> %d): JSON texts are deduplicated now; set structuredDedup", dTotal, pTotal)
-		}
+	dEach, pEach, ok := upstreamBytes(t, p, "JSON texts are")
+	if !ok {
 		return
 	}
 	for i := 1; i < len(pEach); i++ {
@@ -446,13 +456,8 @@ func TestReadFileAgent(t *testing.T) {
 	if len(proxied) != 6 || !strings.Contains(proxied[5].Text, "(3 reads so far)") {
 		t.Fatalf("turns %+v, want three calls each followed by an answer naming the read", proxied)
 	}
-	dTotal, dEach := upstreamBytes(p.direct.emu.Received())
-	pTotal, pEach := upstreamBytes(p.proxied.emu.Received())
-	t.Logf("upstream bytes: direct %d, through the proxy %d (%.1f%% fewer); per request direct %v, proxied %v", dTotal, pTotal, 100*(1-float64(pTotal)/float64(dTotal)), dEach, pEach)
-	if !structuredDedup {
-		if pTotal != dTotal {
-			t.Fatalf("the proxy changed the agent's upstream bytes (%d -> %d): tool results are deduplicated now; set structuredDedup", dTotal, pTotal)
-		}
+	dEach, pEach, ok := upstreamBytes(t, p, "tool results are")
+	if !ok {
 		return
 	}
 	for i, r := range testutil.GenerateRequests(p.proxied.emu.Received()) {
