@@ -16,8 +16,13 @@
 // documents that look alike but are both current (a diff question, staging
 // and production configs), re-sent secondary context, repeated images, a
 // 50-turn session, streaming, control sessions that must pass unchanged,
-// and a stateless client that sends its question before the same file
-// every time. Each Turn holds the request a naive client sends and the
+// a stateless client that sends its question before the same file every
+// time, and structured payloads (editor.go, issue 15): an editor assistant
+// whose turns are JSON texts in the shape of the guide the product
+// imitates, whose ideal is that guide's request builder
+// (../shared/SEED-BUILDER.md: the active source once, every other copy its
+// SHA-256), and an agent that reads one file three times through a tool,
+// whose ideal sends each repeated read as a reference. Each Turn holds the request a naive client sends and the
 // request an ideal stateful client would send for the same step: native
 // user/model turns, each active version of each document once (both
 // documents of a two-document session in full), every other copy replaced

@@ -47,6 +47,12 @@ const (
 	// of it. The slack covers the few tokens in which un-flattened turns and
 	// the ideal's native turns may differ.
 	MaxBelowIdeal = 0.01
+	// MinJSONShareOfIdeal is the least share of the ideal savings on each
+	// JSON-text session, whose ideal is the guide's builder
+	// (SEED-BUILDER.md): it writes a 64-hex SHA-256 under a superseded…
+	// key and leaves the source out of a synchronized new turn, where the
+	// proxy writes a reference (issue 15).
+	MinJSONShareOfIdeal = 0.90
 )
 
 // Result is everything one bench run measured.
@@ -70,15 +76,22 @@ type Result struct {
 // landed yet, each with the defect. Check reports their misses without
 // failing, and fails once such a session meets all its targets, so that
 // its entry goes with the fix.
-var pending = map[string]string{}
+var pending = map[string]string{
+	// Remove both once JSON texts and tool results are deduplicated
+	// (issue 15 items 1, 2 and 4).
+	"editor-json":     "issue 15: JSON text string values not segmented",
+	"agent-read-file": "issue 15: functionResponse values not deduplicated",
+}
 
 // Pending returns the defect a pending session waits for ("" when the
 // session is not pending).
 func Pending(session string) string { return pending[session] }
 
 // Check returns an error naming every savings target s misses: total
-// savings below MinTotalSaved, a dedup session below MinShareOfIdeal of the
-// ideal savings, when verified (the proxy has a Verifier) a flattened
+// savings of the sessions outside the pending list below MinTotalSaved, a
+// dedup session below MinShareOfIdeal of the ideal savings, a JSON-text
+// session below MinJSONShareOfIdeal, a tool-result session above the
+// ideal's prompt tokens, when verified (the proxy has a Verifier) a flattened
 // session not un-flattened or below MinFlattenedShareOfIdeal (each, and
 // together), a two-document session below MinTwoDocShareOfIdeal, a session
 // whose proxied prompt tokens fall more than MaxBelowIdeal below the ideal
@@ -88,8 +101,19 @@ func Pending(session string) string { return pending[session] }
 // PendingMisses; a pending session that misses nothing is an error.
 func Check(s *Savings, verified bool) error {
 	var errs []error
-	if s.Total.Saved() < MinTotalSaved {
-		errs = append(errs, fmt.Errorf("total savings %.1f%% below the target %.0f%%", 100*s.Total.Saved(), 100*MinTotalSaved))
+	// The total target is for the sessions outside the pending list: a
+	// pending session's misses are PendingMisses'.
+	total := SessionResult{Name: "total", AnswersMatch: true}
+	for _, r := range s.Sessions {
+		if pending[r.Name] == "" {
+			addResult(&total, r)
+		}
+	}
+	if len(s.Sessions) == 0 {
+		total = s.Total
+	}
+	if total.Saved() < MinTotalSaved {
+		errs = append(errs, fmt.Errorf("total savings %.1f%% below the target %.0f%% (sessions outside the pending list)", 100*total.Saved(), 100*MinTotalSaved))
 	}
 	if n := s.Audit.Failures - pendingAudits(s); n > 0 {
 		errs = append(errs, fmt.Errorf("the rewrite audit failed %d times outside pending sessions (all: %s): the proxy forwarded those requests unchanged", n, s.Audit.reasons()))
@@ -176,6 +200,16 @@ func sessionMisses(r SessionResult, verified bool) []error {
 		if r.Proxy.Prompt > r.Naive.Prompt {
 			errs = append(errs, fmt.Errorf("stateless session %s: prompt tokens grew through the proxy, %d -> %d", r.Name, r.Naive.Prompt, r.Proxy.Prompt))
 		}
+	case r.Kind == KindJSON:
+		if r.ShareOfIdeal() < MinJSONShareOfIdeal {
+			errs = append(errs, fmt.Errorf("session %s: proxy reached %.1f%% of the ideal savings, target %.0f%%", r.Name, 100*r.ShareOfIdeal(), 100*MinJSONShareOfIdeal))
+		}
+	case r.Kind == KindToolResult:
+		// The ideal sends each repeated read as a reference in the proxy's
+		// format: a proxy above it paid more than a reference for one.
+		if r.Proxy.Prompt > r.Ideal.Prompt {
+			errs = append(errs, fmt.Errorf("session %s: the proxy sent %d prompt tokens, %d more than the ideal client, which sends each repeated tool result as a reference", r.Name, r.Proxy.Prompt, r.Proxy.Prompt-r.Ideal.Prompt))
+		}
 	case r.Kind == KindDedup:
 		if r.ShareOfIdeal() < MinShareOfIdeal {
 			errs = append(errs, fmt.Errorf("session %s: proxy reached %.1f%% of the ideal savings, target %.0f%%", r.Name, 100*r.ShareOfIdeal(), 100*MinShareOfIdeal))
@@ -200,7 +234,7 @@ func WriteSavingsTable(w io.Writer, s *Savings, verified bool) {
 	for _, r := range s.Sessions {
 		row(r, false)
 	}
-	for _, k := range []Kind{KindDedup, KindFlattened, KindTwoDoc, KindControl, KindStateless} {
+	for _, k := range []Kind{KindDedup, KindFlattened, KindTwoDoc, KindControl, KindStateless, KindJSON, KindToolResult} {
 		if r, ok := s.ByKind[k]; ok {
 			row(r, true)
 		}

@@ -31,6 +31,15 @@ const (
 	// turn): the proxy removes nothing, and must not add prompt tokens;
 	// rewrite.stable_prefix reorders them for the implicit cache.
 	KindStateless Kind = "stateless"
+	// KindJSON sessions send their turns as JSON texts whose string
+	// values hold the documents (issue 15): the proxy should replace the
+	// repeats inside the values; the ideal client is the guide's builder
+	// (SEED-BUILDER.md).
+	KindJSON Kind = "json"
+	// KindToolResult sessions return the same file from a tool more than
+	// once (issue 15): each repeated read must cost the proxy at most a
+	// reference.
+	KindToolResult Kind = "tool-result"
 )
 
 // Session is one scripted client conversation.

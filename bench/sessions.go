@@ -32,7 +32,8 @@ func Sessions() []*Session {
 		statelessSession(),
 	}
 	s = append(s, layoutSessions()...)
-	return append(s, twoDocSessions()...)
+	s = append(s, twoDocSessions()...)
+	return append(s, structuredSessions()...)
 }
 
 // ask mode: bufio/scan.go in a named fence, re-sent in every user turn.
@@ -390,39 +391,40 @@ func pinnedSession() *Session {
 }
 
 // control: function calling with thought signatures (Gemini 3). The
-// client re-reads the same file through a tool; function responses are
-// never rewritten.
+// client reads two files through a tool; signed function calls are never
+// rewritten, and tool results are replaced only when they repeat content
+// (issue 15; agent-read-file reads one file three times).
 func functionSession() *Session {
 	s := &Session{Name: "ctl-functions", Kind: KindControl, Model: "gemini-3-flash-preview",
-		Description: "control: function calling with thought signatures, the same file returned twice by a tool, 4 requests"}
+		Description: "control: function calling with thought signatures, two files returned by a tool, 4 requests"}
 	s.Config = &genai.GenerateContentConfig{Tools: []*genai.Tool{{FunctionDeclarations: []*genai.FunctionDeclaration{{
 		Name: "read_file", Description: "Reads a file of the workspace.",
 		Parameters: &genai.Schema{Type: genai.TypeObject, Properties: map[string]*genai.Schema{"path": {Type: genai.TypeString}}, Required: []string{"path"}},
 	}}}}}
-	list := Document("list.go")
+	list, ring := Document("list.go"), Document("ring.go")
 	var hist []*genai.Content
 	add := func(role string, parts ...*genai.Part) { hist = append(hist, &genai.Content{Role: role, Parts: parts}) }
 	turn := func(answer string) {
 		c := append([]*genai.Content(nil), hist...)
 		s.Turns = append(s.Turns, Turn{Naive: c, Ideal: c, Answer: answer})
 	}
-	call := func(sig string) *genai.Part {
-		return &genai.Part{FunctionCall: &genai.FunctionCall{Name: "read_file", Args: map[string]any{"path": "container/list/list.go"}}, ThoughtSignature: []byte(sig)}
+	call := func(path, sig string) *genai.Part {
+		return &genai.Part{FunctionCall: &genai.FunctionCall{Name: "read_file", Args: map[string]any{"path": path}}, ThoughtSignature: []byte(sig)}
 	}
-	resp := func() *genai.Part {
-		return &genai.Part{FunctionResponse: &genai.FunctionResponse{Name: "read_file", Response: map[string]any{"content": list}}}
+	resp := func(content string) *genai.Part {
+		return &genai.Part{FunctionResponse: &genai.FunctionResponse{Name: "read_file", Response: map[string]any{"content": content}}}
 	}
 	add(genai.RoleUser, &genai.Part{Text: "Open container/list/list.go and explain Remove."})
 	turn("I will read the file first.")
-	add(genai.RoleModel, call("signature-one-for-the-first-call"))
-	add(genai.RoleUser, resp())
+	add(genai.RoleModel, call("container/list/list.go", "signature-one-for-the-first-call"))
+	add(genai.RoleUser, resp(list))
 	turn("Remove unlinks the element if it belongs to the list and returns its value.")
 	add(genai.RoleModel, &genai.Part{Text: "Remove unlinks the element if it belongs to the list and returns its value."})
-	add(genai.RoleUser, &genai.Part{Text: "I changed nothing, but read it again and check InsertBefore."})
-	turn("Reading it again.")
-	add(genai.RoleModel, call("signature-two-for-the-second-call"))
-	add(genai.RoleUser, resp())
-	turn("InsertBefore returns nil when mark is not an element of the list.")
+	add(genai.RoleUser, &genai.Part{Text: "Now read container/ring/ring.go: does Link check membership as InsertBefore does?"})
+	turn("Reading ring.go.")
+	add(genai.RoleModel, call("container/ring/ring.go", "signature-two-for-the-second-call"))
+	add(genai.RoleUser, resp(ring))
+	turn("No: Link joins any two rings, while InsertBefore returns nil when mark is not an element of the list.")
 	return s
 }
 

@@ -15,6 +15,14 @@
 //     transcript, repeated images, streaming) reach the model
 //     deduplicated, with references that hash to the replaced text, and
 //     the client gets the same answers as without the proxy;
+//   - structured payloads (issue 15, editor_test.go): the editor session
+//     of the guide the product imitates, whose turns are JSON texts
+//     (ask, apply, discard, hand edit, undo over bufio/scan.go), and an
+//     agent that reads that file three times through a read_file tool;
+//     the client gets the same responses as without the proxy, and with
+//     structuredDedup set the upstream bytes shrink, each JSON text stays
+//     valid with its keys in order, and each repeated read is a
+//     reference;
 //   - the savings target of DESIGN §3, measured with the emulator's
 //     usageMetadata against an ideal stateful client;
 //   - the issue #8 figures (TestUpstreamStateFigures): bytes uploaded,
