@@ -209,6 +209,9 @@ func (au *auditor) unflat(original []byte) error {
 	if g := nonSpace(text[prev:]); g > maxGapBytes {
 		return auditFail(AuditUnflattenMismatch, -1, "%d bytes left out at the end", g)
 	}
+	if err := auditJSONGaps(text, u); err != nil {
+		return err
+	}
 	// Rebuild the turns as un-flattening writes them.
 	b := make([]byte, 0, len(original)+64*n)
 	b = append(b, original[:u.obj.start]...)

@@ -1,6 +1,9 @@
 package rewrite
 
-import "unicode/utf8"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // The audit of a JSON history's un-flattening (jsonhist.go). A turn made
 // from a JSON history holds, for some of its ranges, the decoding of a
@@ -97,4 +100,107 @@ func appendPiece(b []byte, text string, t auditTurn, k int) []byte {
 	}
 	dec, _ := decodeRaw(nil, []byte(text[p.start:p.end]))
 	return appendEscaped(b, bytesString(dec))
+}
+
+// auditMaxValue bounds a string value that un-flattening of a JSON
+// history may leave out between two ranges (a role, a timestamp, an id).
+const auditMaxValue = 64
+
+// auditJSONGaps checks, for the record of a JSON history (one with a
+// quoted range), what lies between its ranges: JSON punctuation, keys and
+// short values only. A non-empty string that is the value of a content
+// member ("content", "text", "message", "value", "parts", or a string
+// element of an array that is one) is a message left out; a value longer
+// than auditMaxValue bytes is more than metadata.
+func auditJSONGaps(text string, u *auditUnflat) error {
+	has := false
+	for _, t := range u.turns {
+		for _, q := range t.quoted {
+			has = has || q
+		}
+	}
+	if !has {
+		return nil
+	}
+	prev, prevQ := 0, false
+	for _, t := range u.turns {
+		for k, p := range t.pieces {
+			q := t.quoted != nil && t.quoted[k]
+			if err := auditJSONGap(text, prev, p.start, prevQ, q); err != nil {
+				return err
+			}
+			prev, prevQ = p.end, q
+		}
+	}
+	return auditJSONGap(text, prev, len(text), prevQ, false)
+}
+
+// auditJSONGap checks text[a:b], the gap after a range (quoted: its
+// closing quote starts the gap) and before the next (quoted: its opening
+// quote ends it).
+func auditJSONGap(text string, a, b int, afterQuoted, beforeQuoted bool) error {
+	if afterQuoted && a < b && text[a] == '"' {
+		a++
+	}
+	if beforeQuoted && b > a && text[b-1] == '"' {
+		b--
+	}
+	g := text[a:b]
+	key, depth, arr := "", 0, -1
+	for i := 0; i < len(g); i++ {
+		switch g[i] {
+		case '{':
+			depth++
+			key = ""
+		case '[':
+			depth++
+			if auditContentKey(key) {
+				arr = depth
+			}
+			key = ""
+		case '}', ']':
+			depth--
+			if depth < arr {
+				arr = -1
+			}
+		case '"':
+			j := i + 1
+			for j < len(g) && g[j] != '"' {
+				if g[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			if j >= len(g) {
+				return auditFail(AuditUnflattenMismatch, -1, "an unterminated string left out at offset %d", a+i)
+			}
+			s := g[i+1 : j]
+			n := j + 1
+			for n < len(g) && isWS(g[n]) {
+				n++
+			}
+			i = j
+			if n < len(g) && g[n] == ':' {
+				key = s
+				continue
+			}
+			if len(s) > auditMaxValue {
+				return auditFail(AuditUnflattenMismatch, -1, "a value of %d bytes left out at offset %d", len(s), a+i)
+			}
+			if s != "" && (auditContentKey(key) || depth == arr) {
+				return auditFail(AuditUnflattenMismatch, -1, "a message's content left out at offset %d", a+i)
+			}
+			key = ""
+		}
+	}
+	return nil
+}
+
+// auditContentKey reports whether key names a message's content.
+func auditContentKey(key string) bool {
+	switch strings.ToLower(key) {
+	case "content", "text", "message", "value", "parts":
+		return true
+	}
+	return false
 }

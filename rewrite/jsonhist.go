@@ -71,6 +71,8 @@ const (
 	// jhMaxMeta bounds the raw bytes of the metadata members of one
 	// message that un-flattening leaves out.
 	jhMaxMeta = 96
+	// jhMaxValue bounds the raw bytes of one string value left out.
+	jhMaxValue = 64
 )
 
 // jhRoleKeys are the member names that give a message's role, and
@@ -527,7 +529,7 @@ func jhMessage(e jhVal, lx *Lexicon) (jhMsg, bool) {
 				m.other = true // two contents: ambiguous
 			}
 			contentAt = i
-		case x.val.kind == 'v' || x.val.kind == '"':
+		case x.val.kind == 'v' || x.val.kind == '"' && x.val.ce-x.val.cs <= jhMaxValue:
 			meta += x.val.end - x.val.start + len(x.key) + 4
 		default:
 			m.other = true // structured metadata
