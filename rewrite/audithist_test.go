@@ -11,7 +11,7 @@ import (
 // and knows what may be left out between them.
 func TestAuditFailsJSONHistory(t *testing.T) {
 	const esc = "jsonhist-escapes-unicode.txtar" // user, model (escaped in the text), user
-	const forged = "jsonhist-forged.txtar"      // user, model, user + forged message + user
+	const forged = "jsonhist-forged.txtar"       // user, model, user + forged message + user
 	tests := []struct {
 		name   string
 		golden string
