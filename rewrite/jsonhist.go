@@ -52,9 +52,10 @@ package rewrite
 //     out is JSON punctuation, keys, role values and short metadata, at
 //     most maxGapBytes bytes besides white space between two pieces (the
 //     audit checks it, and decodes each quoted piece itself).
-//   - Cost. jsonHistMaybe is the early exit: a text that does not start
-//     with '[' or '{' and holds no role key costs one scan for '"'. A
-//     candidate is parsed once, at most jhMaxCandidates of them.
+//   - Cost. jsonHistMaybe is the early exit: a text without a role key
+//     followed by its colon (`"role":`) costs a search for colons (eight
+//     bytes at a time where they are dense). A candidate is parsed once,
+//     at most jhMaxCandidates of them.
 
 import (
 	"strings"
@@ -82,29 +83,72 @@ var (
 	jhContentKeys = []string{"content", "text", "message", "value", "parts"}
 )
 
-// jsonHistMaybe is the cheap early exit: it reports whether text starts
-// with '[' or '{' after white space or holds a role key ("role",
-// "author", …) as a JSON string.
+// jsonHistMaybe is the cheap early exit: it reports whether text holds a
+// role key ("role", "author", …) as a JSON member name followed by its
+// colon (`"role":`, as every common serialiser writes it), which every
+// message of a history has. It hops from colon to colon, and where
+// colons are dense (YAML, JSON) reads eight bytes at a time instead, so
+// that its cost stays a small fraction of a rewrite's whatever the text
+// (issue 15: a text without a history costs nothing measurable;
+// BenchmarkJSONHistoryNo).
 func jsonHistMaybe(text string) bool {
-	t := strings.TrimLeft(text, " \t\r\n")
-	if t != "" && (t[0] == '[' || t[0] == '{') {
-		return true
-	}
-	for i := 0; i < len(text); {
-		j := strings.IndexByte(text[i:], '"')
+	hits := 0
+	for i := 0; i < len(text); i++ {
+		j := strings.IndexByte(text[i:], ':')
 		if j < 0 {
 			return false
 		}
-		i += j + 1
-		if i < len(text) {
-			switch text[i] {
-			case 'r', 'a', 's', 'f':
-				for _, k := range jhRoleKeys {
-					if strings.HasPrefix(text[i:], k) && i+len(k) < len(text) && text[i+len(k)] == '"' {
-						return true
-					}
+		i += j
+		if i > 0 && text[i-1] == '"' && jhRoleKeyBefore(text, i-1) {
+			return true
+		}
+		// More than one colon in 64 bytes: words are cheaper.
+		if hits++; hits > 16+i>>6 {
+			return jhMaybeWords(text, i)
+		}
+	}
+	return false
+}
+
+// jhMaybeWords is jsonHistMaybe from offset from on, eight bytes at a
+// time.
+func jhMaybeWords(text string, from int) bool {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	i := from
+	for ; i+9 <= len(text); i += 8 {
+		q := jhLoad8(text, i) ^ (lo * '"')
+		c := jhLoad8(text, i+1) ^ (lo * ':')
+		// A zero byte in q marks a quote, in c a colon after it; the
+		// test may report bytes that are not, never misses one.
+		if (q-lo)&^q&hi&((c-lo)&^c) != 0 {
+			for j := i; j < i+8; j++ {
+				if text[j] == '"' && text[j+1] == ':' && jhRoleKeyBefore(text, j) {
+					return true
 				}
 			}
+		}
+	}
+	for ; i+1 < len(text); i++ {
+		if text[i] == '"' && text[i+1] == ':' && jhRoleKeyBefore(text, i) {
+			return true
+		}
+	}
+	return false
+}
+
+// jhLoad8 returns the eight bytes of s at i as a little-endian word.
+func jhLoad8(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// jhRoleKeyBefore reports whether a role key in quotes ends at text[q],
+// its closing quote.
+func jhRoleKeyBefore(text string, q int) bool {
+	for _, k := range jhRoleKeys {
+		if q >= len(k)+1 && text[q-len(k)-1] == '"' && strings.EqualFold(text[q-len(k):q], k) {
+			return true
 		}
 	}
 	return false
@@ -112,12 +156,12 @@ func jsonHistMaybe(text string) bool {
 
 // jhVal is a parsed JSON value: its kind ('"', '{', '[' or 'v' for a
 // number or literal), its raw range [start, end) in the text and, for a
-// string, the range of its contents and its decoding.
+// string, the range of its contents and, once needed, its decoding.
 type jhVal struct {
 	kind       byte
 	start, end int
 	cs, ce     int    // string contents, between the quotes
-	str        string // decoded string
+	str        string // decoded string, once jhText has decoded it
 	mem        []jhMem
 	elem       []jhVal
 }
@@ -127,8 +171,9 @@ type jhMem struct {
 	val jhVal
 }
 
-// jhParser parses one JSON value of a text. Strings must be valid: no
-// raw control byte, valid escapes, paired surrogates, valid UTF-8.
+// jhParser parses one JSON value of a text. Keys are decoded as they are
+// read; other strings are only delimited (jhText decodes and validates
+// those un-flattening uses).
 type jhParser struct {
 	t   string
 	pos int
@@ -172,6 +217,10 @@ func (p *jhParser) value(depth int) (jhVal, bool) {
 			if !ok {
 				return v, false
 			}
+			key, ok := jhText(p.t, k)
+			if !ok {
+				return v, false
+			}
 			p.ws()
 			if p.pos >= len(p.t) || p.t[p.pos] != ':' {
 				return v, false
@@ -181,7 +230,7 @@ func (p *jhParser) value(depth int) (jhVal, bool) {
 			if !ok {
 				return v, false
 			}
-			v.mem = append(v.mem, jhMem{k.str, x})
+			v.mem = append(v.mem, jhMem{key, x})
 			p.ws()
 			if p.pos >= len(p.t) {
 				return v, false
@@ -242,43 +291,47 @@ func (p *jhParser) value(depth int) (jhVal, bool) {
 	}
 }
 
-// str parses a string at p.pos (a '"').
+// str parses a string at p.pos (a '"'), without decoding it: only the
+// strings un-flattening uses are decoded (jhText), so that a large JSON
+// text that is no history costs a scan for quotes.
 func (p *jhParser) str() (jhVal, bool) {
 	t := p.t
 	v := jhVal{kind: '"', start: p.pos, cs: p.pos + 1}
 	i := p.pos + 1
-	esc := false
 	for {
-		if i >= len(t) {
+		j := strings.IndexByte(t[i:], '"')
+		if j < 0 {
 			return v, false
 		}
-		c := t[i]
-		if c == '"' {
-			break
+		i += j
+		k := i
+		for k > v.cs && t[k-1] == '\\' {
+			k--
 		}
-		if c < 0x20 {
-			return v, false
-		}
-		if c == '\\' {
-			esc = true
-			if i+1 >= len(t) {
-				return v, false
-			}
-			i += 2
-			continue
+		if (i-k)%2 == 0 {
+			break // not escaped
 		}
 		i++
 	}
 	v.ce, v.end = i, i+1
 	p.pos = v.end
+	return v, true
+}
+
+// jhText decodes the string v of text t; ok is false when its contents
+// are not a valid JSON string (a raw control byte, an invalid escape, an
+// unpaired surrogate, invalid UTF-8).
+func jhText(t string, v jhVal) (string, bool) {
 	raw := t[v.cs:v.ce]
-	if !esc {
-		v.str = raw
-		return v, utf8.ValidString(raw)
+	for i := 0; i < len(raw); i++ {
+		if raw[i] < 0x20 {
+			return "", false
+		}
 	}
-	s, ok := jhDecode(raw)
-	v.str = s
-	return v, ok
+	if strings.IndexByte(raw, '\\') < 0 {
+		return raw, utf8.ValidString(raw)
+	}
+	return jhDecode(raw)
 }
 
 // jhDecode decodes the contents of a JSON string, rejecting invalid
@@ -383,7 +436,7 @@ func jsonHistory(text string, lx *Lexicon, sideTaskHint bool, v Verifier) (turns
 			from = at + 1
 			continue
 		}
-		if msgs, before, after, isHist := jhMessages(val, lx); isHist {
+		if msgs, before, after, isHist := jhMessages(text, val, lx); isHist {
 			return jhBuild(text, lx, v, at, val.end, msgs, before, after)
 		}
 		from = val.end
@@ -460,7 +513,7 @@ type jhMsg struct {
 // an object whose only array member is one and whose other members are
 // scalars. before and after are the string members of such an object
 // around the history.
-func jhMessages(val jhVal, lx *Lexicon) (msgs []jhMsg, before, after []jhVal, ok bool) {
+func jhMessages(t string, val jhVal, lx *Lexicon) (msgs []jhMsg, before, after []jhVal, ok bool) {
 	arr := val
 	if val.kind == '{' {
 		found := -1
@@ -482,10 +535,14 @@ func jhMessages(val jhVal, lx *Lexicon) (msgs []jhMsg, before, after []jhVal, ok
 			if m.val.kind != '"' || m.val.ce == m.val.cs {
 				continue
 			}
+			x := m.val
+			if x.str, ok = jhText(t, x); !ok {
+				return nil, nil, nil, false
+			}
 			if i < found {
-				before = append(before, m.val)
+				before = append(before, x)
 			} else {
-				after = append(after, m.val)
+				after = append(after, x)
 			}
 		}
 		arr = val.mem[found].val
@@ -495,7 +552,7 @@ func jhMessages(val jhVal, lx *Lexicon) (msgs []jhMsg, before, after []jhVal, ok
 	}
 	users, models := 0, 0
 	for _, e := range arr.elem {
-		m, ok := jhMessage(e, lx)
+		m, ok := jhMessage(t, e, lx)
 		if !ok {
 			return nil, nil, nil, false
 		}
@@ -514,7 +571,7 @@ func jhMessages(val jhVal, lx *Lexicon) (msgs []jhMsg, before, after []jhVal, ok
 
 // jhMessage classifies one element of a history; ok is false when it is
 // not a message at all (not an object, or without a role member).
-func jhMessage(e jhVal, lx *Lexicon) (jhMsg, bool) {
+func jhMessage(t string, e jhVal, lx *Lexicon) (jhMsg, bool) {
 	m := jhMsg{obj: e}
 	if e.kind != '{' {
 		return m, false
@@ -538,7 +595,11 @@ func jhMessage(e jhVal, lx *Lexicon) (jhMsg, bool) {
 	if roleAt < 0 {
 		return m, false
 	}
-	_, k := lx.kind(strings.TrimSpace(e.mem[roleAt].val.str))
+	role, ok := jhText(t, e.mem[roleAt].val)
+	if !ok {
+		return m, false
+	}
+	_, k := lx.kind(strings.TrimSpace(role))
 	switch k {
 	case lexUser:
 		m.role = frUser
@@ -562,7 +623,7 @@ func jhMessage(e jhVal, lx *Lexicon) (jhMsg, bool) {
 				m.parts = append(m.parts, p)
 				continue
 			case '{':
-				if s, ok := jhTextPart(p); ok {
+				if s, ok := jhTextPart(t, p); ok {
 					m.parts = append(m.parts, s)
 					continue
 				}
@@ -575,25 +636,35 @@ func jhMessage(e jhVal, lx *Lexicon) (jhMsg, bool) {
 	if m.role == frModel && len(m.parts) != 1 {
 		m.other = true // a model turn is one served string
 	}
+	for i := range m.parts {
+		str, ok := jhText(t, m.parts[i])
+		if !ok {
+			m.other = true // a string that does not decode: kept verbatim
+			break
+		}
+		m.parts[i].str = str
+	}
 	return m, true
 }
 
 // jhTextPart returns the text of a part object {"text": "…"} with at most
 // a "type": "text" member besides.
-func jhTextPart(p jhVal) (jhVal, bool) {
+func jhTextPart(t string, p jhVal) (jhVal, bool) {
 	var s jhVal
 	found := false
 	for _, x := range p.mem {
 		switch {
 		case x.key == "text" && x.val.kind == '"' && !found:
 			s, found = x.val, true
-		case x.key == "type" && x.val.kind == '"' && (x.val.str == "text" || x.val.str == "input_text" || x.val.str == "output_text"):
+		case x.key == "type" && x.val.kind == '"' && jhTypeText(t[x.val.cs:x.val.ce]):
 		default:
 			return s, false
 		}
 	}
 	return s, found
 }
+
+func jhTypeText(s string) bool { return s == "text" || s == "input_text" || s == "output_text" }
 
 func jhIs(key string, set []string) bool {
 	for _, k := range set {

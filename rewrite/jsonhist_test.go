@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -139,5 +140,94 @@ func checkJSONHistRequest(t *testing.T, text string, v Verifier, wantTurns int) 
 	again, rep2, err := Request(out, DefaultOptions(), v)
 	if err != nil || string(again) != string(out) || rep2.Changed() {
 		t.Fatalf("not idempotent: %v\nonce:  %s\ntwice: %s", err, out, again)
+	}
+}
+
+func TestJSONHistMaybe(t *testing.T) {
+	for text, want := range map[string]bool{
+		"plain prose":                           false,
+		`she said "hello" and left`:             false,
+		`  [1, 2]`:                              false,
+		"\n{\"a\":1}":                           false,
+		`History: [{"role":"user"}]`:            true,
+		`see {"Author": "x"}`:                   true,
+		`the "roles": are`:                      false,
+		`"role`:                                 false,
+		`role":`:                                false,
+		`"role":`:                               true,
+		`xxxxxxx"from":`:                        true,
+		`xxxxxxxx"from":`:                       true,
+		`xxxxxxxxx"sender":`:                    true,
+		flatProse(4 << 10):                      false,
+		sourceFile(200, -1):                     false,
+		"Here is my file:\n```go\nx\n```\nWhy?": false,
+	} {
+		if got := jsonHistMaybe(text); got != want {
+			t.Errorf("jsonHistMaybe(%.40q) = %v, want %v", text, got, want)
+		}
+	}
+	// Every offset of the eight-byte loop and of the tail, after colons
+	// dense enough to switch to it.
+	for pad := range 20 {
+		dense := strings.Repeat("a: b\n", 40+pad)
+		for _, k := range jhRoleKeys {
+			text := dense + strings.Repeat("x", pad) + `"` + k + `":` + strings.Repeat("y", pad%3)
+			if !jsonHistMaybe(text) {
+				t.Errorf("jsonHistMaybe(%q) = false", text)
+			}
+			if jsonHistMaybe(strings.Replace(text, `":`, `"x`, 1)) {
+				t.Errorf("jsonHistMaybe(%q without its colon) = true", text)
+			}
+		}
+	}
+	for pad := range 20 {
+		for _, k := range jhRoleKeys {
+			text := strings.Repeat("x", pad) + `"` + k + `":` + strings.Repeat("y", pad%3)
+			if !jsonHistMaybe(text) {
+				t.Errorf("jsonHistMaybe(%q) = false", text)
+			}
+			if jsonHistMaybe(strings.Replace(text, `":`, `"x`, 1)) {
+				t.Errorf("jsonHistMaybe(%q without its colon) = true", text)
+			}
+		}
+	}
+}
+
+// BenchmarkJSONHistoryNo measures the cost of the JSON-history check on
+// texts that hold no history (1 MB of prose with quotes and tags, 1 MB of
+// quote-heavy Go source, the same source in an editor's JSON text as
+// issue 15 describes, 1 MB of YAML whose colons are dense), against the labelled-transcript check of the same
+// text and the whole rewrite of a request whose one turn is that text, in
+// the same iterations: json/text and json/request are the ratios.
+func BenchmarkJSONHistoryNo(b *testing.B) {
+	served := servedSet{hello}
+	lx := DefaultLexicon()
+	editor, _ := json.Marshal(map[string]any{"mode": "ask", "prompt": "What does handle13 do?", "currentSource": sourceFile(1<<20/42, -1)})
+	yaml := strings.Repeat("service:\n  name: shop-api\n  \"port\": 8443\n  replicas: 2\n", 1<<20/56)
+	for name, text := range map[string]string{"prose-1MB": flatProse(1 << 20), "go-source-1MB": sourceFile(1<<20/42, -1), "editor-json-1MB": string(editor), "yaml-1MB": yaml} {
+		b.Run(name, func(b *testing.B) {
+			if _, _, _, ok := jsonHistory(text, lx, false, served); ok {
+				b.Fatal("un-flattened")
+			}
+			body, _ := json.Marshal(map[string]any{"contents": []any{map[string]any{"role": "user", "parts": []any{map[string]any{"text": text}}}}})
+			opts := DefaultOptions()
+			b.SetBytes(int64(len(text)))
+			var jt, tt, rt time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				jsonHistory(text, lx, false, served)
+				t1 := time.Now()
+				unflatten(text, lx, false, served)
+				t2 := time.Now()
+				if _, _, err := Request(body, opts, served); err != nil {
+					b.Fatal(err)
+				}
+				jt += t1.Sub(t0)
+				tt += t2.Sub(t1)
+				rt += time.Since(t2)
+			}
+			b.ReportMetric(jt.Seconds()/tt.Seconds(), "json/text")
+			b.ReportMetric(jt.Seconds()/rt.Seconds(), "json/request")
+		})
 	}
 }
