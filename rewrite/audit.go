@@ -25,6 +25,9 @@ import (
 //     text, and what lies between them (labels, white space) holds at most
 //     maxGapBytes bytes besides white space; a promoted model turn is one
 //     range of the original, byte for byte, and nothing in it is replaced;
+//     for a JSON history a range may instead be the contents of a JSON
+//     string, decoded by the audit's own decoder, with no message content
+//     left out between ranges (audithist.go);
 //   - each reference names the SHA-256 of the exact bytes it replaced,
 //     hashed once per distinct content;
 //   - the full copy an unchanged or image reference points to stays in the
