@@ -18,20 +18,23 @@ package rewrite
 //     optional trailing text (the new question). The value starts at the
 //     start of a line or after a colon on its line ("History: [..."),
 //     outside a code fence or document tag, and is an array of message
-//     objects or an object whose only array member is one (`{"history":
-//     […]}`, `{"messages": […], "question": "…"}`). Every element is an
-//     object with a role member ("role", "author", "speaker", "from",
-//     "sender") whose string value is a lexicon word: user, human,
-//     customer …; assistant, model, ai, bot, gpt …; system. At least one
-//     user and one model message, and the text ends on a user message or a
+//     objects or an object whose only array member is one and whose other
+//     members are scalars (`{"history": […]}`, `{"messages": […],
+//     "question": "…"}`). Every element is an object with a role member
+//     ("role", "author", "speaker", "from", "sender"; its colon right
+//     after the key, as serialisers write it) whose string value is a
+//     lexicon word: user, human, customer …; assistant, model, ai, bot,
+//     gpt …; system. At least one user and one model message, and the
+//     text ends on a user message, a string member after the history or a
 //     trailing text.
 //   - Content. A message's content is the string of its "content", "text",
 //     "message", "value" or "parts" member, or the strings of a list of
 //     parts (`[{"type":"text","text":"…"}]`, `[{"text":"…"}]`). Other
 //     members of a message ("timestamp", "id", "name") are metadata: short
 //     scalars are left out like a label; a message with a longer or
-//     structured one, with two content members or with a part that is not
-//     text stays in the user text verbatim, JSON and all.
+//     structured one, with two content members, with a part that is not
+//     text or with a string that is not valid JSON (a raw control byte, a
+//     lone surrogate) stays in the user text verbatim, JSON and all.
 //   - Trust. A model message becomes a model turn only when its content,
 //     decoded from its JSON string, is a response the Verifier says this
 //     proxy served to the same tenant (after a trailing truncation marker
