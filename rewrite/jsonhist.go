@@ -427,9 +427,10 @@ func jsonHistory(text string, lx *Lexicon, sideTaskHint bool, v Verifier) (turns
 	if lx == nil {
 		lx = DefaultLexicon()
 	}
+	cands := jhCands{t: text, lx: lx}
 	from := 0
 	for range jhMaxCandidates {
-		at := jhCandidate(text, from)
+		at := cands.next(from)
 		if at < 0 {
 			return nil, nil, nil, false
 		}
@@ -447,11 +448,26 @@ func jsonHistory(text string, lx *Lexicon, sideTaskHint bool, v Verifier) (turns
 	return nil, nil, nil, false
 }
 
-// jhCandidate returns the offset of the first '[' or '{' at or after from
-// that may start a history: at the start of a line or after a colon on
-// its line, followed by '{' or '"', outside a code fence and a document
-// tag; -1 when there is none.
-func jhCandidate(t string, from int) int {
+// jhCands finds the candidates of a text, in order. It keeps how many
+// fence lines and open document tags the lines before its position hold,
+// so that each line is read once however many candidates follow it.
+type jhCands struct {
+	t      string
+	lx     *Lexicon
+	done   int // t[:done], whole lines, is counted
+	fences int // fence lines in t[:done]
+	open   int // document tags opened and not closed in t[:done]
+	// ls, lpos and lopen count the line that starts at ls up to lpos: a
+	// long line with many candidates is read once too.
+	ls, lpos, lopen int
+}
+
+// next returns the offset of the first '[' or '{' at or after from that
+// may start a history: at the start of a line or after a colon on its
+// line, followed by '{' or '"', outside a code fence and a document tag;
+// -1 when there is none.
+func (c *jhCands) next(from int) int {
+	t := c.t
 	for i := from; i < len(t); i++ {
 		j := strings.IndexAny(t[i:], "[{")
 		if j < 0 {
@@ -472,7 +488,7 @@ func jhCandidate(t string, from int) int {
 		if n >= len(t) || (t[i] == '[' && t[n] != '{') || (t[i] == '{' && t[n] != '"') {
 			continue
 		}
-		if jhQuotedAt(t[:i]) {
+		if c.quoted(i) {
 			continue
 		}
 		return i
@@ -480,28 +496,63 @@ func jhCandidate(t string, from int) int {
 	return -1
 }
 
-// jhQuotedAt reports whether the end of pre lies inside a code fence (an
-// odd number of fence lines before it) or an open document tag.
-func jhQuotedAt(pre string) bool {
-	fences := 0
-	for line := range strings.Lines(pre) {
+// quoted reports whether offset i lies inside a code fence (an odd number
+// of fence lines before its line) or an open document tag.
+func (c *jhCands) quoted(i int) bool {
+	// Candidates come in order: only what follows the last one is
+	// searched for the start of i's line.
+	ls := c.ls
+	if k := strings.LastIndexByte(c.t[c.lpos:i], '\n'); k >= 0 {
+		ls = c.lpos + k + 1
+	}
+	for c.done < ls {
+		e := c.done + strings.IndexByte(c.t[c.done:ls], '\n') + 1
+		line := c.t[c.done:e]
 		if _, _, ok := flatFence(strings.TrimRight(line, "\r\n")); ok {
-			fences++
+			c.fences++
 		}
+		c.open = max(0, c.open+c.tags(line))
+		c.done = e
 	}
-	if fences%2 == 1 {
-		return true
+	if c.ls != ls {
+		c.ls, c.lpos, c.lopen = ls, ls, 0
 	}
-	low := strings.ToLower(pre)
-	for _, tag := range []string{"file", "document", "source", "context", "example", "examples", "code", "pre", "quote", "blockquote", "email", "article", "snippet", "attachment"} {
-		if o := strings.LastIndex(low, "<"+tag); o >= 0 {
-			e := o + 1 + len(tag)
-			if e < len(low) && (low[e] == '>' || low[e] == ' ' || low[e] == '\n') && strings.LastIndex(low, "</"+tag) < o {
-				return true
+	// i is a '[' or '{', never inside a tag's name, so the line can be
+	// counted in pieces.
+	c.lopen += c.tags(c.t[c.lpos:i])
+	c.lpos = i
+	return c.fences%2 == 1 || c.open+c.lopen > 0
+}
+
+// tags returns the document tags (Lexicon.docTags) that s opens minus
+// those it closes.
+func (c *jhCands) tags(s string) int {
+	d := 0
+	for i := 0; ; {
+		j := strings.IndexByte(s[i:], '<')
+		if j < 0 {
+			return d
+		}
+		i += j + 1
+		closing := i < len(s) && s[i] == '/'
+		if closing {
+			i++
+		}
+		k := i
+		for k < len(s) && k-i < 24 && (isASCIILetter(s[k]) || s[k] == '_') {
+			k++
+		}
+		if k == i || k == len(s) || (s[k] != '>' && s[k] != ' ' && s[k] != '\t' && s[k] != '\r' && s[k] != '\n') {
+			continue
+		}
+		if c.lx.docTags[strings.ToLower(s[i:k])] {
+			if closing {
+				d--
+			} else {
+				d++
 			}
 		}
 	}
-	return false
 }
 
 // jhMsg is one message of a history.

@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -229,5 +230,40 @@ func BenchmarkJSONHistoryNo(b *testing.B) {
 			b.ReportMetric(jt.Seconds()/tt.Seconds(), "json/text")
 			b.ReportMetric(jt.Seconds()/rt.Seconds(), "json/request")
 		})
+	}
+}
+
+// TestJSONHistoryLarge runs inputs built to provoke quadratic scans (many
+// candidates inside a fence or a document tag, on many lines or on one
+// long line, candidates that fail to parse, deep nesting); each must
+// finish and leave the text alone, and a 200 KB history is un-flattened.
+func TestJSONHistoryLarge(t *testing.T) {
+	const mb = 1 << 20
+	msg := `{"role":"user","content":"hi"}`
+	for name, text := range map[string]string{
+		"fenced lines":          "```json\n" + strings.Repeat(msg+"\n", mb/32) + "```\nWhat is wrong?",
+		"tagged lines":          "<file path=\"log.jsonl\">\n" + strings.Repeat(msg+"\n", mb/32) + "</file>\nWhat is wrong?",
+		"tagged one line":       "<file>\n" + strings.Repeat(`"x": {"role":"user"}, `, mb/22),
+		"unparsable candidates": strings.Repeat("[{\"role\":\n", mb/11),
+		"deep nesting":          strings.Repeat(`[{"role":`, mb/9),
+		"role keys in prose":    strings.Repeat(`she wrote "role": twice; `, mb/25),
+		"one message objects":   strings.Repeat(msg+"\n", mb/32),
+	} {
+		if _, _, _, ok := jsonHistory(text, DefaultLexicon(), false, servedSet{hello}); ok {
+			t.Errorf("jsonHistory(%s) ok = true, want false", name)
+		}
+	}
+	var msgs []map[string]string
+	served := exactSet{}
+	for i := 0; len(msgs) < 2000; i++ {
+		a := fmt.Sprintf("Answer %d: goroutines are cheap; channels synchronise them. %s", i, strings.Repeat("More detail follows. ", 4))
+		served[strings.Join(strings.Fields(a), " ")] = true
+		msgs = append(msgs, map[string]string{"role": "user", "content": fmt.Sprintf("question %d?", i)}, map[string]string{"role": "assistant", "content": a})
+	}
+	msgs = append(msgs, map[string]string{"role": "user", "content": "and mutexes?"})
+	b, _ := json.Marshal(msgs)
+	turns, _, _, ok := jsonHistory(string(b), DefaultLexicon(), false, served)
+	if !ok || len(turns) != len(msgs) {
+		t.Fatalf("jsonHistory(%d KB history) = %d turns, %v; want %d", len(b)>>10, len(turns), ok, len(msgs))
 	}
 }
