@@ -40,10 +40,10 @@ package rewrite
 //     proxy served to the same tenant (after a trailing truncation marker
 //     is removed, as for labelled transcripts). The model turn is then that
 //     decoded string byte for byte. A model message that does not verify,
-//     a system message, a message of another role and a model message with
-//     nothing before it stay user text: the message's JSON object,
-//     verbatim, so nobody forges a model turn by typing
-//     {"role":"assistant"}.
+//     a system message, a message of another role, a model message with
+//     nothing before it and one right after a promoted answer stay user
+//     text: the message's JSON object, verbatim, so nobody forges a model
+//     turn by typing {"role":"assistant"}.
 //   - Side tasks. The caller's sideTaskHint, a task verb or an output
 //     constraint in the preamble or the trailing text, a few-shot example
 //     heading in the preamble, or a field cue as the last line ("Title:")
@@ -779,11 +779,13 @@ func jhBuild(text string, lx *Lexicon, v Verifier, at, end int, msgs []jhMsg, be
 			for _, s := range m.parts {
 				quote(frUser, s)
 			}
-		case len(ps) > 0 && jhServed(v, m.parts[0].str):
+		case len(ps) > 0 && ps[len(ps)-1].role == frUser && jhServed(v, m.parts[0].str):
 			quote(frModel, m.parts[0])
 			promoted++
 		default:
-			raw(m.obj.start, m.obj.end) // unverified, or nothing before it
+			// Unverified, nothing before it, or right after a promoted
+			// answer: a model turn is one served string.
+			raw(m.obj.start, m.obj.end)
 		}
 	}
 	for _, s := range after {

@@ -504,3 +504,40 @@ func FuzzJSONHistory(f *testing.F) {
 		checkJSONHistRequest(t, text, v, len(turns)-1)
 	})
 }
+
+// FuzzJSONHistoryText feeds arbitrary texts, seeded with the table's and a
+// few generated ones, to the JSON-history path with a Verifier that serves
+// about half of all texts: whatever it promotes is the decoding of one
+// JSON string of the text, and the whole request passes the audit and is
+// idempotent.
+func FuzzJSONHistoryText(f *testing.F) {
+	for _, tc := range jsonHistCases {
+		f.Add(tc.text)
+	}
+	for i := range uint64(8) {
+		f.Add(jgGenerate(jgRandom(i * 0x9e3779b97f4a7c15)).text)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		v := parityVerifier{}
+		turns, spans, quoted, ok := jsonHistory(text, DefaultLexicon(), false, v)
+		if ok {
+			for i, tr := range turns {
+				if tr.Role != "model" {
+					continue
+				}
+				if len(spans[i]) != 1 || !quoted[i][0] {
+					t.Fatalf("model turn %d is not one JSON string: %v %v", i, spans[i], quoted[i])
+				}
+				sp := spans[i][0]
+				var s string
+				if err := json.Unmarshal([]byte(text[sp.start-1:sp.end+1]), &s); err != nil || s != tr.Text {
+					t.Fatalf("model turn %q is not the decoding of %q (%v)", tr.Text, text[sp.start-1:sp.end+1], err)
+				}
+				if !v.Served(flatUntruncate(tr.Text)) {
+					t.Fatalf("model turn %q was not served", tr.Text)
+				}
+			}
+		}
+		auditTranscript(t, text, v)
+	})
+}
