@@ -32,6 +32,7 @@ func Sessions() []*Session {
 		statelessSession(),
 	}
 	s = append(s, layoutSessions()...)
+	s = append(s, jsonHistSession())
 	s = append(s, twoDocSessions()...)
 	return append(s, structuredSessions()...)
 }

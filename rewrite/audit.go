@@ -25,6 +25,9 @@ import (
 //     text, and what lies between them (labels, white space) holds at most
 //     maxGapBytes bytes besides white space; a promoted model turn is one
 //     range of the original, byte for byte, and nothing in it is replaced;
+//     for a JSON history a range may instead be the contents of a JSON
+//     string, decoded by the audit's own decoder, with no message content
+//     left out between ranges (audithist.go);
 //   - each reference names the SHA-256 of the exact bytes it replaced,
 //     hashed once per distinct content;
 //   - the full copy an unchanged or image reference points to stays in the
@@ -190,9 +193,15 @@ func (au *auditor) unflat(original []byte) error {
 		if t.model && len(t.pieces) != 1 {
 			return auditFail(AuditServedAnswerAltered, -1, "model turn %d joins %d ranges", i, len(t.pieces))
 		}
-		for _, p := range t.pieces {
+		if t.quoted != nil && len(t.quoted) != len(t.pieces) {
+			return auditFail(AuditStructure, -1, "turn %d: %d quoted flags for %d ranges", i, len(t.quoted), len(t.pieces))
+		}
+		for k, p := range t.pieces {
 			if p.start < prev || p.end <= p.start || p.end > len(text) {
 				return auditFail(AuditUnflattenMismatch, -1, "turn %d: range %d..%d out of order", i, p.start, p.end)
+			}
+			if err := auditQuoted(text, t, k, i); err != nil {
+				return err
 			}
 			if g := nonSpace(text[prev:p.start]); g > maxGapBytes {
 				return auditFail(AuditUnflattenMismatch, -1, "%d bytes left out before offset %d", g, p.start)
@@ -202,6 +211,9 @@ func (au *auditor) unflat(original []byte) error {
 	}
 	if g := nonSpace(text[prev:]); g > maxGapBytes {
 		return auditFail(AuditUnflattenMismatch, -1, "%d bytes left out at the end", g)
+	}
+	if err := auditJSONGaps(text, u); err != nil {
+		return err
 	}
 	// Rebuild the turns as un-flattening writes them.
 	b := make([]byte, 0, len(original)+64*n)
@@ -222,12 +234,12 @@ func (au *auditor) unflat(original []byte) error {
 		us := &au.ufTurns[i]
 		us.model, us.str.start = t.model, len(b)
 		us.pieces = make([]span, len(t.pieces))
-		for k, p := range t.pieces {
+		for k := range t.pieces {
 			if k > 0 {
 				b = append(b, `\n\n`...)
 			}
 			s := len(b)
-			b = appendEscaped(b, text[p.start:p.end])
+			b = appendPiece(b, text, t, k)
 			us.pieces[k] = span{s, len(b)}
 		}
 		us.str.end = len(b)

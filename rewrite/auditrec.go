@@ -66,6 +66,10 @@ type auditUnflat struct {
 type auditTurn struct {
 	model  bool
 	pieces []flatSpan
+	// quoted[k] reports that pieces[k] is the contents of a JSON string
+	// in the text (a JSON history, jsonhist.go) and the turn holds its
+	// decoding; nil when no piece is.
+	quoted []bool
 }
 
 // auditCuts records reps, the final replacements in request order.

@@ -142,6 +142,16 @@
 // byte for byte, with the answer's own trailing white space when the
 // Verifier is a TrailVerifier. Blocks are then segmented turn by turn.
 //
+// A history serialised as JSON inside that text (a list of
+// {"role": …, "content": …} objects, {"history": […]}, author/text,
+// from/value, role/parts; jsonhist.go gives the rules) is un-flattened the
+// same way, tried first: a model message is promoted only when its
+// content, decoded from its JSON string, was served to the tenant, and the
+// model turn is then that decoded string byte for byte; user messages
+// become their decoded content, the preamble and the text after the JSON
+// stay in place, and a message that is unverified, a system message or
+// not plain text stays user text as its JSON object, verbatim.
+//
 // # Guarantees
 //
 // Request is idempotent (rewriting its output changes nothing) and
@@ -170,7 +180,12 @@
 // a run of lines nor a coalesced span), not in the newest user turn, not
 // across the boundary of two transcript turns, and its newer version is in
 // the output in full; a promoted model turn is one range of the
-// transcript, byte for byte, with nothing in it replaced. A failure is an
+// transcript, byte for byte, with nothing in it replaced. For a JSON
+// history (audithist.go) a range may be the contents of a JSON string of
+// the text, which the audit checks is one and decodes itself, and what is
+// left out between two ranges holds no message content and no value over
+// 64 bytes: a promoted model turn is then the decoding of one JSON string,
+// byte for byte. A failure is an
 // *AuditError whose Reason is one of AuditReasons. Every golden output and
 // every rewrite of the fuzz targets is audited.
 package rewrite

@@ -26,13 +26,21 @@ func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]b
 	if p.esc {
 		text = unescape(raw)
 	}
-	turns, spans, ok := unflattenSpans(text, opts.Lexicon, sideTaskHint(body, req), v)
+	hint := sideTaskHint(body, req)
+	// A history serialised as JSON (jsonhist.go) comes first.
+	turns, spans, quoted, ok := jsonHistory(text, opts.Lexicon, hint, v)
+	if !ok {
+		turns, spans, ok = unflattenSpans(text, opts.Lexicon, hint, v)
+	}
 	if !ok || len(turns) < 3 || turns[len(turns)-1].Role != "user" {
 		return nil, 0, nil
 	}
 	rec := &auditUnflat{obj: c.obj, str: p.str, esc: p.esc, turns: make([]auditTurn, len(turns))}
 	for i, t := range turns {
 		rec.turns[i] = auditTurn{model: t.Role == "model", pieces: spans[i]}
+		if quoted != nil {
+			rec.turns[i].quoted = quoted[i]
+		}
 	}
 	out := make([]byte, 0, len(body)+64*len(turns))
 	out = append(out, body[:c.obj.start]...)
