@@ -47,6 +47,9 @@ type part struct {
 	// media: the part holds inline or file data, whose tokens do not
 	// follow from its bytes.
 	media bool
+	// fr is the functionResponse value of a part with no other member
+	// (a tool result, jsontext.go); zero otherwise.
+	fr span
 }
 
 // content is one element of contents as located by scan.
@@ -875,6 +878,14 @@ func (s *scanner) part() (part, error) {
 		case "fileData", "file_data":
 			p.media = true
 			others++
+		case "functionResponse", "function_response":
+			others++
+			start := s.pos
+			if err := s.value(5); err != nil {
+				return err
+			}
+			p.fr = span{start, s.pos}
+			return nil
 		default:
 			// Any other member (thoughtSignature, functionCall, fileData,
 			// videoMetadata, fields from next year's API …) freezes the
@@ -884,6 +895,11 @@ func (s *scanner) part() (part, error) {
 		return s.value(5)
 	})
 	p.obj.end = s.pos
+	if others != 1 || texts+inlines > 0 || p.fr.end-p.fr.start < 2 {
+		p.fr = span{}
+	} else if s.small > 0 && p.fr.end-p.fr.start >= s.small {
+		s.eager = true // a tool result that may hold a long value
+	}
 	switch {
 	case others > 0 || texts+inlines != 1:
 		p.kind = partOther

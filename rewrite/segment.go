@@ -18,6 +18,8 @@ const (
 	kindTabs                    // open-tab list (secondary)
 	kindRun                     // unwrapped lines repeating an earlier turn
 	kindImage                   // a whole inlineData part
+	kindValue                   // a whole string value of a JSON text (jsontext.go)
+	kindTool                    // a whole string value of a tool result (jsontext.go)
 )
 
 func (k blockKind) secondary() bool { return k == kindTree || k == kindTabs }
