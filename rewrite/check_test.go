@@ -165,7 +165,7 @@ func checkInvariants(in, out []byte, rep *Report, opts Options, v Verifier) erro
 				}
 				continue
 			}
-			if src := reps[0].Source; src == SourceJSONText || src == SourceToolResult {
+			if src := subSource(reps); src != "" {
 				if err := checkSubPart(ci.Parts[j], co.Parts[j], src, reps); err != nil {
 					return fmt.Errorf("turn %d part %d: %v", i, j, err)
 				}

@@ -37,7 +37,9 @@ func FuzzJSONSession(f *testing.F) {
 			return strings.TrimSuffix(buf.String(), "\n")
 		}
 		var contents []any
-		turn := func(role string, parts ...any) { contents = append(contents, map[string]any{"role": role, "parts": parts}) }
+		turn := func(role string, parts ...any) {
+			contents = append(contents, map[string]any{"role": role, "parts": parts})
+		}
 		for i := range 6 {
 			s := a
 			if pat>>i&1 == 1 {

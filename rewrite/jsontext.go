@@ -302,7 +302,7 @@ func subRef(tp *textPart, ref string, refEsc bool) (string, bool) {
 func (e *engine) hasSubTexts(c *content) bool {
 	for pi := range c.parts {
 		p := &c.parts[pi]
-		if p.fr.end > 0 || p.kind == partText && jsonText(p.dec.text, max(e.opts.MinBlockBytes, 1)) {
+		if p.fr.end > 0 || p.kind == partText && (jsonText(p.dec.text, max(e.opts.MinBlockBytes, 1)) || mayHoldJSONFence(p.dec.text)) {
 			return true
 		}
 	}
@@ -473,4 +473,86 @@ func (e *engine) subSizes(reps []*occ) (text, other int) {
 		other -= offs[1] - offs[0] - refLen
 	}
 	return text, other
+}
+
+// mayHoldJSONFence reports whether text may hold a fenced JSON block.
+func mayHoldJSONFence(text string) bool {
+	return strings.Contains(text, "```json") || strings.Contains(text, "~~~json")
+}
+
+// hasBox reports whether a block of tp is a box.
+func hasBox(tp *textPart) bool {
+	for _, b := range tp.blocks {
+		if b.box {
+			return true
+		}
+	}
+	return false
+}
+
+// jsonFence reports whether block b of text is a fence whose info string
+// is "json" (a file name may follow).
+func jsonFence(text string, b block) bool {
+	if b.kind != kindFence || b.name != "" && !strings.HasSuffix(strings.ToLower(b.name), ".json") || b.cstart == 0 || b.blob || b.shell {
+		return false
+	}
+	open := text[:b.cstart-1]
+	open = strings.TrimSpace(open[strings.LastIndexByte(open, '\n')+1:])
+	info := strings.TrimLeft(open, "`~")
+	if len(open)-len(info) < 3 {
+		return false
+	}
+	f, _ := nextField(strings.TrimSpace(info))
+	return strings.EqualFold(f, "json")
+}
+
+// addFenceTexts makes each fenced JSON block of the text part last added
+// to e.parts that holds a string value worth analysing a box, and appends
+// the sub-texts of its values.
+func (e *engine) addFenceTexts(sr *segReuse, nb *int, maxBlocks int) error {
+	k := len(e.parts) - 1
+	tp := &e.parts[k]
+	if !mayHoldJSONFence(tp.text) {
+		return nil
+	}
+	minBytes := max(e.opts.MinBlockBytes, 1)
+	b := unsafe.Slice(unsafe.StringData(tp.text), len(tp.text))
+	for j := range tp.blocks {
+		bl := &tp.blocks[j]
+		if !jsonFence(tp.text, *bl) || bl.cend-bl.cstart < minBytes {
+			continue
+		}
+		strs, ok := jsonStrings(b, bl.cstart, bl.cend, minBytes, nil)
+		if !ok || len(strs) == 0 {
+			continue
+		}
+		vals, decs, ok := decodeValues(b, strs, span{bl.cstart, bl.cend}, SourceJSONText, minBytes)
+		if !ok || len(vals) == 0 {
+			continue
+		}
+		bl.box = true
+		turn, part, p, marks := tp.turn, tp.part, tp.p, tp.marks
+		for i := range vals {
+			v, d := &vals[i], &decs[i]
+			ls := lines{text: d.text, nl: d.nl}
+			st := e.st
+			off := len(st.blocks)
+			sr.left = maxBlocks - *nb
+			sr.segment(st, ls, e.opts.DocumentTags)
+			if len(st.blocks) == off && len(d.text) >= e.opts.MinBlockBytes && docValue(d.text, v.key) {
+				st.blocks = append(st.blocks, valueBlock(d.text, kindValue, v.name))
+			}
+			for len(st.copyOf) < len(st.blocks) {
+				st.copyOf = append(st.copyOf, -1)
+			}
+			sub := textPart{turn: turn, part: part, p: p, text: d.text, marks: marks, lines: ls, blockOff: off, val: v,
+				blocks: st.blocks[off:len(st.blocks):len(st.blocks)]}
+			if *nb += len(sub.blocks); *nb > maxBlocks {
+				return ErrTooComplex
+			}
+			e.parts = append(e.parts, sub)
+		}
+		tp = &e.parts[k] // e.parts may have moved
+	}
+	return nil
 }

@@ -464,6 +464,9 @@ func (e *engine) analyse() error {
 					return ErrTooComplex
 				}
 				e.parts = append(e.parts, textPart{turn: ti, part: pi, p: p, text: d.text, marks: d.marks, lines: ls, blocks: blocks, blockOff: off})
+				if err := e.addFenceTexts(&sr, &nb, maxBlocks); err != nil {
+					return err
+				}
 			}
 		}
 		if tm != nil && !hit && !e.hasSubTexts(c) {
@@ -504,6 +507,9 @@ func (e *engine) analyse() error {
 			for ; k < len(e.parts) && e.parts[k].turn == ti && e.parts[k].part == pi; k++ {
 				tp := &e.parts[k]
 				for j, b := range tp.blocks {
+					if b.box {
+						continue // analysed by its values (jsontext.go)
+					}
 					o := occ{tp: k, turn: ti, part: pi, b: b, cid: -1, lead: subLead(tp, j)}
 					if b.kind == kindTag {
 						o.open = strings.TrimSpace(tp.text[b.start:b.cstart])

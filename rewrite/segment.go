@@ -33,6 +33,7 @@ type block struct {
 	kind         blockKind
 	blob         bool // a fence holding two or more "// File:" banners
 	shell        bool // a fence holding only references: not a block
+	box          bool // a fenced JSON value analysed by its values (jsontext.go)
 }
 
 // lines holds the line boundaries of a text: line i is text[start[i]:end[i]]

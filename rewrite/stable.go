@@ -98,8 +98,8 @@ func (e *engine) stableSplits(reps []*occ) []split {
 			r++
 		}
 		in := reps[first:r]
-		if tp.val != nil {
-			continue // a sub-text: its part is JSON (jsontext.go)
+		if tp.val != nil || hasBox(tp) {
+			continue // a sub-text, or a text holding some (jsontext.go)
 		}
 		if at, ok := e.stableAt(tp, in, minMoved); ok {
 			out = append(out, split{tp.turn, tp.part, at})
