@@ -56,8 +56,10 @@ type jsonVal struct {
 	// functionResponse's response value in the body).
 	key string
 	box span
-	// name is the file path of a sibling member, "" when none.
-	name string
+	// name is the file path of a sibling member, "" when none; tag the
+	// short values of its sibling members that tell documents apart
+	// (jsonTagKeys), as they stand.
+	name, tag string
 }
 
 // jsonStr is a string value found by jsonStrings.
@@ -65,12 +67,18 @@ type jsonStr struct {
 	start, end int // raw contents, without quotes
 	esc        bool
 	key        string
-	name       string
+	name, tag  string
 }
 
 // jsonNameKeys are member names whose short string value names the file
 // the other members of the object hold.
 var jsonNameKeys = []string{"path", "file", "filename", "file_name", "fileName", "filepath", "file_path", "filePath", "name", "uri"}
+
+// jsonTagKeys are member names whose short string value tells two
+// documents of one payload shape apart ({"env":"staging","config":…} and
+// {"env":"production","config":…}): it is part of the lead-in of the
+// object's other values, so that such documents are never one.
+var jsonTagKeys = []string{"env", "environment", "stage", "profile", "tenant", "service", "region", "id", "language", "lang"}
 
 // jsonProseKeys are member names whose value reads as prose: a value
 // without blocks under such a name is never one document block, so that
@@ -120,7 +128,7 @@ func (w *jsonWalker) value(depth int, key string) error {
 		return err
 	case '{':
 		var direct []int // indices in w.out of the object's own members
-		name := ""
+		name, tag := "", ""
 		err := s.object(depth+1, func(k string) error {
 			if s.pos < len(s.b) && s.b[s.pos] == '"' {
 				at := len(w.out)
@@ -128,8 +136,12 @@ func (w *jsonWalker) value(depth int, key string) error {
 				if err := w.value(depth+1, k); err != nil {
 					return err
 				}
-				if raw := s.b[start : s.pos-1]; name == "" && isNameKey(k) && len(raw) <= 200 && !hasByte(raw, '\\') && pathish(string(raw)) {
+				raw := s.b[start : s.pos-1]
+				if name == "" && isNameKey(k) && len(raw) <= 200 && !hasByte(raw, '\\') && pathish(string(raw)) {
 					name = string(raw)
+				}
+				if len(raw) <= 64 && isTagKey(k) {
+					tag += " " + k + "=" + string(raw)
 				}
 				if len(w.out) > at {
 					direct = append(direct, at)
@@ -142,7 +154,7 @@ func (w *jsonWalker) value(depth int, key string) error {
 			return err
 		}
 		for _, i := range direct {
-			w.out[i].name = name
+			w.out[i].name, w.out[i].tag = name, tag
 		}
 		return nil
 	case '[':
@@ -154,6 +166,15 @@ func (w *jsonWalker) value(depth int, key string) error {
 func isNameKey(k string) bool {
 	for _, n := range jsonNameKeys {
 		if k == n {
+			return true
+		}
+	}
+	return false
+}
+
+func isTagKey(k string) bool {
+	for _, n := range jsonTagKeys {
+		if strings.EqualFold(k, n) {
 			return true
 		}
 	}
@@ -235,7 +256,7 @@ func decodeValues(b []byte, strs []jsonStr, box span, src Source, min int) (vals
 			continue
 		}
 		vals = append(vals, jsonVal{src: src, nested: src != SourceToolResult, start: x.start, end: x.end, esc: x.esc,
-			marks: d.marks, key: x.key, box: box, name: x.name})
+			marks: d.marks, key: x.key, box: box, name: x.name, tag: x.tag})
 		decs = append(decs, d)
 	}
 	return vals, decs, true
@@ -319,7 +340,9 @@ func (e *engine) addSubTexts(ti, pi int, p *part, sr *segReuse, nb *int, maxBloc
 	switch {
 	case p.kind == partText && jsonText(p.dec.text, minBytes):
 		var ok bool
-		if vals, decs, ok = subTexts(p.dec.text, minBytes); !ok {
+		if vals, decs, ok = subTexts(p.dec.text, minBytes); !ok || len(vals) == 0 {
+			// Not JSON, or no value worth analysing (a pasted
+			// package.json): a text like any other.
 			return false, nil
 		}
 	case p.fr.end > 0 && e.opts.ToolResults == ToolResultsDedup && e.role(ti) == "user":
@@ -378,9 +401,9 @@ func subLead(tp *textPart, j int) string {
 		switch tp.blocks[j].kind {
 		case kindValue:
 			if tp.val.key == "" {
-				return ""
+				return tp.val.tag
 			}
-			return `"` + tp.val.key + `":`
+			return `"` + tp.val.key + `":` + tp.val.tag
 		case kindTool:
 			return ""
 		}
