@@ -138,7 +138,7 @@ func (e *engine) evidence(o *occ, d *doc) (ok, lead bool) {
 	}
 	if o.lead != "" && e.role(o.turn) == "user" {
 		c := e.census()
-		ok = !c.copies[o.turn] && slices.Contains(d.evLeads, o.lead) && !c.ambiguous[o.lead]
+		ok = (!c.copies[o.turn] || e.soleValue(o)) && slices.Contains(d.evLeads, o.lead) && !c.ambiguous[o.lead]
 		return ok, ok
 	}
 	t := int(e.occs[d.last].turn)

@@ -210,11 +210,12 @@ func refValue(raw []byte) bool {
 		strings.Contains(s, " sha256:")
 }
 
-// jsonText reports whether text, a part's decoded text, is a JSON text
-// worth analysing by its values: a JSON object or array, white space
-// around it allowed, at least min bytes long.
+// jsonText reports whether text, a part's decoded text, may be a JSON
+// text worth analysing by its values: it starts like a JSON object or
+// array, and it is at least min bytes long or may hold a reference (a
+// value replaced by an earlier rewrite, which a second one must see).
 func jsonText(text string, min int) bool {
-	if len(text) < min {
+	if len(text) < min && !strings.Contains(text, " sha256:") {
 		return false
 	}
 	t := strings.TrimLeft(text, " \t\r\n")
@@ -578,4 +579,13 @@ func (e *engine) addFenceTexts(sr *segReuse, nb *int, maxBlocks int) error {
 		tp = &e.parts[k] // e.parts may have moved
 	}
 	return nil
+}
+
+// soleValue reports whether o is a whole value that is the one block or
+// reference of its turn (a payload holding one source): a copy that turn
+// holds can then only be o itself, in the input and in the output alike
+// (there, o in full, or a reference that is no occurrence), so that its
+// member name is evidence even though o is repeated elsewhere.
+func (e *engine) soleValue(o *occ) bool {
+	return o.b.kind == kindValue && e.alone(o.turn)
 }

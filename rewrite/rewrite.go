@@ -607,7 +607,7 @@ func (e *engine) place(idx int) {
 	}
 	if o.lead != "" && e.role(o.turn) == "user" {
 		d.leads = remember(d.leads, o.lead, &d.overLeads)
-		if !e.census().copies[o.turn] {
+		if !e.census().copies[o.turn] || e.soleValue(o) {
 			d.evLeads = remember(d.evLeads, o.lead, &d.overEv)
 		}
 	}
