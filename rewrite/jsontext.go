@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"slices"
 	"strings"
 	"unsafe"
 )
@@ -536,8 +537,8 @@ func jsonFence(text string, b block) bool {
 func (e *engine) addFenceTexts(sr *segReuse, nb *int, maxBlocks int) error {
 	k := len(e.parts) - 1
 	tp := &e.parts[k]
-	if !mayHoldJSONFence(tp.text) {
-		return nil
+	if !slices.ContainsFunc(tp.blocks, func(b block) bool { return jsonFence(tp.text, b) }) {
+		return nil // most texts: no fence to look at again
 	}
 	minBytes := max(e.opts.MinBlockBytes, 1)
 	b := unsafe.Slice(unsafe.StringData(tp.text), len(tp.text))
