@@ -25,8 +25,9 @@ import (
 //   - the hash is of the span decoded twice (once for a tool result), and
 //     a full copy is compared decoded at its own depth;
 //   - a superseded span is a whole value (kindValue), never a tool
-//     result; a tool result is a whole string value whose full copy comes
-//     before it.
+//     result; a tool result is a whole string value of a response whose
+//     full copy comes before it, and a functionCall's argument is never
+//     cut (it may only be a full copy).
 //
 // The same holds of a full copy that is in a value.
 
@@ -41,6 +42,9 @@ type auditSub struct {
 	// nested, the functionResponse's response object otherwise.
 	in, box span
 	tool    bool
+	// key is the member whose value box is, for a tool result: "response",
+	// or "args" for a call's argument (a full copy, never cut).
+	key string
 }
 
 // AuditJSONStructure: a span or full copy in a JSON text or tool result
@@ -56,7 +60,11 @@ func (e *engine) auditSubOf(tp *textPart) *auditSub {
 		return nil
 	}
 	if !v.nested {
-		return &auditSub{in: tp.p.str, box: v.box, tool: true}
+		key := "response"
+		if v.call {
+			key = "args"
+		}
+		return &auditSub{in: tp.p.str, box: v.box, tool: true, key: key}
 	}
 	offs := []int{v.box.start, v.start, v.end, v.box.end}
 	if tp.p.esc {
@@ -166,7 +174,7 @@ func (au *auditor) subAt(x *auditSub, lo, hi int, offs ...int) bool {
 func (au *auditor) subSpan(i int, c *auditCut) error {
 	b, x := au.b1, c.x
 	if x.tool {
-		if !isValueOf(b, x.box, "response") || x.in != c.str || c.start != c.str.start || c.end != c.str.end || c.kind != kindTool {
+		if x.key != "response" || !isValueOf(b, x.box, "response") || x.in != c.str || c.start != c.str.start || c.end != c.str.end || c.kind != kindTool {
 			return auditFail(AuditJSONStructure, i, "a tool result span that is not a whole string of a response")
 		}
 	} else if !insideSpan(c.str, x.box.start, x.box.end) || !isStringOf(b, c.str, "text") {
@@ -189,7 +197,7 @@ func (au *auditor) subSpan(i int, c *auditCut) error {
 func (au *auditor) subTarget(i int, c *auditCut) bool {
 	b, x, t := au.b1, c.tx, c.tfull
 	if x.tool {
-		if !isValueOf(b, x.box, "response") || x.in != c.tstr {
+		if x.key != "response" && x.key != "args" || !isValueOf(b, x.box, x.key) || x.in != c.tstr {
 			return false
 		}
 	} else if !insideSpan(c.tstr, x.box.start, x.box.end) || !isStringOf(b, c.tstr, "text") {

@@ -105,6 +105,16 @@ func TestAuditFailsJSON(t *testing.T) {
 			x.box.start--
 			return in, out, rep
 		}, AuditJSONStructure},
+		{"a call's argument cut", "tool-result-written.txtar", func(t *testing.T, in, out []byte, rep *Report) ([]byte, []byte, *Report) {
+			// The record swaps the read and the call it points to: the
+			// span is now a functionCall's argument, never to be cut.
+			c := &rep.aud.cuts[0]
+			if c.tx == nil || c.tx.key != "args" {
+				t.Fatal("the full copy is not a call's argument")
+			}
+			c.x = c.tx
+			return in, out, rep
+		}, AuditJSONStructure},
 		{"nested reference in the output decoded once", "json-text-crlf.txtar", func(t *testing.T, in, out []byte, rep *Report) ([]byte, []byte, *Report) {
 			// The record says the cut is in a text, not in a value: the
 			// audit then expects a text's reference and a hash of the

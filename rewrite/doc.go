@@ -60,8 +60,9 @@
 // becomes the reference escaped twice, so that the text stays valid JSON
 // with its keys in order. A functionResponse's response string value of
 // at least Options.MinBlockBytes is one block that becomes an unchanged
-// reference to a full copy earlier in the request; it is a document of its
-// own, never superseded. Report.Replacements name their Source (text,
+// reference to a full copy earlier in the request (a text, a value, or a
+// functionCall's argument, read but never changed); it is a document of
+// its own, never superseded. Report.Replacements name their Source (text,
 // json_text, tool_result, inline_data). A JSON text with no string value
 // of Options.MinBlockBytes is a text like any other.
 //

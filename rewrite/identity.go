@@ -489,7 +489,7 @@ func (e *engine) decide() {
 		case o.super:
 			o.rule = RuleSuperseded
 		}
-		o.replace = !keepTool(o) && e.reference(o)
+		o.replace = !e.keepTool(o) && e.reference(o)
 	}
 }
 

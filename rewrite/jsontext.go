@@ -38,7 +38,10 @@ import (
 // reference when the same content is in full earlier in the request
 // (Options.ToolResults). It is a document of its own, never superseded,
 // never replaced by a copy that comes after it, and it never makes
-// another document's version older.
+// another document's version older. The string values of a functionCall's
+// args (a model turn's call, signed or not) are blocks of the same kind
+// that are never replaced: what an agent wrote is a full copy that its
+// later read of the file points to.
 
 // jsonVal locates a sub-text: a string value analysed as a text of its
 // own.
@@ -57,6 +60,8 @@ type jsonVal struct {
 	// functionResponse's response value in the body).
 	key string
 	box span
+	// call: the value is a functionCall's argument, never replaced.
+	call bool
 	// name is the file path of a sibling member, "" when none; tag the
 	// short values of its sibling members that tell documents apart
 	// (jsonTagKeys), as they stand.
@@ -264,9 +269,10 @@ func decodeValues(b []byte, strs []jsonStr, box span, src Source, min int) (vals
 	return vals, decs, true
 }
 
-// toolTexts returns the sub-texts of a functionResponse part whose value
-// is body[fr.start:fr.end]: the string values of its response member.
-func toolTexts(body []byte, fr span, min int) (vals []jsonVal, decs []decoded) {
+// toolTexts returns the sub-texts of a functionResponse or functionCall
+// part whose value is body[fr.start:fr.end]: the string values of its
+// member (response or args).
+func toolTexts(body []byte, fr span, member string, min int) (vals []jsonVal, decs []decoded) {
 	s := &scanner{b: body[:fr.end], pos: fr.start}
 	if s.pos >= fr.end || body[s.pos] != '{' {
 		return nil, nil
@@ -275,7 +281,7 @@ func toolTexts(body []byte, fr span, min int) (vals []jsonVal, decs []decoded) {
 	err := s.object(1, func(k string) error {
 		start := s.pos
 		err := s.value(1)
-		if k == "response" && err == nil && body[start] == '{' {
+		if k == member && err == nil && body[start] == '{' {
 			resp = span{start, s.pos}
 		}
 		return err
@@ -347,8 +353,16 @@ func (e *engine) addSubTexts(ti, pi int, p *part, sr *segReuse, nb *int, maxBloc
 			// package.json): a text like any other.
 			return false, nil
 		}
-	case p.fr.end > 0 && e.opts.ToolResults == ToolResultsDedup && e.role(ti) == "user":
-		vals, decs = toolTexts(e.body, p.fr, minBytes)
+	case p.fr.end > 0 && e.opts.ToolResults == ToolResultsDedup && !p.call && e.role(ti) == "user":
+		vals, decs = toolTexts(e.body, p.fr, "response", minBytes)
+	case p.fr.end > 0 && e.opts.ToolResults == ToolResultsDedup && p.call && e.role(ti) == "model":
+		// A call's arguments are never changed (the part is often
+		// signed), but what it wrote is a full copy that a later read
+		// of it may point to.
+		vals, decs = toolTexts(e.body, p.fr, "args", minBytes)
+		for i := range vals {
+			vals[i].call = true
+		}
 	default:
 		return false, nil
 	}
@@ -427,11 +441,12 @@ func (e *engine) toolDoc(o *occ) int {
 }
 
 // keepTool reports whether o, a block whose full copy is elsewhere, must
-// stay as it is because it is a tool result: one is only ever an
-// unchanged reference to a copy earlier in the request (a tool result is
-// a fact of its time, never superseded).
-func keepTool(o *occ) bool {
-	return o.b.kind == kindTool && (o.super || o.later || o.target > o.turn)
+// stay as it is because it is a tool result or a call's argument: a tool
+// result is only ever an unchanged reference to a copy earlier in the
+// request (a fact of its time, never superseded), a call's argument never
+// a reference.
+func (e *engine) keepTool(o *occ) bool {
+	return o.b.kind == kindTool && (o.super || o.later || o.target > o.turn || e.parts[o.tp].val.call)
 }
 
 // anchor orders the replacements of one part: a sub-text's by where its
