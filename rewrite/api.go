@@ -258,8 +258,9 @@ type Block struct {
 	Bytes int
 	// Kind says what the block is: "code" (a fenced block), "document" (a
 	// document tag or a file banner), "secondary" (a project tree or tab
-	// list), "run" (lines repeating an earlier turn) or "image" (an
-	// inlineData part).
+	// list), "run" (lines repeating an earlier turn), "image" (an
+	// inlineData part) or "tool_result" (a functionResponse value); a
+	// whole JSON value is a "document".
 	Kind string
 }
 
