@@ -76,12 +76,7 @@ type Result struct {
 // landed yet, each with the defect. Check reports their misses without
 // failing, and fails once such a session meets all its targets, so that
 // its entry goes with the fix.
-var pending = map[string]string{
-	// Remove both once JSON texts and tool results are deduplicated
-	// (issue 15 items 1, 2 and 4).
-	"editor-json":     "issue 15: JSON text string values not segmented",
-	"agent-read-file": "issue 15: functionResponse values not deduplicated",
-}
+var pending = map[string]string{}
 
 // Pending returns the defect a pending session waits for ("" when the
 // session is not pending).

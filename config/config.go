@@ -121,6 +121,10 @@ type Rewrite struct {
 	// StablePrefix puts large blocks that end a user turn's text ahead of
 	// the question before them, for Gemini's implicit cache.
 	StablePrefix bool `mapstructure:"stable_prefix"`
+	// ToolResults is "dedup" (a long string value of a functionResponse
+	// that repeats content present in full earlier in the request becomes
+	// an unchanged reference) or "off" (tool results are never touched).
+	ToolResults string `mapstructure:"tool_results"`
 }
 
 // Labels are extra transcript labels, in addition to the built-in lexicon.
@@ -307,6 +311,7 @@ func Default() Config {
 			DocumentTags:      rw.DocumentTags,
 			Labels:            Labels{User: []string{}, Model: []string{}},
 			StablePrefix:      rw.StablePrefix,
+			ToolResults:       string(rw.ToolResults),
 		},
 		Cache: Cache{Backend: "local", MaxBytes: 256 << 20, TTL: time.Hour},
 		Metrics: Metrics{

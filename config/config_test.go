@@ -120,6 +120,7 @@ upstream:
 rewrite:
   similarity: 1.5
   unflatten: "always"
+  tool_results: "always"
   min_block_bytes: 10
 log:
   level: loud
@@ -129,7 +130,7 @@ cache:
 `,
 			want: []string{
 				"server.listen", "server.base_path", "upstream.url", "rewrite.similarity",
-				"rewrite.unflatten", "rewrite.min_block_bytes", "log.level", "log.format",
+				"rewrite.unflatten", "rewrite.tool_results", "rewrite.min_block_bytes", "log.level", "log.format",
 				"cache.tenant_secret",
 			},
 		},

@@ -532,6 +532,9 @@ func (c Config) Validate() error {
 	if u := c.Rewrite.Unflatten; u != "verified" && u != "off" {
 		bad("rewrite.unflatten", "%q must be verified or off", u)
 	}
+	if u := c.Rewrite.ToolResults; u != "dedup" && u != "off" {
+		bad("rewrite.tool_results", "%q must be dedup or off", u)
+	}
 	if c.Rewrite.MaxInflightBytes < 0 {
 		bad("rewrite.max_inflight_bytes", "must be 0 (no limit) or positive")
 	}

@@ -38,10 +38,11 @@ func generateOnce(t *testing.T, c *genai.Client, model string, contents []*genai
 }
 
 // TestControlFunctionCalling plays a Gemini 3 tool session whose function
-// responses carry the whole file twice: function calls with their thought
-// signatures and function responses are never touched, so the emulator
-// (which rejects a current-turn function call without a signature) must
-// receive the client's bytes.
+// responses carry two different whole files: function calls with their
+// thought signatures are never touched, and a tool result that repeats
+// nothing stays as it is (a repeated read becomes a reference:
+// TestReadFileAgent), so the emulator (which rejects a current-turn
+// function call without a signature) must receive the client's bytes.
 func TestControlFunctionCalling(t *testing.T) {
 	t.Parallel()
 	const model = "gemini-3-flash-preview"
@@ -51,17 +52,18 @@ func TestControlFunctionCalling(t *testing.T) {
 		Parameters: &genai.Schema{Type: genai.TypeObject, Required: []string{"path"},
 			Properties: map[string]*genai.Schema{"path": {Type: genai.TypeString}}},
 	}}}}}
-	call := func(sig string) *genai.Content {
+	call := func(sig, path string) *genai.Content {
 		return &genai.Content{Role: genai.RoleModel, Parts: []*genai.Part{{
-			FunctionCall:     &genai.FunctionCall{Name: "read_file", Args: map[string]any{"path": "bytes/buffer.go"}},
+			FunctionCall:     &genai.FunctionCall{Name: "read_file", Args: map[string]any{"path": path}},
 			ThoughtSignature: []byte("client-kept-signature/" + sig),
 		}}}
 	}
 	result := genai.NewContentFromFunctionResponse("read_file", map[string]any{"content": bufferGo}, genai.RoleUser)
+	reader := genai.NewContentFromFunctionResponse("read_file", map[string]any{"content": readerGo}, genai.RoleUser)
 	run := func(c *genai.Client) (answers []*genai.Content, reports []string) {
-		contents := []*genai.Content{genai.NewContentFromText("Review bytes/buffer.go.", genai.RoleUser), call("1"), result}
+		contents := []*genai.Content{genai.NewContentFromText("Review bytes/buffer.go.", genai.RoleUser), call("1", "bytes/buffer.go"), result}
 		for _, next := range [][]*genai.Content{
-			{genai.NewContentFromText("Read it again and check Grow.", genai.RoleUser), call("2"), result},
+			{genai.NewContentFromText("Now read bytes/reader.go and compare.", genai.RoleUser), call("2", "bytes/reader.go"), reader},
 			{genai.NewContentFromText("Thanks, that is all.", genai.RoleUser)},
 			nil,
 		} {

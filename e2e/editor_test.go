@@ -20,7 +20,7 @@ import (
 // While it is false the tests below demand that the proxy forwards these
 // sessions byte for byte and fail once it shrinks them; set it to true
 // with that change: they then demand the shrink and check every reference.
-const structuredDedup = false
+const structuredDedup = true
 
 // editorGo is the editor's document of the structured sessions:
 // bufio/scan.go of the Go installation (14.5 KB, read at run time).

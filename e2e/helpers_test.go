@@ -39,6 +39,10 @@ var fixedNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // no copy).
 var bufferGo = goSource("src/bytes/buffer.go")
 
+// readerGo is a second file of the same package, for a tool session that
+// reads two different files.
+var readerGo = goSource("src/bytes/reader.go")
+
 // goSource returns the file rel of the Go installation (go env GOROOT).
 func goSource(rel string) string {
 	env, err := goenv.Lookup()

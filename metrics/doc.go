@@ -30,6 +30,8 @@
 //	gemini_proxy_rewrite_bytes_total                      counter    stage                        body bytes of generate requests rewritten in mode on, stage=before|after, when the upstream accepted them without fallback
 //	gemini_proxy_rewrite_saved_bytes_total                counter    rule                         bytes removed by each rewrite rule (replaced content minus references); only bodies the upstream accepted, never after a fallback
 //	gemini_proxy_rewrite_replacements_total               counter    rule                         spans replaced (or turns created, for unflatten; parts split, for stable) by each rule, same condition
+//	gemini_proxy_rewrite_source_saved_bytes_total         counter    source                       bytes removed by where the spans were: text|json_text|tool_result|inline_data (JSON text values, functionResponse values); same condition
+//	gemini_proxy_rewrite_source_replacements_total        counter    source                       spans replaced by where they were, same condition
 //	gemini_proxy_rewrite_errors_total                     counter    -                            rewrites that failed or panicked; the original body was forwarded
 //	gemini_proxy_rewrite_audit_failures_total             counter    reason                       rewritten bodies that failed the audit against the original (reason: rewrite.AuditReasons); the original body was forwarded
 //	gemini_proxy_rewrite_fallbacks_total                  counter    -                            rewritten requests retried with the original body after a 400 INVALID_ARGUMENT or 500

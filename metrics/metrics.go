@@ -143,6 +143,11 @@ type Metrics struct {
 	RewriteRejections   *prometheus.CounterVec // case
 	RewriteAuditFails   *prometheus.CounterVec // reason
 
+	// RewriteSourceSavedBytes and RewriteSourceReplacements split the
+	// rewrite figures by where the spans were (rewrite.Sources).
+	RewriteSourceSavedBytes   *prometheus.CounterVec // source
+	RewriteSourceReplacements *prometheus.CounterVec // source
+
 	TokensSaved        *prometheus.CounterVec // rule, model
 	TokensPerByte      *prometheus.GaugeVec   // model
 	CalibrationSamples *prometheus.CounterVec // model, source
@@ -286,6 +291,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "rewrite_replacements_total",
 			Help: "Spans replaced by each rewrite rule (turns created, for unflatten; parts split, for stable).",
 		}, []string{"rule"}),
+		RewriteSourceSavedBytes: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "rewrite_source_saved_bytes_total",
+			Help: "Bytes removed from request bodies by where the replaced spans were: text (a text part), json_text (a string value of a JSON text or fenced JSON block), tool_result (a functionResponse value) or inline_data; same condition as rewrite_saved_bytes_total.",
+		}, []string{"source"}),
+		RewriteSourceReplacements: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "rewrite_source_replacements_total",
+			Help: "Spans replaced, by where they were (text, json_text, tool_result, inline_data); same condition as rewrite_saved_bytes_total.",
+		}, []string{"source"}),
 		RewriteErrors: f.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "rewrite_errors_total",
 			Help: "Rewrites that failed or panicked; the original body was forwarded.",

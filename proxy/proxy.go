@@ -169,6 +169,10 @@ func New(opts Options, logger *slog.Logger, m *metrics.Metrics) (*Handler, error
 	for _, r := range rewrite.AuditReasons {
 		m.RewriteAuditFails.WithLabelValues(string(r))
 	}
+	for _, s := range rewrite.Sources {
+		m.RewriteSourceSavedBytes.WithLabelValues(string(s))
+		m.RewriteSourceReplacements.WithLabelValues(string(s))
+	}
 	return h, nil
 }
 
@@ -978,6 +982,12 @@ func (h *Handler) recordRewrite(st *reqState, r *http.Request, label, model stri
 			h.m.RewriteSavedBytes.WithLabelValues(string(rule)).Add(float64(s.BytesRemoved))
 		}
 		h.m.RewriteReplacements.WithLabelValues(string(rule)).Add(float64(s.Count))
+	}
+	for src, s := range st.report.BySource() {
+		if s.BytesRemoved > 0 {
+			h.m.RewriteSourceSavedBytes.WithLabelValues(string(src)).Add(float64(s.BytesRemoved))
+		}
+		h.m.RewriteSourceReplacements.WithLabelValues(string(src)).Add(float64(s.Count))
 	}
 	job := &savingsJob{label: label, model: model, report: st.report, usage: usage}
 	if usage != nil && h.sav.sampled() {

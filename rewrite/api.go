@@ -30,6 +30,37 @@ const (
 // Rules lists every Rule, in a stable order.
 var Rules = []Rule{RuleUnchanged, RuleSuperseded, RuleSecondary, RuleImage, RuleUnflatten, RuleStable}
 
+// Source names where a replaced span was found. The set is closed
+// (Sources): metrics use the values as label values.
+type Source string
+
+const (
+	// SourceText is a text part analysed as text.
+	SourceText Source = "text"
+	// SourceJSONText is a string value of a JSON text part or of a fenced
+	// JSON block (DESIGN §3 "Structured texts").
+	SourceJSONText Source = "json_text"
+	// SourceToolResult is a string value of a functionResponse's response.
+	SourceToolResult Source = "tool_result"
+	// SourceInlineData is an inlineData part.
+	SourceInlineData Source = "inline_data"
+)
+
+// Sources lists every Source, in a stable order.
+var Sources = []Source{SourceText, SourceJSONText, SourceToolResult, SourceInlineData}
+
+// ToolResultsMode selects how functionResponse values are handled.
+type ToolResultsMode string
+
+const (
+	// ToolResultsDedup replaces a long string value of a functionResponse's
+	// response that repeats content present in full earlier in the
+	// request by an unchanged reference.
+	ToolResultsDedup ToolResultsMode = "dedup"
+	// ToolResultsOff never touches a functionResponse part.
+	ToolResultsOff ToolResultsMode = "off"
+)
+
 // UnflattenMode selects how flattened transcripts are handled.
 type UnflattenMode string
 
@@ -78,6 +109,9 @@ type Options struct {
 	MaxParts  int
 	MaxLines  int
 	MaxBlocks int
+	// ToolResults selects how functionResponse parts are handled. The
+	// zero value is ToolResultsOff.
+	ToolResults ToolResultsMode
 }
 
 // DefaultOptions returns the documented defaults (DESIGN §3).
@@ -92,6 +126,7 @@ func DefaultOptions() Options {
 		MaxParts:          DefaultMaxParts,
 		MaxLines:          DefaultMaxLines,
 		MaxBlocks:         DefaultMaxBlocks,
+		ToolResults:       ToolResultsDedup,
 	}
 }
 
@@ -160,6 +195,9 @@ type Replacement struct {
 	Target int
 	// Reference is the text that replaced the span.
 	Reference string
+	// Source says where the span was: a text part, a string value of a
+	// JSON text, a tool result or an inlineData part.
+	Source Source
 }
 
 // Report says what a rewrite did.
@@ -205,6 +243,9 @@ type Report struct {
 	// aud records where the rewrite cut, split and un-flattened, for
 	// Audit; nil when it changed nothing.
 	aud *auditRec
+	// subText and subOther are what the replacements in JSON texts and
+	// tool results add to TextBytes and OtherBytes (jsontext.go).
+	subText, subOther int
 }
 
 // Block is one block of a request's new turn (Report.Blocks).
@@ -217,8 +258,9 @@ type Block struct {
 	Bytes int
 	// Kind says what the block is: "code" (a fenced block), "document" (a
 	// document tag or a file banner), "secondary" (a project tree or tab
-	// list), "run" (lines repeating an earlier turn) or "image" (an
-	// inlineData part).
+	// list), "run" (lines repeating an earlier turn), "image" (an
+	// inlineData part) or "tool_result" (a functionResponse value); a
+	// whole JSON value is a "document".
 	Kind string
 }
 
@@ -269,9 +311,22 @@ func (r *Report) ByRule() map[Rule]RuleStats {
 	return m
 }
 
+// BySource summarises the report per Source.
+func (r *Report) BySource() map[Source]RuleStats {
+	m := make(map[Source]RuleStats)
+	for _, x := range r.Replacements {
+		s := m[x.Source]
+		s.Count++
+		s.BytesRemoved += x.Bytes - x.RefBytes
+		m[x.Source] = s
+	}
+	return m
+}
+
 // Header formats the report for the X-Gemini-Proxy-Report response header:
 // "bytes=BEFORE->AFTER" followed by "; RULE=COUNT" for each rule applied, in
-// a stable order. It never contains prompt text.
+// a stable order, then "; json_text=COUNT" and "; tool_result=COUNT" for
+// the replacements of those sources (counted in their rules as well). It never contains prompt text.
 func (r *Report) Header() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "bytes=%d->%d", r.BytesBefore, r.BytesAfter)
@@ -283,6 +338,13 @@ func (r *Report) Header() string {
 	sort.Strings(keys)
 	for _, k := range keys {
 		fmt.Fprintf(&b, "; %s=%d", k, by[Rule(k)].Count)
+	}
+	// The structured sources, which the rule counts include.
+	src := r.BySource()
+	for _, s := range []Source{SourceJSONText, SourceToolResult} {
+		if n := src[s].Count; n > 0 {
+			fmt.Fprintf(&b, "; %s=%d", s, n)
+		}
 	}
 	return b.String()
 }

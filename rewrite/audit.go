@@ -82,6 +82,7 @@ var AuditReasons = []AuditReason{
 	AuditStructure, AuditRefMismatch, AuditExpandMismatch, AuditUnflattenMismatch,
 	AuditServedAnswerAltered, AuditTargetMissing, AuditSupersededNewestTurn,
 	AuditSupersededNotDocument, AuditSupersededCrossesTurn, AuditSupersededTargetMissing,
+	AuditJSONStructure,
 }
 
 // AuditError is the error Audit returns. It never holds prompt text.
@@ -155,6 +156,8 @@ type auditor struct {
 	ufTurns        []ufSpans
 	// buf is scratch space for decoding.
 	buf []byte
+	// boxes holds the JSON values that hold spans (auditjson.go).
+	boxes map[span]*subBox
 }
 
 // ufSpans is one rebuilt turn: its text string and the raw spans of its
@@ -268,6 +271,9 @@ func nonSpace(s string) int {
 // copy lies inside a string and outside every cut.
 func (au *auditor) spans() error {
 	b := au.b1
+	if err := au.subBoxes(); err != nil {
+		return err
+	}
 	prev := 0
 	for i := range au.a.cuts {
 		c := &au.a.cuts[i]
@@ -275,6 +281,12 @@ func (au *auditor) spans() error {
 			return auditFail(AuditStructure, i, "span %d..%d out of order", c.start, c.end)
 		}
 		prev = c.end
+		if c.x != nil {
+			if err := au.subSpan(i, c); err != nil {
+				return err
+			}
+			continue
+		}
 		if c.kind == kindImage {
 			if c.end-c.start < 2 || b[c.start] != '{' || b[c.end-1] != '}' || !insideSpan(span{c.start, c.end}, c.str.start, c.str.end) ||
 				!isStringOf(b, c.str, "data") {
@@ -297,7 +309,9 @@ func (au *auditor) spans() error {
 		}
 		t := c.tfull
 		var ok bool
-		if c.kind == kindImage {
+		if c.tx != nil {
+			ok = au.subTarget(i, c)
+		} else if c.kind == kindImage {
 			ok = insideSpan(t, c.tstr.start, c.tstr.end) && t.end-t.start >= 2 && b[t.start] == '{' && b[t.end-1] == '}' &&
 				c.ts == c.tstr.start && c.te == c.tstr.end && isStringOf(b, c.tstr, "data")
 		} else {
@@ -441,6 +455,12 @@ func (au *auditor) contents() error {
 		if !strings.HasPrefix(r.Reference, prefix) {
 			return auditFail(AuditRefMismatch, i, "reference is not of the recorded kind")
 		}
+		if c.x != nil || c.tx != nil {
+			if err := au.subCut(i, c, r); err != nil {
+				return err
+			}
+			continue
+		}
 		// Each distinct content is hashed once; a later span with the
 		// same hash must hold the same bytes (or decode to them).
 		raw := b[c.start:c.end]
@@ -522,6 +542,10 @@ func (au *auditor) superseded(i int, c *auditCut, r *Replacement) error {
 	}
 	switch c.kind {
 	case kindFence, kindTag, kindBanner, kindImage, kindTree, kindTabs:
+	case kindValue:
+		if c.x == nil {
+			return auditFail(AuditSupersededNotDocument, i, "a value block outside a value")
+		}
 	default:
 		return auditFail(AuditSupersededNotDocument, i, "superseded span is not a document block")
 	}
@@ -595,6 +619,9 @@ const textOpen, textClose = `{"text":"`, `"}`
 // an inlineData part. scratch may be used to build them.
 func (au *auditor) refBytes(i int, scratch []byte) []byte {
 	ref := au.rep.Replacements[i].Reference
+	if x := au.a.cuts[i].x; x != nil && x.nested && needsEscape(ref) {
+		return subRefBytes(ref, scratch)
+	}
 	img := au.a.cuts[i].kind == kindImage
 	if !img && !needsEscape(ref) {
 		return unsafe.Slice(unsafe.StringData(ref), len(ref))

@@ -13,7 +13,7 @@ import (
 )
 
 // reportCmp compares Reports with their unexported records.
-var reportCmp = cmp.AllowUnexported(Report{}, convInput{}, auditRec{}, auditCut{}, auditSplit{}, auditUnflat{}, auditTurn{}, span{}, flatSpan{})
+var reportCmp = cmp.AllowUnexported(Report{}, convInput{}, auditRec{}, auditCut{}, auditSplit{}, auditUnflat{}, auditTurn{}, span{}, flatSpan{}, auditSub{})
 
 // auditKnown lists the golden cases whose rewrite today breaks a rule the
 // audit checks, with the reason, until the detectors are fixed (issue 13,
@@ -224,6 +224,15 @@ func TestAuditFails(t *testing.T) {
 			c.tstr, c.ts, c.te, c.tfull = other.str, other.cs, other.ce, span{other.start, other.end}
 			return in, out, rep
 		}, AuditSupersededTargetMissing},
+		{"a key claimed as the replaced value", "json-text-object.txtar", func(t *testing.T, in, out []byte, rep *Report) ([]byte, []byte, *Report) {
+			// The record claims the value's span is a key's.
+			c := &rep.aud.cuts[0]
+			x := *c.x
+			k := bytes.LastIndex(in[:x.in.start], []byte("currentSource"))
+			x.in = span{k, k + len("currentSource")}
+			c.x = &x
+			return in, out, rep
+		}, AuditJSONStructure},
 		{"split part changed", "stable-question-first.txtar", func(t *testing.T, in, out []byte, rep *Report) ([]byte, []byte, *Report) {
 			rep.aud.splits[0].at++
 			return in, out, rep

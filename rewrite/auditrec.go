@@ -42,6 +42,9 @@ type auditCut struct {
 	super  bool
 	merged bool // a coalesced reference
 	user   bool // the cut is in a user turn
+	// x and tx say that the cut, or its full copy, is in a string value
+	// of a JSON text or a tool result (auditjson.go); nil in a text.
+	x, tx *auditSub
 }
 
 // auditSplit is one part split by Options.StablePrefix: the part object
@@ -94,6 +97,7 @@ func (e *engine) auditCuts(reps []*occ) []auditCut {
 		offs = [4]int{o.b.start, o.b.cstart, o.b.cend, o.b.end}
 		e.rawOf(tp, offs[:])
 		c.start, c.cs, c.ce, c.end, c.str = offs[0], offs[1], offs[2], offs[3], tp.p.str
+		c.x = e.auditSubOf(tp)
 		var q *textPart
 		var ts, te, fs, fe int
 		if o.b.kind == kindRun || o.merged {
@@ -118,6 +122,7 @@ func (e *engine) auditCuts(reps []*occ) []auditCut {
 		offs = [4]int{fs, ts, te, fe}
 		e.rawOf(q, offs[:])
 		c.tfull, c.ts, c.te, c.tstr = span{offs[0], offs[3]}, offs[1], offs[2], q.p.str
+		c.tx = e.auditSubOf(q)
 	}
 	return out
 }
@@ -125,6 +130,7 @@ func (e *engine) auditCuts(reps []*occ) []auditCut {
 // rawOf maps offsets (ascending) in tp's decoded text to raw offsets in
 // the body, in place.
 func (e *engine) rawOf(tp *textPart, offs []int) {
+	e.subOffsets(tp, offs)
 	if tp.p.esc {
 		rawOffsets(e.body[tp.p.str.start:tp.p.str.end], offs, tp.marks)
 	}

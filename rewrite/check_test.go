@@ -165,6 +165,12 @@ func checkInvariants(in, out []byte, rep *Report, opts Options, v Verifier) erro
 				}
 				continue
 			}
+			if src := subSource(reps); src != "" {
+				if err := checkSubPart(ci.Parts[j], co.Parts[j], src, reps); err != nil {
+					return fmt.Errorf("turn %d part %d: %v", i, j, err)
+				}
+				continue
+			}
 			tin, ok1 := wireText(ci.Parts[j])
 			tout, ok2 := wireText(co.Parts[j])
 			if !ok1 || !ok2 {

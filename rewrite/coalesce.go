@@ -100,7 +100,7 @@ func (e *engine) group(reps []*occ, i int, done []*occ) (int, *occ) {
 	}
 	tp, tq := &e.parts[o.tp], &e.parts[q]
 	l, m := &tp.lines, &tq.lines
-	treps := partReps(done, tq.turn, tq.part)
+	treps := textReps(partReps(done, tq.turn, tq.part), q)
 	// floor is the first line of the earlier part the span may start at:
 	// prefix stabilisation may move the blocks of a user part in front of
 	// its lead, so a copy must not cross that boundary. The rule holds

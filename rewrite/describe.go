@@ -22,7 +22,12 @@ func (req *request) describe(rep *Report) {
 			}
 		}
 	}
+	rep.TextBytes += rep.subText
+	rep.OtherBytes += rep.subOther
 	for _, r := range rep.Replacements {
+		if r.Source == SourceJSONText || r.Source == SourceToolResult {
+			continue // in subText and subOther
+		}
 		if r.Rule == RuleImage {
 			// An inlineData part became a text part holding the reference.
 			rep.OtherBytes -= r.Bytes
@@ -44,6 +49,8 @@ var blockKinds = [...]string{
 	kindTabs:   "secondary",
 	kindRun:    "run",
 	kindImage:  "image",
+	kindValue:  "document",
+	kindTool:   "tool_result",
 }
 
 // newTurnBlocks returns the distinct blocks of the last content that are

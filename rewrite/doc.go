@@ -41,11 +41,30 @@
 // the body is returned as it is. Otherwise the texts read before the first
 // long one are decoded after the scan.
 //
-// Only text parts whose members are exactly "text", and parts whose only
-// member is inlineData/inline_data with data and mimeType, are analysed; any
-// other part (thoughtSignature, functionCall, functionResponse,
+// Only text parts whose members are exactly "text", parts whose only
+// member is inlineData/inline_data with data and mimeType, and (with
+// Options.ToolResults) user parts whose only member is functionResponse
+// are analysed; any other part (thoughtSignature, functionCall,
 // executableCode, codeExecutionResult, fileData, thought, unknown members)
-// is never touched, nor is anything outside contents.
+// is never touched, nor is anything outside contents, nor a
+// functionResponse beyond the string values of its response.
+//
+// A text part that is a JSON object or array, and a ```json fence holding
+// one, is analysed by its string values (jsontext.go, DESIGN §3
+// "Structured texts"): each value of at least Options.MinBlockBytes is
+// decoded and is a text of its own, segmented as below; a value without
+// a block, of three lines or more and not under a prose member (prompt,
+// explanation …), is one document block whose lead-in is its member name
+// (with the sibling values that tell payloads apart: env, id, region …)
+// and whose name is a sibling file path. A replaced span of a value
+// becomes the reference escaped twice, so that the text stays valid JSON
+// with its keys in order. A functionResponse's response string value of
+// at least Options.MinBlockBytes is one block that becomes an unchanged
+// reference to a full copy earlier in the request (a text, a value, or a
+// functionCall's argument, read but never changed); it is a document of
+// its own, never superseded. Report.Replacements name their Source (text,
+// json_text, tool_result, inline_data). A JSON text with no string value
+// of Options.MinBlockBytes is a text like any other.
 //
 // Each analysed text is segmented into blocks: fenced code (``` and ~~~,
 // CommonMark fence rules, a fence left open by truncation, a closing fence
@@ -122,6 +141,8 @@
 // right before the current user turn), or "earlier in this turn" / "later in
 // this turn". Replacement.SHA256 carries the full hash. A replaced inlineData
 // part becomes {"text":"REFERENCE"}.
+// Inside a JSON value the line is escaped as the value's contents, then
+// as the text's; inside a tool result, as the string's.
 //
 // References are never parsed back: a user who types a reference-looking
 // string only adds text, which is kept like any other text.
@@ -176,8 +197,9 @@
 // reference names the SHA-256 of the bytes it replaced (hashed once per
 // distinct content); the full copy of an unchanged or image reference is
 // in the output, uncut, with the same content; a superseded reference is
-// a document block (fence, tag, banner, inline data, tree or tab list; not
-// a run of lines nor a coalesced span), not in the newest user turn, not
+// a document block (fence, tag, banner, inline data, tree or tab list, a
+// whole JSON value; not a run of lines, a coalesced span nor a tool
+// result), not in the newest user turn, not
 // across the boundary of two transcript turns, and its newer version is in
 // the output in full; a promoted model turn is one range of the
 // transcript, byte for byte, with nothing in it replaced. For a JSON
@@ -185,7 +207,10 @@
 // the text, which the audit checks is one and decodes itself, and what is
 // left out between two ranges holds no message content and no value over
 // 64 bytes: a promoted model turn is then the decoding of one JSON string,
-// byte for byte. A failure is an
+// byte for byte. A span in a JSON value lies in one string value (never a
+// key) of a container that is one JSON value, between two characters of
+// both escapings, and a tool result's is its whole string with its full
+// copy before it (auditjson.go). A failure is an
 // *AuditError whose Reason is one of AuditReasons. Every golden output and
 // every rewrite of the fuzz targets is audited.
 package rewrite

@@ -238,7 +238,7 @@ func (e *engine) final() []*occ {
 		out = append(out, &e.runs[i])
 	}
 	slices.SortFunc(out, func(a, b *occ) int {
-		return cmp.Or(cmp.Compare(a.turn, b.turn), cmp.Compare(a.part, b.part), cmp.Compare(a.b.start, b.b.start))
+		return cmp.Or(cmp.Compare(a.turn, b.turn), cmp.Compare(a.part, b.part), cmp.Compare(e.anchor(a), e.anchor(b)), cmp.Compare(a.b.start, b.b.start))
 	})
 	e.st.reps = out
 	return out
@@ -280,11 +280,13 @@ func (e *engine) emit(reps []*occ) []byte {
 		for _, r := range reps[i:j] {
 			offs = append(offs, r.b.start, r.b.end)
 		}
+		e.subOffsets(tp, offs)
 		if tp.p.esc {
 			rawOffsets(raw, offs, tp.marks)
 		}
 		for k, r := range reps[i:j] {
-			cuts = append(cuts, cut{tp.p.str.start + offs[2*k], tp.p.str.start + offs[2*k+1], r.ref, false, r.refEsc})
+			ref, esc := subRef(tp, r.ref, r.refEsc)
+			cuts = append(cuts, cut{tp.p.str.start + offs[2*k], tp.p.str.start + offs[2*k+1], ref, false, esc})
 		}
 		i = j
 	}
@@ -354,7 +356,7 @@ func (e *engine) report(reps []*occ) []Replacement {
 			name = e.str(n)
 		}
 		out[i] = Replacement{Rule: o.rule, Turn: o.turn, Part: o.part, Document: name,
-			SHA256: o.sha, Bytes: size, RefBytes: o.refBytes, Target: o.target, Reference: o.ref}
+			SHA256: o.sha, Bytes: size, RefBytes: o.refBytes, Target: o.target, Reference: o.ref, Source: e.srcOf(o)}
 	}
 	return out
 }

@@ -25,6 +25,7 @@ type caseOptions struct {
 	Unflatten         string   `json:"unflatten"`
 	DocumentTags      []string `json:"document_tags"`
 	StablePrefix      *bool    `json:"stable_prefix"`
+	ToolResults       string   `json:"tool_results"`
 	// Served lists the responses the test Verifier confirms as served.
 	Served []string `json:"served"`
 }
@@ -48,6 +49,9 @@ func (c caseOptions) options() (Options, Verifier) {
 	}
 	if c.StablePrefix != nil {
 		o.StablePrefix = *c.StablePrefix
+	}
+	if c.ToolResults != "" {
+		o.ToolResults = ToolResultsMode(c.ToolResults)
 	}
 	if c.Served == nil {
 		return o, nil

@@ -138,7 +138,7 @@ func (e *engine) evidence(o *occ, d *doc) (ok, lead bool) {
 	}
 	if o.lead != "" && e.role(o.turn) == "user" {
 		c := e.census()
-		ok = !c.copies[o.turn] && slices.Contains(d.evLeads, o.lead) && !c.ambiguous[o.lead]
+		ok = (!c.copies[o.turn] || e.soleValue(o)) && slices.Contains(d.evLeads, o.lead) && !c.ambiguous[o.lead]
 		return ok, ok
 	}
 	t := int(e.occs[d.last].turn)
@@ -311,6 +311,8 @@ func (e *engine) identify(o *occ) int {
 		d := e.newDoc(o.b.name, k)
 		e.byName[key] = d
 		return d
+	case k == kindTool:
+		return e.toolDoc(o)
 	case k.secondary():
 		key := "\x00" + o.b.name
 		if d, ok := e.byName[key]; ok {
@@ -366,7 +368,7 @@ func (e *engine) identify(o *occ) int {
 	// with many distinct blocks stays near linear.
 	for i := len(e.docs) - 1; i >= 0 && i >= len(e.docs)-maxCandidates; i-- {
 		d := e.docs[i]
-		if d.kind == kindImage || d.kind.secondary() {
+		if d.kind == kindImage || d.kind.secondary() || d.kind == kindTool {
 			continue
 		}
 		if int(e.occs[d.last].turn) == o.turn {
@@ -487,7 +489,7 @@ func (e *engine) decide() {
 		case o.super:
 			o.rule = RuleSuperseded
 		}
-		o.replace = e.reference(o)
+		o.replace = !e.keepTool(o) && e.reference(o)
 	}
 }
 

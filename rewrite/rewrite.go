@@ -92,6 +92,7 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 		rep.aud = &auditRec{uf: uf, cuts: e.auditCuts(reps), splits: splits, newest: newestUser(e.req)}
 	}
 	rep.Replacements = e.report(reps)
+	rep.subText, rep.subOther = e.subSizes(reps)
 	rep.BytesAfter = len(out)
 	e.req.describe(rep)
 	rep.Blocks = e.newTurnBlocks()
@@ -254,6 +255,9 @@ type textPart struct {
 	blocks     []block
 	blockOff   int    // blocks[0] is state.blocks[blockOff]; -1: not there
 	gone       []bool // lines replaced by a run reference
+	// val locates a sub-text, a string value analysed as a text of its
+	// own (jsontext.go); nil for a text part analysed as one text.
+	val *jsonVal
 }
 
 // occ is one occurrence of a block in the request.
@@ -424,7 +428,7 @@ func (e *engine) analyse() error {
 		c := &e.req.contents[ti]
 		var memoed [][]block
 		hit := false
-		if tm != nil {
+		if tm != nil && !e.hasSubTexts(c) {
 			texts = texts[:0]
 			for pi := range c.parts {
 				if p := &c.parts[pi]; p.kind == partText {
@@ -436,6 +440,12 @@ func (e *engine) analyse() error {
 		first := len(e.parts)
 		for pi := range c.parts {
 			p := &c.parts[pi]
+			if sub, err := e.addSubTexts(ti, pi, p, &sr, &nb, maxBlocks); sub || err != nil {
+				if err != nil {
+					return err
+				}
+				continue
+			}
 			switch p.kind {
 			case partText:
 				d := &p.dec
@@ -454,9 +464,12 @@ func (e *engine) analyse() error {
 					return ErrTooComplex
 				}
 				e.parts = append(e.parts, textPart{turn: ti, part: pi, p: p, text: d.text, marks: d.marks, lines: ls, blocks: blocks, blockOff: off})
+				if err := e.addFenceTexts(&sr, &nb, maxBlocks); err != nil {
+					return err
+				}
 			}
 		}
-		if tm != nil && !hit {
+		if tm != nil && !hit && !e.hasSubTexts(c) {
 			found = found[:0]
 			for _, tp := range e.parts[first:] {
 				found = append(found, tp.blocks)
@@ -483,11 +496,21 @@ func (e *engine) analyse() error {
 		c := &e.req.contents[ti]
 		for pi := range c.parts {
 			p := &c.parts[pi]
-			switch p.kind {
-			case partText:
+			if p.kind == partInline {
+				if data, ok := decodeBase64(e.body[p.str.start:p.str.end], p.esc); ok {
+					e.add(occ{tp: -1, turn: ti, part: pi, b: block{kind: kindImage, name: p.mime}, content: data, img: p, cid: -1})
+				}
+				continue
+			}
+			// A text part is one text, or (jsontext.go) none or several
+			// sub-texts; so is a tool result.
+			for ; k < len(e.parts) && e.parts[k].turn == ti && e.parts[k].part == pi; k++ {
 				tp := &e.parts[k]
 				for j, b := range tp.blocks {
-					o := occ{tp: k, turn: ti, part: pi, b: b, cid: -1, lead: leadIn(tp, j)}
+					if b.box {
+						continue // analysed by its values (jsontext.go)
+					}
+					o := occ{tp: k, turn: ti, part: pi, b: b, cid: -1, lead: subLead(tp, j)}
 					if b.kind == kindTag {
 						o.open = strings.TrimSpace(tp.text[b.start:b.cstart])
 					}
@@ -504,11 +527,6 @@ func (e *engine) analyse() error {
 					if tp.blockOff >= 0 {
 						st.occOf[tp.blockOff+j] = int32(len(e.occs) - 1)
 					}
-				}
-				k++
-			case partInline:
-				if data, ok := decodeBase64(e.body[p.str.start:p.str.end], p.esc); ok {
-					e.add(occ{tp: -1, turn: ti, part: pi, b: block{kind: kindImage, name: p.mime}, content: data, img: p, cid: -1})
 				}
 			}
 		}
@@ -578,7 +596,7 @@ func (e *engine) place(idx int) {
 	d.last = int32(idx)
 	if _, ok := e.versions[verKey{d.id, o.cid}]; !ok {
 		e.versions[verKey{d.id, o.cid}] = idx
-		if o.b.kind != kindImage && !o.b.kind.secondary() {
+		if o.b.kind != kindImage && !o.b.kind.secondary() && o.b.kind != kindTool {
 			if e.byText[o.cid] < 0 {
 				e.byText[o.cid] = int32(o.doc)
 			}
@@ -589,7 +607,7 @@ func (e *engine) place(idx int) {
 	}
 	if o.lead != "" && e.role(o.turn) == "user" {
 		d.leads = remember(d.leads, o.lead, &d.overLeads)
-		if !e.census().copies[o.turn] {
+		if !e.census().copies[o.turn] || e.soleValue(o) {
 			d.evLeads = remember(d.evLeads, o.lead, &d.overEv)
 		}
 	}

@@ -106,7 +106,7 @@ func (e *engine) findRuns() {
 				b := block{kind: kindRun, start: l.s(i0), end: l.e(i1 - 1)}
 				b.cstart, b.cend = b.start, b.end
 				o := occ{tp: k, turn: tp.turn, part: tp.part, b: b, replace: true, rule: RuleUnchanged, target: q.turn, from: loc{at.tp, int32(g - i + i0)}}
-				if b.start == 0 && (k == 0 || e.parts[k-1].turn != tp.turn) {
+				if b.start == 0 && tp.val == nil && (k == 0 || e.parts[k-1].turn != tp.turn) {
 					o.rule = RuleSecondary // a preamble repeated at the start of a turn
 				}
 				if !e.reference(&o) {

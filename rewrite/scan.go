@@ -47,6 +47,11 @@ type part struct {
 	// media: the part holds inline or file data, whose tokens do not
 	// follow from its bytes.
 	media bool
+	// fr is the functionResponse value of a part with no other member
+	// (a tool result, jsontext.go), or with call the functionCall value of
+	// a part with no other member but a thought signature; zero otherwise.
+	fr   span
+	call bool
 }
 
 // content is one element of contents as located by scan.
@@ -841,7 +846,7 @@ func (s *scanner) part() (part, error) {
 	if s.pos >= len(s.b) || s.b[s.pos] != '{' {
 		return p, ErrUnsupported
 	}
-	var texts, inlines, others int
+	var texts, inlines, others, sigs int
 	err := s.object(5, func(key string) error {
 		switch key {
 		case "text":
@@ -875,6 +880,17 @@ func (s *scanner) part() (part, error) {
 		case "fileData", "file_data":
 			p.media = true
 			others++
+		case "functionResponse", "function_response", "functionCall", "function_call":
+			others++
+			start := s.pos
+			if err := s.value(5); err != nil {
+				return err
+			}
+			p.fr, p.call = span{start, s.pos}, key == "functionCall" || key == "function_call"
+			return nil
+		case "thoughtSignature", "thought_signature":
+			sigs++
+			others++
 		default:
 			// Any other member (thoughtSignature, functionCall, fileData,
 			// videoMetadata, fields from next year's API …) freezes the
@@ -884,6 +900,11 @@ func (s *scanner) part() (part, error) {
 		return s.value(5)
 	})
 	p.obj.end = s.pos
+	if p.call && sigs > 1 || others != 1+sigs || !p.call && sigs > 0 || texts+inlines > 0 || p.fr.end-p.fr.start < 2 {
+		p.fr, p.call = span{}, false
+	} else if !p.call && s.small > 0 && p.fr.end-p.fr.start >= s.small {
+		s.eager = true // a tool result that may hold a long value
+	}
 	switch {
 	case others > 0 || texts+inlines != 1:
 		p.kind = partOther

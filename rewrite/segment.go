@@ -18,6 +18,8 @@ const (
 	kindTabs                    // open-tab list (secondary)
 	kindRun                     // unwrapped lines repeating an earlier turn
 	kindImage                   // a whole inlineData part
+	kindValue                   // a whole string value of a JSON text (jsontext.go)
+	kindTool                    // a whole string value of a tool result (jsontext.go)
 )
 
 func (k blockKind) secondary() bool { return k == kindTree || k == kindTabs }
@@ -31,6 +33,7 @@ type block struct {
 	kind         blockKind
 	blob         bool // a fence holding two or more "// File:" banners
 	shell        bool // a fence holding only references: not a block
+	box          bool // a fenced JSON value analysed by its values (jsontext.go)
 }
 
 // lines holds the line boundaries of a text: line i is text[start[i]:end[i]]

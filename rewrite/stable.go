@@ -98,6 +98,9 @@ func (e *engine) stableSplits(reps []*occ) []split {
 			r++
 		}
 		in := reps[first:r]
+		if tp.val != nil || hasBox(tp) {
+			continue // a sub-text, or a text holding some (jsontext.go)
+		}
 		if at, ok := e.stableAt(tp, in, minMoved); ok {
 			out = append(out, split{tp.turn, tp.part, at})
 		}

@@ -173,6 +173,7 @@ func proxyOptions(c config.Config) (proxy.Options, error) {
 	rw.Unflatten = rewrite.UnflattenMode(c.Rewrite.Unflatten)
 	rw.DocumentTags = c.Rewrite.DocumentTags
 	rw.StablePrefix = c.Rewrite.StablePrefix
+	rw.ToolResults = rewrite.ToolResultsMode(c.Rewrite.ToolResults)
 	rw.MaxParts, rw.MaxLines, rw.MaxBlocks = c.Rewrite.MaxParts, c.Rewrite.MaxLines, c.Rewrite.MaxBlocks
 	if len(c.Rewrite.Labels.User)+len(c.Rewrite.Labels.Model) > 0 {
 		rw.Lexicon = rewrite.DefaultLexicon().Extend(c.Rewrite.Labels.User, c.Rewrite.Labels.Model)
