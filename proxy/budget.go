@@ -74,6 +74,14 @@ func (b *memBudget) give(n int64) {
 	b.gauge.Sub(float64(n))
 }
 
+// usedBytes returns the bytes taken and not given back.
+func (b *memBudget) usedBytes() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.used.Load()
+}
+
 // tapFreeBytes is what a tap's buffers may hold without drawing on the
 // budget: an ordinary event or answer (a few KiB) never touches it, so the
 // budget costs nothing per chunk. It bounds the unbudgeted part of the
