@@ -176,7 +176,7 @@ func TestCPUTargets(t *testing.T) {
 		"rewrite on, small, CPU per request ≤ 1.2× plain Go proxy (c16 and c64, unary and sse)": false,
 		"rewrite on, large, CPU per request ≤ 1.9× plain Go proxy (c16 and c64, unary and sse)": true,
 		"rewrite on, small, p50 added over direct ≤ 0.15ms (unary, c1)":                         true,
-		"request that cannot change (small): CPU rewrite on ≤ 1.1× rewrite off (c16 and c64)":    false,
+		"request that cannot change (small): CPU rewrite on ≤ 1.1× rewrite off (c16 and c64)":   false,
 	} {
 		r, ok := got[name]
 		if !ok || r.Met != want {
