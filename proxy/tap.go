@@ -110,11 +110,7 @@ func (t *tap) room(extra int) bool {
 // and finish did not run.
 func (t *tap) release() {
 	t.line, t.data, t.gz = nil, nil, nil
-	if t.obj != nil && cap(t.obj) <= 4*tailBytes {
-		b := t.obj[:0]
-		objBuffers.Put(&b)
-	}
-	t.obj = nil
+	t.putObj()
 	t.budget.give(t.held)
 	t.held = 0
 }
@@ -385,7 +381,28 @@ func (t *tap) appendObj(p []byte) {
 		t.objOver, t.obj = true, t.obj[:0]
 		return
 	}
+	if need := len(t.obj) + len(p); need > cap(t.obj) {
+		// Double: append grows a large slice by a quarter at a time, and a
+		// 256 KB answer arriving in 32 KB reads was copied over and over.
+		grown := make([]byte, len(t.obj), min(max(need, 2*cap(t.obj)), maxEventBytes))
+		copy(grown, t.obj)
+		t.putObj()
+		t.obj = grown
+	}
 	t.obj = append(t.obj, p...)
+}
+
+// maxPooledObj is the largest object buffer the tap returns to objBuffers.
+const maxPooledObj = 1 << 20
+
+// putObj returns the tap's object buffer to objBuffers when it is not too
+// large to keep.
+func (t *tap) putObj() {
+	if t.obj != nil && cap(t.obj) <= maxPooledObj {
+		b := t.obj[:0]
+		objBuffers.Put(&b)
+	}
+	t.obj = nil
 }
 
 // lastBytes returns the last n bytes of a followed by b in a buffer from
