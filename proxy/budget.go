@@ -82,6 +82,14 @@ func (b *memBudget) usedBytes() int64 {
 	return b.used.Load()
 }
 
+// rewriteBudgetFactor times its body is what a rewritten request takes
+// from the budget until it ends: the body, the rewrite's output, and the
+// ledger's decoded copies of the original and the sent body (the ledger
+// settles after the response, while the rest is still held). Counting
+// less let 64 concurrent 1 MB rewrites hold more than the limit, and the
+// collector ran without pause.
+const rewriteBudgetFactor = 4
+
 // tapFreeBytes is what a tap's buffers may hold without drawing on the
 // budget: an ordinary event or answer (a few KiB) never touches it, so the
 // budget costs nothing per chunk. It bounds the unbudgeted part of the

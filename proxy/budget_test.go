@@ -158,6 +158,9 @@ func TestMemoryBudgetChunkedBody(t *testing.T) {
 	if got := testutil.ToFloat64(f.m.MemoryBudgetRefusals.WithLabelValues(metrics.BudgetChunkedBody)); got != 1 {
 		t.Errorf("memory_budget_refusals_total{consumer=chunked_body} = %v, want 1", got)
 	}
+	// The refused request gives its share back when its handler ends,
+	// which may be after the client has the 503.
+	waitFor(t, "budget free", func() bool { return f.h.budget.usedBytes() == 0 })
 	req, _ = http.NewRequest("POST", f.front.URL+"/upload/v1beta/files", io.MultiReader(strings.NewReader(big[:300<<10])))
 	if res, _ := do(t, rawClient(), req); res.StatusCode != 200 {
 		t.Errorf("small chunked body: status %d", res.StatusCode)

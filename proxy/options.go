@@ -125,8 +125,8 @@ type Options struct {
 	OnExchange func(Exchange)
 	// MemoryBudgetBytes is the process-wide budget (budget.go) of the
 	// buffers that grow with traffic: the response taps' event and object
-	// buffers past 64 KiB each, request bodies being rewritten (twice the
-	// body: the body and the rewrite's output) and chunked request bodies
+	// buffers past 64 KiB each, request bodies being rewritten (four times
+	// the body: the body, the rewrite's output, the ledger's copies) and chunked request bodies
 	// buffered before they are forwarded. When it is spent the tap skips
 	// the event (text marked truncated), the rewrite is skipped
 	// (rewrite_skipped=memory) and a chunked body gets 503; nothing waits.

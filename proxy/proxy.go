@@ -422,9 +422,9 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "busy"
 		return nil
 	}
-	// The body and the rewrite's output, from the process-wide budget:
-	// when it is spent, the body goes out as it came.
-	if n := 2 * int64(len(buf)); h.budget.take(n, budgetRewrite) {
+	// What the request holds because it is rewritten, from the
+	// process-wide budget: when it is spent, the body goes out as it came.
+	if n := rewriteBudgetFactor * int64(len(buf)); h.budget.take(n, budgetRewrite) {
 		st.budgeted = n
 	} else {
 		h.releaseRewrite(st)
