@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -43,6 +44,10 @@ func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) WriteHeader(int)             {}
 func (w *discardWriter) Flush()                      {}
 func (w *discardWriter) Write(p []byte) (int, error) { w.n += len(p); return len(p), nil }
+
+// SetReadDeadline accepts the body's idle deadline, as the server's
+// writer does.
+func (w *discardWriter) SetReadDeadline(time.Time) error { return nil }
 
 // sseAnswer returns a stream of n events of about 200 bytes each, the
 // last with usageMetadata.
@@ -95,7 +100,7 @@ func BenchmarkHandler(b *testing.B) {
 			h    http.Handler
 		}{{"plain", plain}}
 		for _, on := range []bool{false, true} {
-			h, err := New(Options{Upstream: up, Transport: tr, Rewrite: RewriteOptions{Enabled: on}, OnServed: func(string, string, bool) {}},
+			h, err := New(Options{Upstream: up, Transport: tr, Rewrite: RewriteOptions{Enabled: on}, OnServed: func(string, string, bool) {}, BodyIdleTimeout: time.Minute},
 				slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New(prometheus.NewRegistry()))
 			if err != nil {
 				b.Fatal(err)

@@ -304,7 +304,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rc = http.MaxBytesReader(w, rc, h.maxBody)
 		}
 		st.body = &countingBody{rc: rc, size: r.ContentLength}
-		st.body.startIdle(h.opts.BodyIdleTimeout, http.NewResponseController(w))
+		st.body.startIdle(h.opts.BodyIdleTimeout, w)
 		out.Body = st.body
 	}
 	if st.info.route.isGenerate() {
@@ -1184,16 +1184,31 @@ type countingBody struct {
 	// deadline is cleared once the body ends, so that it can never cut the
 	// response that follows.
 	idle     time.Duration
-	deadline func(time.Time) error
+	deadline readDeadliner
 }
 
-// startIdle arms the body's idle deadline; it reports whether the
-// connection supports one.
-func (b *countingBody) startIdle(idle time.Duration, rc *http.ResponseController) bool {
-	if idle <= 0 || rc.SetReadDeadline(time.Now().Add(idle)) != nil {
+// readDeadliner is what sets a connection's read deadline: the server's
+// ResponseWriter, or an http.ResponseController on a wrapped one.
+type readDeadliner interface {
+	SetReadDeadline(time.Time) error
+}
+
+// startIdle arms the body's idle deadline on w's connection; it reports
+// whether the connection supports one. The server's own ResponseWriter
+// sets deadlines itself: a ResponseController (and a method value of it)
+// would be two allocations per request.
+func (b *countingBody) startIdle(idle time.Duration, w http.ResponseWriter) bool {
+	if idle <= 0 {
 		return false
 	}
-	b.idle, b.deadline = idle, rc.SetReadDeadline
+	d, ok := w.(readDeadliner)
+	if !ok {
+		d = http.NewResponseController(w)
+	}
+	if d.SetReadDeadline(time.Now().Add(idle)) != nil {
+		return false
+	}
+	b.idle, b.deadline = idle, d
 	return true
 }
 
@@ -1204,13 +1219,13 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	if b.deadline != nil {
 		// Measured from each read, so that time the proxy spends writing
 		// to a slow upstream between reads never counts against the client.
-		b.deadline(time.Now().Add(b.idle)) //nolint:errcheck // armed once already
+		b.deadline.SetReadDeadline(time.Now().Add(b.idle)) //nolint:errcheck // armed once already
 	}
 	n, err := b.read(p)
 	if b.deadline != nil {
 		switch {
 		case err == io.EOF:
-			b.deadline(time.Time{}) //nolint:errcheck // best effort: the body is over
+			b.deadline.SetReadDeadline(time.Time{}) //nolint:errcheck // best effort: the body is over
 			b.deadline = nil
 		case err != nil:
 			// Leave an expired deadline in place: the server drains the
