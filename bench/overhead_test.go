@@ -152,3 +152,41 @@ func TestRunOverheadRatios(t *testing.T) {
 		t.Errorf("Targets lacks the pass-through ratios: %v", names)
 	}
 }
+
+// TestCPUTargets: issue 17's targets come from the loaded cells' CPU per
+// request (weighted by requests) and the c1 unary cells' added p50.
+func TestCPUTargets(t *testing.T) {
+	cell := func(size, target string, conc, reqs int, cpu float64, added time.Duration) Cell {
+		return Cell{Size: size, Mode: "unary", Concurrency: conc, Target: target, Requests: reqs, CPUPer1000: cpu, AddedP50: added}
+	}
+	o := &Overhead{Cells: []Cell{
+		cell("small", TargetPlain, 16, 1000, 0.10, 0), cell("small", TargetPlain, 64, 3000, 0.10, 0),
+		cell("small", TargetPassThrough, 16, 1000, 0.11, 0), cell("small", TargetPassThrough, 64, 3000, 0.11, 0),
+		// 0.10 ms at c16 on 1,000 requests and 0.14 ms at c64 on 3,000:
+		// 0.13 ms per request, 1.3× plain (missed), 1.18× off (missed).
+		cell("small", TargetRewrite, 16, 1000, 0.10, 0), cell("small", TargetRewrite, 64, 3000, 0.14, 0),
+		cell("small", TargetRewrite, 1, 500, 9, 100*time.Microsecond), cell("small", TargetPlain, 1, 500, 9, 50*time.Microsecond),
+		cell("large", TargetPlain, 64, 100, 1.0, 0), cell("large", TargetRewrite, 64, 100, 1.5, 0),
+	}}
+	got := map[string]TargetResult{}
+	for _, r := range CPUTargets(o) {
+		got[r.Name] = r
+	}
+	for name, want := range map[string]bool{
+		"rewrite on, small, CPU per request ≤ 1.2× plain Go proxy (c16 and c64, unary and sse)": false,
+		"rewrite on, large, CPU per request ≤ 1.9× plain Go proxy (c16 and c64, unary and sse)": true,
+		"rewrite on, small, p50 added over direct ≤ 0.15ms (unary, c1)":                         true,
+		"request that cannot change (small): CPU rewrite on ≤ 1.1× rewrite off (c16 and c64)":   false,
+	} {
+		r, ok := got[name]
+		if !ok || r.Met != want {
+			t.Errorf("%s: %+v (present %v), want met %v", name, r, ok, want)
+		}
+	}
+	if r := got["rewrite on, small, CPU per request ≤ 1.2× plain Go proxy (c16 and c64, unary and sse)"]; !strings.HasPrefix(r.Measured, "1.30×") {
+		t.Errorf("small CPU ratio %q, want 1.30×", r.Measured)
+	}
+	if len(got) != 4 {
+		t.Errorf("%d targets, want 4 (no medium cells): %v", len(got), got)
+	}
+}

@@ -422,6 +422,84 @@ func Targets(o *Overhead) []TargetResult {
 			out = append(out, TargetResult{"idle RSS ≤ 30 MB (" + p.Target + ")", fmt.Sprintf("%.1f MB", mb(p.IdleRSS)), p.IdleRSS <= 30<<20})
 		}
 	}
+	return append(out, CPUTargets(o)...)
+}
+
+// Issue 17's targets: CPU per request under load, with rewriting on,
+// against the plain Go proxy (httputil.ReverseProxy with a BufferPool), per
+// request size; the p50 rewriting on adds over direct at concurrency 1; and
+// the small request, which the rewrite cannot change, against rewriting
+// off.
+var (
+	cpuRatioTargets = []struct {
+		size  string
+		ratio float64
+	}{{"small", 1.2}, {"medium", 1.6}, {"large", 1.9}}
+	addedP50Targets = []struct {
+		size  string
+		limit time.Duration
+	}{{"small", 150 * time.Microsecond}, {"medium", 300 * time.Microsecond}, {"large", time.Millisecond}}
+	// unchangedRatio bounds the CPU of a request that cannot change (the
+	// small one: one text under rewrite.min_block_bytes) with rewriting on,
+	// against rewriting off.
+	unchangedRatio = 1.1
+)
+
+// loadedCPU returns target's CPU seconds per request over the cells of
+// size at concurrency 16 and more (unary and SSE): the CPU the process
+// spent while those cells' batches ran, over their requests. False when
+// there is no such cell or no CPU figure.
+func loadedCPU(o *Overhead, size, target string) (float64, bool) {
+	var cpu float64
+	n := 0
+	for _, c := range o.Cells {
+		if c.Size == size && c.Target == target && c.Concurrency >= 16 && c.CPUPer1000 > 0 {
+			cpu += c.CPUPer1000 * float64(c.Requests) / 1000
+			n += c.Requests
+		}
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return cpu / float64(n), true
+}
+
+// CPUTargets evaluates issue 17's targets on o (see cpuRatioTargets). Like
+// Targets, they are reported, never asserted.
+func CPUTargets(o *Overhead) []TargetResult {
+	var out []TargetResult
+	for _, tg := range cpuRatioTargets {
+		on, ok1 := loadedCPU(o, tg.size, TargetRewrite)
+		plain, ok2 := loadedCPU(o, tg.size, TargetPlain)
+		if ok1 && ok2 && plain > 0 {
+			r := on / plain
+			out = append(out, TargetResult{fmt.Sprintf("rewrite on, %s, CPU per request ≤ %.1f× plain Go proxy (c16 and c64, unary and sse)", tg.size, tg.ratio),
+				fmt.Sprintf("%.2f× (%.0f µs against %.0f µs)", r, on*1e6, plain*1e6), r <= tg.ratio})
+		}
+	}
+	for _, tg := range addedP50Targets {
+		var on, plain Cell
+		for _, c := range o.Cells {
+			if c.Size == tg.size && c.Mode == "unary" && c.Concurrency == 1 {
+				switch c.Target {
+				case TargetRewrite:
+					on = c
+				case TargetPlain:
+					plain = c
+				}
+			}
+		}
+		if on.Target != "" && plain.Target != "" {
+			out = append(out, TargetResult{fmt.Sprintf("rewrite on, %s, p50 added over direct ≤ %s (unary, c1)", tg.size, fmtDur(tg.limit)),
+				fmt.Sprintf("%s (plain Go proxy: %s)", fmtDur(on.AddedP50), fmtDur(plain.AddedP50)), on.AddedP50 <= tg.limit})
+		}
+	}
+	on, ok1 := loadedCPU(o, "small", TargetRewrite)
+	off, ok2 := loadedCPU(o, "small", TargetPassThrough)
+	if ok1 && ok2 && off > 0 {
+		out = append(out, TargetResult{fmt.Sprintf("request that cannot change (small): CPU rewrite on ≤ %.1f× rewrite off (c16 and c64)", unchangedRatio),
+			fmt.Sprintf("%.2f× (%.0f µs against %.0f µs)", on/off, on*1e6, off*1e6), on/off <= unchangedRatio})
+	}
 	return out
 }
 

@@ -16,6 +16,7 @@ type Config struct {
 	Cache    Cache    `mapstructure:"cache"`
 	Metrics  Metrics  `mapstructure:"metrics"`
 	Log      Log      `mapstructure:"log"`
+	Memory   Memory   `mapstructure:"memory"`
 
 	UpstreamState UpstreamState `mapstructure:"upstream_state"`
 }
@@ -264,6 +265,43 @@ type Log struct {
 	Level string `mapstructure:"level"`
 	// Format is text or json.
 	Format string `mapstructure:"format"`
+	// BufferBytes bounds the log lines waiting to be written: lines are
+	// written by a goroutine of their own, in batches, so that a request
+	// never waits for a write; a line that does not fit is dropped and
+	// counted (gemini_proxy_access_log_dropped_total). The buffer is
+	// flushed on shutdown. Zero writes each line synchronously.
+	BufferBytes ByteSize `mapstructure:"buffer_bytes"`
+}
+
+// Memory configures the process-wide memory limit (issue 16 item 10).
+type Memory struct {
+	// LimitBytes is the memory the process should fit in. It sets the Go
+	// runtime's soft limit (debug.SetMemoryLimit) and, minus
+	// cache.max_bytes and MemoryReserve, the budget of the buffers that
+	// grow with traffic (response taps, request bodies being rewritten,
+	// buffered chunked bodies; see proxy.Options.MemoryBudgetBytes). The
+	// default, 448MiB, fits a 512 MiB container with the default cache.
+	// Zero means no limit and no budget.
+	LimitBytes ByteSize `mapstructure:"limit_bytes"`
+}
+
+// MemoryReserve is the part of memory.limit_bytes left to what no budget
+// counts: the runtime, goroutine stacks, connection buffers, the rewriter's
+// pools and records, metrics.
+const MemoryReserve = 48 << 20
+
+// MinMemoryBudget is the smallest budget memory.limit_bytes may leave for
+// the buffers: two large requests' worth.
+const MinMemoryBudget = 16 << 20
+
+// MemoryBudget returns the byte budget of the traffic buffers that
+// c.Memory.LimitBytes leaves after the cache and MemoryReserve; 0 when
+// there is no limit.
+func (c Config) MemoryBudget() int64 {
+	if c.Memory.LimitBytes <= 0 {
+		return 0
+	}
+	return int64(c.Memory.LimitBytes) - int64(c.Cache.MaxBytes) - MemoryReserve
 }
 
 // DefaultModels are the model names counted under their own label.
@@ -319,7 +357,8 @@ func Default() Config {
 			CountTokensPerSecond: 1,
 			Prices:               append([]Price(nil), DefaultPrices...),
 		},
-		Log: Log{Level: "info", Format: "text"},
+		Log:    Log{Level: "info", Format: "text", BufferBytes: 1 << 20},
+		Memory: Memory{LimitBytes: 448 << 20},
 		UpstreamState: UpstreamState{
 			ContextCacheTTL: 5 * time.Minute,
 			ContextCacheMinTokens: []ModelTokens{

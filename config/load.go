@@ -653,5 +653,15 @@ func (c Config) Validate() error {
 	if f := c.Log.Format; f != "text" && f != "json" {
 		bad("log.format", "%q must be text or json", f)
 	}
+	if c.Log.BufferBytes < 0 {
+		bad("log.buffer_bytes", "must not be negative")
+	}
+	switch {
+	case c.Memory.LimitBytes < 0:
+		bad("memory.limit_bytes", "must not be negative")
+	case c.Memory.LimitBytes > 0 && c.MemoryBudget() < MinMemoryBudget:
+		bad("memory.limit_bytes", "%s leaves %s for request and response buffers after cache.max_bytes (%s) and the runtime's reserve (%s); at least %s is needed: raise it, lower cache.max_bytes, or 0 for no limit",
+			c.Memory.LimitBytes, ByteSize(max(c.MemoryBudget(), 0)), c.Cache.MaxBytes, ByteSize(MemoryReserve), ByteSize(MinMemoryBudget))
+	}
 	return errors.Join(errs...)
 }

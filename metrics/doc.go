@@ -57,6 +57,10 @@
 //	gemini_proxy_upstream_responses_total                 counter    route, code                  upstream responses by HTTP status, including the rejected first attempt of a fallback
 //	gemini_proxy_client_cancels_total                     counter    -                            requests whose client went away before the response completed
 //	gemini_proxy_stall_grace_total                        counter    -                            client read deadlines that expired during a process stall and were extended once (cmd/gemini-proxy stall.go)
+//	gemini_proxy_memory_budget_bytes                      gauge      -                            the process-wide budget of tap, rewrite and chunked-body buffers (memory.limit_bytes minus cache and reserve; 0: none)
+//	gemini_proxy_memory_budget_used_bytes                 gauge      -                            bytes of that budget held by requests in flight
+//	gemini_proxy_memory_budget_refusals_total             counter    consumer                     buffers refused by the spent budget: consumer=tap|rewrite|chunked_body
+//	gemini_proxy_access_log_dropped_total                 counter    -                            log lines dropped because the asynchronous log buffer (log.buffer_bytes) was full
 //	gemini_proxy_build_info                               gauge      version, goversion           always 1; identifies the running build
 //	gemini_proxy_interactions_requests_total              counter    kind                         generate requests eligible for the Interactions API: kind=continued|session|started|full (upstream_state.interactions)
 //	gemini_proxy_interactions_saved_bytes_total           counter    -                            request bytes not uploaded thanks to continuation (generateContent body minus the interaction body sent)

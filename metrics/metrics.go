@@ -187,6 +187,12 @@ type Metrics struct {
 	LedgerBilledDollars  *prometheus.CounterVec // group, turn
 	LedgerBilledSquares  *prometheus.CounterVec // group, turn
 	LedgerCounterfactual *prometheus.CounterVec // group, turn
+
+	// The process-wide memory budget and the access log (memory.go).
+	MemoryBudgetLimit    prometheus.Gauge
+	MemoryBudgetUsed     prometheus.Gauge
+	MemoryBudgetRefusals *prometheus.CounterVec // consumer
+	AccessLogDropped     prometheus.Counter
 }
 
 // Kinds for gemini_proxy_interactions_requests_total: how a generate
@@ -422,6 +428,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	m.newInteractions(f)
 	m.newLedger(f)
+	m.newMemory(f)
 	return m
 }
 

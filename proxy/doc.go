@@ -19,8 +19,9 @@
 //     "; mode=dry-run", "; fallback", or one of "mode=off", "mode=disabled",
 //     "skipped" (body too large, unknown length over the limit, a
 //     Content-Encoding such as gzip: compressed request bodies are never
-//     rewritten, RewriteOptions.MaxInflightBytes reached, or a request over
-//     the rewriter's limits, rewrite.ErrTooComplex; the access log's
+//     rewritten, RewriteOptions.MaxInflightBytes reached, the memory budget
+//     spent, or a request over the rewriter's limits,
+//     rewrite.ErrTooComplex; the access log's
 //     rewrite_skipped says which) and "bytes=N->N; error".
 //   - With Options.Interactions enabled, a generate request (Gemini API
 //     paths only, rewrite mode on, no cachedContent) may be sent
@@ -48,7 +49,8 @@
 // Errors the proxy itself causes are answered in the API's own shape,
 // {"error":{"code":…,"message":…,"status":…}}: 413 for a body over
 // Options.MaxBodyBytes, 408 for a body that stalls longer than
-// Options.BodyIdleTimeout, 504 DEADLINE_EXCEEDED when the upstream's headers
+// Options.BodyIdleTimeout, 503 UNAVAILABLE for a chunked body the memory
+// budget cannot hold, 504 DEADLINE_EXCEEDED when the upstream's headers
 // do not arrive in time, 502 UNAVAILABLE when it cannot be reached. A
 // client that goes away is recorded as 499. Once response headers were
 // sent, a failure cuts the connection (http.ErrAbortHandler); the proxy
@@ -66,6 +68,15 @@
 // prompt, response or credential in it. Tenants are HMACs of the caller's
 // credential (see Options.TenantSecret), computed from pooled keyed HMAC
 // states; no credential is kept after its request.
+//
+// Memory: a body read for rewriting lies in a pooled buffer of its
+// power-of-two size class (bodypool.go), reused only once the transport,
+// any fallback retry and every read in flight are done with it (net/http
+// may read a request body after RoundTrip returned). One process-wide
+// budget, Options.MemoryBudgetBytes (budget.go), bounds the buffers that
+// grow with traffic: the taps' past 64 KiB each, the bodies being
+// rewritten, buffered chunked bodies; when it is spent they do without
+// (an event skipped, a rewrite skipped, a 503), and nothing waits.
 //
 // Savings are counted only for a rewritten body the upstream accepted
 // with a 2xx (never after a fallback): bytes removed per rule, and tokens

@@ -30,6 +30,11 @@ var errDotSegment = proxyError{code: http.StatusBadRequest, status: "INVALID_ARG
 // Options.BodyIdleTimeout.
 var errBodyIdle = proxyError{code: http.StatusRequestTimeout, status: "DEADLINE_EXCEEDED", message: "The client did not send the request body in time."}
 
+// errBudgetSpent is the error for a chunked request body that the
+// process-wide memory budget cannot hold (Options.MemoryBudgetBytes): 503,
+// and nothing reaches the upstream.
+var errBudgetSpent = errors.New("memory budget spent")
+
 // errReadBody wraps a failure to read the client's request body.
 var errReadBody = errors.New("reading request body")
 
@@ -57,6 +62,8 @@ func statusError(ctx context.Context, err error) proxyError {
 		return proxyError{code: http.StatusRequestEntityTooLarge, status: "INVALID_ARGUMENT", message: "Request payload size exceeds the limit of the proxy."}
 	case ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled):
 		return proxyError{code: StatusClientClosedRequest, status: "CANCELLED", message: "The client closed the request."}
+	case errors.Is(err, errBudgetSpent):
+		return proxyError{code: http.StatusServiceUnavailable, status: "UNAVAILABLE", message: "The proxy has no memory left to buffer the request body; retry later."}
 	case errors.Is(err, errReadBody):
 		return proxyError{code: http.StatusBadRequest, status: "INVALID_ARGUMENT", message: "The proxy could not read the request body."}
 	}

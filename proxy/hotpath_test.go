@@ -42,7 +42,10 @@ func TestReadBody(t *testing.T) {
 		{"error", func() io.Reader { return io.MultiReader(strings.NewReader("01"), iotest.ErrReader(errBoom)) }, 10, 100, "01", errBoom},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := readBody(tc.r(), tc.size, tc.limit)
+			got, bb, err := readBody(tc.r(), tc.size, tc.limit)
+			if (bb != nil) != (tc.size >= 0 && tc.size <= tc.limit) {
+				t.Errorf("readBody: pooled buffer %v for size %d, limit %d", bb != nil, tc.size, tc.limit)
+			}
 			if string(got) != tc.want || !errors.Is(err, tc.err) {
 				t.Errorf("readBody = %q, %v; want %q, %v", got, err, tc.want, tc.err)
 			}

@@ -123,6 +123,15 @@ type Options struct {
 	// for a response cut short.
 	OnServed   func(tenant, text string, truncated bool)
 	OnExchange func(Exchange)
+	// MemoryBudgetBytes is the process-wide budget (budget.go) of the
+	// buffers that grow with traffic: the response taps' event and object
+	// buffers past 64 KiB each, request bodies being rewritten (four times
+	// the body: the body, the rewrite's output, the ledger's copies) and chunked request bodies
+	// buffered before they are forwarded. When it is spent the tap skips
+	// the event (text marked truncated), the rewrite is skipped
+	// (rewrite_skipped=memory) and a chunked body gets 503; nothing waits.
+	// serve sizes it from memory.limit_bytes. Zero means no budget.
+	MemoryBudgetBytes int64
 	// Interactions configures continuing conversations server-side through
 	// the Interactions API. The zero value is off.
 	Interactions InteractionsOptions
@@ -197,7 +206,9 @@ type Exchange struct {
 	Text          string
 	TextTruncated bool
 	// Request is the client's original request body when the proxy read it
-	// for rewriting; nil when the body was streamed through.
+	// for rewriting; nil when the body was streamed through. It lies in a
+	// pooled buffer that is reused once the request is over: valid during
+	// the OnExchange call only, copy it to keep it.
 	Request []byte
 	// Report is the rewrite report; nil when no rewrite ran.
 	Report *rewrite.Report

@@ -75,6 +75,8 @@ type Handler struct {
 	ix *interactions // nil: Interactions continuation off
 
 	ledger *ledger
+
+	budget *memBudget // nil: no process-wide memory budget
 }
 
 // New builds a Handler. logger receives the access log (one line per
@@ -106,6 +108,7 @@ func New(opts Options, logger *slog.Logger, m *metrics.Metrics) (*Handler, error
 		rewriteFn: rewrite.Request,
 		auditFn:   rewrite.Audit,
 		hot:       hotMetrics{m: m},
+		budget:    newMemBudget(opts.MemoryBudgetBytes, m),
 	}
 	if h.basePath != "" && !strings.HasPrefix(h.basePath, "/") {
 		h.basePath = "/" + h.basePath
@@ -218,6 +221,12 @@ type reqState struct {
 	inHost   string
 
 	body *countingBody // nil when the request has no body
+	// bodyBuf holds orig when it was read into a pooled buffer
+	// (bodypool.go); every upstream body reading it comes from
+	// requestBody.
+	bodyBuf *bodyBuf
+	readers []*bodyReader // the bodies made by requestBody, closed by releaseBody
+	reader0 [2]*bodyReader
 
 	// Rewrite.
 	mode      string // metrics.Mode*
@@ -231,6 +240,7 @@ type reqState struct {
 	rwErr     string // constant description of a rewrite failure
 	rwSkip    string // why rewriting was skipped (outcome skipped, mode on)
 	reserved  int64  // bytes of RewriteOptions.MaxInflightBytes held, released at the end
+	budgeted  int64  // bytes of the memory budget held for the body or rewrite, released at the end
 
 	// Upstream; written by the transport on the handler's goroutine.
 	upstreamStart time.Time
@@ -264,6 +274,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := &reqState{start: time.Now()}
 	h.m.InFlight.Inc()
 	defer h.m.InFlight.Dec()
+	defer st.releaseBody() // last: finish and the hooks read the body
 
 	out := r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
 	u := *r.URL
@@ -297,7 +308,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rc = http.MaxBytesReader(w, rc, h.maxBody)
 		}
 		st.body = &countingBody{rc: rc, size: r.ContentLength}
-		st.body.startIdle(h.opts.BodyIdleTimeout, http.NewResponseController(w))
+		st.body.startIdle(h.opts.BodyIdleTimeout, w)
 		out.Body = st.body
 	}
 	if st.info.route.isGenerate() {
@@ -395,7 +406,8 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		return nil
 	}
 	readStart := time.Now()
-	buf, err := readBody(st.body, out.ContentLength, h.rwMax)
+	buf, bb, err := readBody(st.body, out.ContentLength, h.rwMax)
+	st.bodyBuf, st.readers = bb, st.reader0[:0]
 	st.readDur = time.Since(readStart)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errReadBody, err)
@@ -410,8 +422,18 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 	// upload holds nothing meanwhile (issue 16 item 2).
 	if !h.reserveRewrite(st, int64(len(buf))) {
 		// Too much is being rewritten already: forward this one as it came.
-		out.Body = io.NopCloser(bytes.NewReader(buf))
+		out.Body = st.requestBody(buf)
 		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "busy"
+		return nil
+	}
+	// What the request holds because it is rewritten, from the
+	// process-wide budget: when it is spent, the body goes out as it came.
+	if n := rewriteBudgetFactor * int64(len(buf)); h.budget.take(n, budgetRewrite) {
+		st.budgeted = n
+	} else {
+		h.releaseRewrite(st)
+		out.Body = st.requestBody(buf)
+		st.outcome, st.repHeader, st.rwSkip = metrics.OutcomeSkipped, "skipped", "memory"
 		return nil
 	}
 	st.orig = buf
@@ -458,7 +480,7 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 			st.sentBody = res
 		}
 	}
-	out.Body = io.NopCloser(bytes.NewReader(send))
+	out.Body = st.requestBody(send)
 	out.ContentLength = int64(len(send))
 	out.TransferEncoding = nil
 	if out.Header.Get("Content-Length") != "" {
@@ -484,13 +506,52 @@ func (h *Handler) bufferUnknownLength(st *reqState, out *http.Request) error {
 		return nil
 	}
 	readStart := time.Now()
-	buf, err := io.ReadAll(out.Body)
+	buf, err := h.readBudgeted(st, out.Body)
 	st.readDur += time.Since(readStart)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errReadBody, err)
+		return err
 	}
 	out.Body = io.NopCloser(bytes.NewReader(buf))
 	return nil
+}
+
+// chunkedBudgetStep is the unit in which a buffered chunked body takes
+// from the memory budget.
+const chunkedBudgetStep = 256 << 10
+
+// readBudgeted reads a chunked body whole, taking its bytes from the memory
+// budget as they arrive (held in st.budgeted until the request ends): a
+// body the budget cannot hold fails with errBudgetSpent, and nothing of it
+// has reached the upstream.
+func (h *Handler) readBudgeted(st *reqState, body io.Reader) ([]byte, error) {
+	if h.budget == nil {
+		buf, err := io.ReadAll(body)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errReadBody, err)
+		}
+		return buf, nil
+	}
+	buf := make([]byte, 0, 32<<10)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		if need := int64(cap(buf)); need > st.budgeted {
+			step := (need - st.budgeted + chunkedBudgetStep - 1) / chunkedBudgetStep * chunkedBudgetStep
+			if !h.budget.take(step, budgetChunkedBody) {
+				return nil, errBudgetSpent
+			}
+			st.budgeted += step
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errReadBody, err)
+		}
+	}
 }
 
 // reserveRewrite takes size bytes (the body read) of
@@ -520,8 +581,11 @@ func (h *Handler) reserveRewrite(st *reqState, size int64) bool {
 	return true
 }
 
-// releaseRewrite returns what reserveRewrite took for st.
+// releaseRewrite returns what reserveRewrite and the memory budget took
+// for st.
 func (h *Handler) releaseRewrite(st *reqState) {
+	h.budget.give(st.budgeted)
+	st.budgeted = 0
 	if st.reserved <= 0 {
 		return
 	}
@@ -537,29 +601,36 @@ func (h *Handler) releaseRewrite(st *reqState) {
 }
 
 // readBody reads body, of Content-Length size (-1: unknown), up to
-// limit+1 bytes. With a known length it reads into one buffer of exactly
-// that size: io.ReadAll would grow its buffer by doubling, allocating and
-// copying about twice the body. countingBody reports io.EOF with the last
-// byte of a known length, so no read past it is needed.
-func readBody(body io.Reader, size, limit int64) ([]byte, error) {
+// limit+1 bytes. With a known length it reads into one pooled buffer of
+// that size's class (bodypool.go), returned with the body: io.ReadAll would
+// grow its buffer by doubling, allocating and copying about twice the body,
+// and a fresh buffer per request is allocated and zeroed each time.
+// countingBody reports io.EOF with the last byte of a known length, so no
+// read past it is needed. bb is nil for an unknown length.
+func readBody(body io.Reader, size, limit int64) (buf []byte, bb *bodyBuf, err error) {
 	if size < 0 || size > limit {
-		return io.ReadAll(io.LimitReader(body, limit+1))
+		buf, err = io.ReadAll(io.LimitReader(body, limit+1))
+		return buf, nil, err
 	}
-	buf := make([]byte, size)
+	bb = getBodyBuf(int(size))
+	buf = bb.b
 	n := 0
 	for {
 		m, err := body.Read(buf[n:])
 		n += m
 		switch {
 		case err == io.EOF:
-			return buf[:n], nil
+			return buf[:n], bb, nil
 		case err != nil:
-			return buf[:n], err
+			return buf[:n], bb, err
 		case n == len(buf):
 			// A reader that did not say EOF with the last byte: read on,
 			// as io.ReadAll would.
 			rest, err := io.ReadAll(io.LimitReader(body, limit+1-size))
-			return append(buf, rest...), err
+			if len(rest) > 0 {
+				buf = append(buf[:n:n], rest...)
+			}
+			return buf, bb, err
 		}
 	}
 }
@@ -665,6 +736,7 @@ func (h *Handler) modifyResponse(res *http.Response) error {
 			res.Header.Set(HeaderReport, v)
 		}
 		if t := newTap(res.Header.Get("Content-Encoding"), h.opts.OnExchange != nil || h.opts.OnServed != nil); t != nil {
+			t.budget = h.budget
 			st.tb = &tapBody{rc: res.Body, t: t, left: res.ContentLength}
 			if h.opts.OnServed != nil && st.upStatus == http.StatusOK {
 				st.tb.complete = func() { h.served(st) }
@@ -673,6 +745,7 @@ func (h *Handler) modifyResponse(res *http.Response) error {
 		}
 	} else if isInteractionCreate(st.info.route, res.Request) {
 		if t := newInteractionTap(res.Header.Get("Content-Encoding")); t != nil {
+			t.budget = h.budget
 			st.tb = &tapBody{rc: res.Body, t: t}
 			res.Body = st.tb
 		}
@@ -832,6 +905,8 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 		t = st.tb.t
 		if st.tb.eof || !aborted {
 			t.finish()
+		} else {
+			t.release() // the budget's share, also of a response cut short
 		}
 		if h.priceByVersion(st.info.model, t.modelVersion) {
 			priceModel = normalizeModel(t.modelVersion)
@@ -992,6 +1067,9 @@ func (h *Handler) recordRewrite(st *reqState, r *http.Request, label, model stri
 	job := &savingsJob{label: label, model: model, report: st.report, usage: usage}
 	if usage != nil && h.sav.sampled() {
 		job.sample = h.newSample(st, r)
+		if job.sample != nil && st.bodyBuf != nil {
+			st.bodyBuf.keep = true // the sample keeps st.orig after the request
+		}
 	}
 	return h.sav.record(job)
 }
@@ -1038,7 +1116,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.fallback = true
 		t.h.m.RewriteFallbacks.Inc()
 		retry := req.Clone(req.Context())
-		retry.Body = io.NopCloser(bytes.NewReader(st.orig))
+		retry.Body = st.requestBody(st.orig)
 		retry.ContentLength = int64(len(st.orig))
 		retry.GetBody = nil
 		st.sent += retry.ContentLength
@@ -1116,16 +1194,31 @@ type countingBody struct {
 	// deadline is cleared once the body ends, so that it can never cut the
 	// response that follows.
 	idle     time.Duration
-	deadline func(time.Time) error
+	deadline readDeadliner
 }
 
-// startIdle arms the body's idle deadline; it reports whether the
-// connection supports one.
-func (b *countingBody) startIdle(idle time.Duration, rc *http.ResponseController) bool {
-	if idle <= 0 || rc.SetReadDeadline(time.Now().Add(idle)) != nil {
+// readDeadliner is what sets a connection's read deadline: the server's
+// ResponseWriter, or an http.ResponseController on a wrapped one.
+type readDeadliner interface {
+	SetReadDeadline(time.Time) error
+}
+
+// startIdle arms the body's idle deadline on w's connection; it reports
+// whether the connection supports one. The server's own ResponseWriter
+// sets deadlines itself: a ResponseController (and a method value of it)
+// would be two allocations per request.
+func (b *countingBody) startIdle(idle time.Duration, w http.ResponseWriter) bool {
+	if idle <= 0 {
 		return false
 	}
-	b.idle, b.deadline = idle, rc.SetReadDeadline
+	d, ok := w.(readDeadliner)
+	if !ok {
+		d = http.NewResponseController(w)
+	}
+	if d.SetReadDeadline(time.Now().Add(idle)) != nil {
+		return false
+	}
+	b.idle, b.deadline = idle, d
 	return true
 }
 
@@ -1136,13 +1229,13 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	if b.deadline != nil {
 		// Measured from each read, so that time the proxy spends writing
 		// to a slow upstream between reads never counts against the client.
-		b.deadline(time.Now().Add(b.idle)) //nolint:errcheck // armed once already
+		b.deadline.SetReadDeadline(time.Now().Add(b.idle)) //nolint:errcheck // armed once already
 	}
 	n, err := b.read(p)
 	if b.deadline != nil {
 		switch {
 		case err == io.EOF:
-			b.deadline(time.Time{}) //nolint:errcheck // best effort: the body is over
+			b.deadline.SetReadDeadline(time.Time{}) //nolint:errcheck // best effort: the body is over
 			b.deadline = nil
 		case err != nil:
 			// Leave an expired deadline in place: the server drains the

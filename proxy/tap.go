@@ -77,6 +77,42 @@ type tap struct {
 	textTruncated bool
 	events        int
 	sc            chunkScanner
+
+	// budget is the process-wide memory budget (budget.go) the tap's
+	// buffers draw on past tapFreeBytes; held is what they took.
+	budget *memBudget
+	held   int64
+}
+
+// room reports whether the tap's buffers may grow by extra bytes: always
+// up to tapFreeBytes in all, past that only with bytes taken from the
+// memory budget (in tapBudgetStep units, so not once per chunk). A refusal
+// makes the caller skip what it was buffering, as for an event over
+// maxEventBytes.
+func (t *tap) room(extra int) bool {
+	if t.budget == nil {
+		return true
+	}
+	need := int64(len(t.line)+len(t.data)+len(t.obj)+len(t.gz)+extra) - tapFreeBytes
+	if need <= t.held {
+		return true
+	}
+	step := (need - t.held + tapBudgetStep - 1) / tapBudgetStep * tapBudgetStep
+	if !t.budget.take(step, budgetTap) {
+		return false
+	}
+	t.held += step
+	return true
+}
+
+// release drops the tap's buffers and gives back what they took of the
+// memory budget. It runs when the response is over, also when it was cut
+// and finish did not run.
+func (t *tap) release() {
+	t.line, t.data, t.gz = nil, nil, nil
+	t.putObj()
+	t.budget.give(t.held)
+	t.held = 0
 }
 
 // newTap returns a tap for a body with the given Content-Encoding. It
@@ -96,8 +132,11 @@ func newTap(contentEncoding string, needText bool) *tap {
 func (t *tap) Write(p []byte) (int, error) {
 	if t.gzipped {
 		if t.mode != 'x' {
-			if len(t.gz)+len(p) > maxGzipBytes {
+			if len(t.gz)+len(p) > maxGzipBytes || !t.room(len(p)) {
 				t.mode, t.gz = 'x', nil
+				if t.needText {
+					t.textTruncated = true
+				}
 			} else {
 				t.gz = append(t.gz, p...)
 			}
@@ -167,11 +206,7 @@ func (t *tap) finish() {
 		}
 		t.dispatchSSE()
 	}
-	if t.obj != nil && cap(t.obj) <= 4*tailBytes {
-		b := t.obj[:0]
-		objBuffers.Put(&b)
-	}
-	t.line, t.data, t.obj = nil, nil, nil
+	t.release()
 }
 
 func (t *tap) sse(p []byte) {
@@ -191,7 +226,7 @@ func (t *tap) appendLine(p []byte) {
 	if t.lineOver {
 		return
 	}
-	if len(t.line)+len(p) > maxEventBytes {
+	if len(t.line)+len(p) > maxEventBytes || !t.room(len(p)) {
 		t.lineOver, t.line = true, t.line[:0]
 		return
 	}
@@ -212,7 +247,14 @@ func (t *tap) endLine() {
 		if len(v) > 0 && v[0] == ' ' {
 			v = v[1:]
 		}
-		if t.dataOver || len(t.data)+len(v)+1 > maxEventBytes {
+		if len(t.data) == 0 && !t.dataOver && len(v) > 4<<10 {
+			// The event's first data line: keep it where it is instead of
+			// copying it, and read the next line into data's buffer. A
+			// large event (a 7 MB image) is held once, not twice.
+			t.line, t.data = t.data[:0], v
+			return
+		}
+		if t.dataOver || len(t.data)+len(v)+1 > maxEventBytes || !t.room(len(v)+1) {
 			t.dataOver, t.data = true, t.data[:0]
 			return
 		}
@@ -326,7 +368,7 @@ func (t *tap) appendObj(p []byte) {
 		t.obj, t.objTrimmed = t.obj[:n], true
 		return
 	}
-	if len(t.obj)+len(p) > maxEventBytes {
+	if len(t.obj)+len(p) > maxEventBytes || !t.room(len(p)) {
 		if t.needText && !t.ix {
 			// Too large to decode whole (inline images, say): read its
 			// usageMetadata and modelVersion from its tail, as without
@@ -339,7 +381,28 @@ func (t *tap) appendObj(p []byte) {
 		t.objOver, t.obj = true, t.obj[:0]
 		return
 	}
+	if need := len(t.obj) + len(p); need > cap(t.obj) {
+		// Double: append grows a large slice by a quarter at a time, and a
+		// 256 KB answer arriving in 32 KB reads was copied over and over.
+		grown := make([]byte, len(t.obj), min(max(need, 2*cap(t.obj)), maxEventBytes))
+		copy(grown, t.obj)
+		t.putObj()
+		t.obj = grown
+	}
 	t.obj = append(t.obj, p...)
+}
+
+// maxPooledObj is the largest object buffer the tap returns to objBuffers.
+const maxPooledObj = 1 << 20
+
+// putObj returns the tap's object buffer to objBuffers when it is not too
+// large to keep.
+func (t *tap) putObj() {
+	if t.obj != nil && cap(t.obj) <= maxPooledObj {
+		b := t.obj[:0]
+		objBuffers.Put(&b)
+	}
+	t.obj = nil
 }
 
 // lastBytes returns the last n bytes of a followed by b in a buffer from

@@ -65,26 +65,43 @@ func tenantID(secret []byte, k tenantKey) string {
 // use; the zero value is not: use newTenantHasher.
 type tenantHasher struct {
 	secret []byte
-	pool   sync.Pool // of hash.Hash, HMAC-SHA256 keyed with secret
+	pool   sync.Pool // of *tenantMAC, HMAC-SHA256 keyed with secret
 }
 
 func newTenantHasher(secret []byte) *tenantHasher {
 	t := &tenantHasher{secret: secret}
-	t.pool.New = func() any { return hmac.New(sha256.New, t.secret) }
+	t.pool.New = func() any { return &tenantMAC{mac: hmac.New(sha256.New, t.secret)} }
 	return t
+}
+
+// tenantMAC is a pooled keyed HMAC state with the scratch its input and
+// output pass through: converting the credential to []byte for the
+// interface's Write, or hex-encoding into a fresh slice, allocated three
+// times a request.
+type tenantMAC struct {
+	mac hash.Hash
+	buf []byte
+	sum [sha256.Size]byte
+	hex [2 * sha256.Size]byte
 }
 
 // tenant returns tenantOf(secret, header, r).
 func (t *tenantHasher) tenant(header string, r *http.Request) string {
 	k := credential(header, r)
-	mac := t.pool.Get().(hash.Hash)
-	mac.Reset()
-	mac.Write([]byte(k.kind))
-	mac.Write([]byte(k.value))
-	var sum [sha256.Size]byte
-	id := hex.EncodeToString(mac.Sum(sum[:0]))
-	mac.Reset() // drop the credential from the pooled state
-	t.pool.Put(mac)
+	m := t.pool.Get().(*tenantMAC)
+	m.mac.Reset()
+	m.buf = append(append(m.buf[:0], k.kind...), k.value...)
+	m.mac.Write(m.buf[:len(k.kind)])
+	m.mac.Write(m.buf[len(k.kind):])
+	hex.Encode(m.hex[:], m.mac.Sum(m.sum[:0]))
+	id := string(m.hex[:])
+	// Drop the credential from the pooled state and its scratch.
+	m.mac.Reset()
+	clear(m.buf)
+	if cap(m.buf) > 4<<10 {
+		m.buf = nil
+	}
+	t.pool.Put(m)
 	return id
 }
 

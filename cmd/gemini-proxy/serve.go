@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -31,7 +33,20 @@ func serve(ctx context.Context, fs *pflag.FlagSet, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger := newLogger(c.Log, stderr)
+	var out io.Writer = stderr
+	if c.Log.BufferBytes > 0 {
+		aw := newAsyncWriter(stderr, int(c.Log.BufferBytes))
+		defer aw.Close() // last: flushes what the shutdown logged
+		out = aw
+		ctx = context.WithValue(ctx, logWriterKey{}, aw)
+	}
+	logger := newLogger(c.Log, out)
+	if c.Memory.LimitBytes > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		// The Go runtime's soft limit: the collector works harder as the
+		// heap nears it, instead of letting it grow past the container.
+		debug.SetMemoryLimit(int64(c.Memory.LimitBytes))
+		logger.Info("memory limit", "limit_bytes", int64(c.Memory.LimitBytes), "budget_bytes", c.MemoryBudget())
+	}
 	if path, _ := fs.GetString("record"); path != "" {
 		rec, err := newRecorder(path, int64(c.Rewrite.MaxBodyBytes), logger)
 		if err != nil {
@@ -60,6 +75,9 @@ func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, co
 	)
 	m := metrics.New(reg)
 	m.SetBuildInfo(version())
+	if aw, _ := ctx.Value(logWriterKey{}).(*asyncWriter); aw != nil {
+		aw.countDrops(m.AccessLogDropped)
+	}
 
 	opts, err := proxyOptions(c)
 	if err != nil {
@@ -150,6 +168,10 @@ func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, co
 // ledger per session with it.
 type exchangeHookKey struct{}
 
+// logWriterKey is the context key of serve's *asyncWriter, whose dropped
+// lines serveConfig counts in its metrics.
+type logWriterKey struct{}
+
 // proxyOptions maps the configuration onto the proxy's options.
 func proxyOptions(c config.Config) (proxy.Options, error) {
 	up, err := url.Parse(c.Upstream.URL)
@@ -225,5 +247,6 @@ func proxyOptions(c config.Config) (proxy.Options, error) {
 		CountTokensSampleRate: c.Metrics.CountTokensSampleRate,
 		CountTokensPerSecond:  c.Metrics.CountTokensPerSecond,
 		ContextCache:          cc,
+		MemoryBudgetBytes:     c.MemoryBudget(),
 	}, nil
 }
