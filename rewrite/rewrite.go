@@ -90,6 +90,9 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 	}
 	if uf != nil || len(reps) > 0 || len(splits) > 0 {
 		rep.aud = &auditRec{uf: uf, cuts: e.auditCuts(reps), splits: splits, newest: newestUser(e.req)}
+		if len(reps) > 0 {
+			rep.aud.body = e.body
+		}
 	}
 	rep.Replacements = e.report(reps)
 	rep.subText, rep.subOther = e.subSizes(reps)
@@ -288,6 +291,9 @@ type occ struct {
 	// (see decide).
 	active, pinned bool
 	sha            string
+	// sumRaw is the raw span of engine.body whose decoding sha is the
+	// SHA-256 of, set with sha by reference: the audit's memo (audit.go).
+	sumRaw span
 	ref            string
 	refEsc         bool   // ref holds a byte that JSON escapes (set with ref)
 	refName        string // the name inside ref, when refText made it
