@@ -291,9 +291,6 @@ type occ struct {
 	// (see decide).
 	active, pinned bool
 	sha            string
-	// sumRaw is the raw span of engine.body whose decoding sha is the
-	// SHA-256 of, set with sha by reference: the audit's memo (audit.go).
-	sumRaw span
 	ref            string
 	refEsc         bool   // ref holds a byte that JSON escapes (set with ref)
 	refName        string // the name inside ref, when refText made it
@@ -304,6 +301,9 @@ type occ struct {
 	// reference made by coalesce, whose copy starts at from (audit.go).
 	tgt    int32
 	merged bool
+	// sumRaw is the raw span of engine.body whose decoding sha is the
+	// SHA-256 of, set with sha by reference: the audit's memo (audit.go).
+	sumRaw span
 }
 
 // doc is one document: every block that is a version of the same file.
