@@ -1,9 +1,11 @@
 package rewrite
 
 import (
+	"bytes"
 	"strings"
 	"sync"
 	"unicode"
+	"unicode/utf8"
 )
 
 // lexKind classifies a normalised label key.
@@ -260,8 +262,56 @@ func (lx *Lexicon) kind(name string) (key string, k lexKind) {
 
 // role reports whether name is a role, system or question label word.
 func (lx *Lexicon) role(name string) bool {
-	_, k := lx.kind(name)
+	k := lx.kindOf(name)
 	return k == lexUser || k == lexModel || k == lexEither || k == lexSystem || k == lexQuestion
+}
+
+// kindOf is kind without the key, and without allocating for a name of up
+// to a few dozen bytes: it normalises into a buffer on the stack (issue
+// 17: the un-flattening pre-check asked this of every label-like line).
+func (lx *Lexicon) kindOf(name string) lexKind {
+	var buf [128]byte
+	key, ok := lexNormAppend(buf[:0], name)
+	if !ok {
+		_, k := lx.kind(name)
+		return k
+	}
+	if k, ok := lx.labels[string(key)]; ok {
+		return k
+	}
+	base := bytes.TrimRight(key, "0123456789")
+	base = bytes.TrimRight(base, " #-_")
+	if len(base) != len(key) && len(base) > 0 {
+		if k, ok := lx.labels[string(base)]; ok && (k == lexUser || k == lexModel || k == lexEither) {
+			return k
+		}
+	}
+	return lexNone
+}
+
+// lexNormAppend appends lexNormKey(s) to dst, which it does not grow: ok is
+// false when the key does not fit.
+func lexNormAppend(dst []byte, s string) (key []byte, ok bool) {
+	space := false
+	for _, r := range s {
+		if unicode.IsSpace(r) || r == '_' {
+			space = len(dst) > 0
+			continue
+		}
+		if space {
+			if len(dst) == cap(dst) {
+				return nil, false
+			}
+			dst = append(dst, ' ')
+			space = false
+		}
+		r = unicode.ToLower(r) // a valid rune: range yields RuneError for bad bytes
+		if cap(dst)-len(dst) < utf8.RuneLen(r) {
+			return nil, false
+		}
+		dst = utf8.AppendRune(dst, r)
+	}
+	return dst, true
 }
 
 // lexNormKey lower-cases s and collapses white space and underscores

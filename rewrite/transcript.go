@@ -93,7 +93,8 @@ import (
 // ended. ServedTrail reports, for text that matches a served response in
 // full (not as a prefix), the white space that response ended with,
 // exactly as served ("" when none); ok is false when text matches no
-// served response in full. Un-flattening keeps that white space in the
+// served response in full (text is valid only during the call, as for
+// Served). Un-flattening keeps that white space in the
 // model turn when the transcript holds it right after the answer, so that
 // the turn is byte for byte what the model returned (what a stateful
 // client would send, and what implicit caching matches). With a plain
@@ -176,6 +177,12 @@ func unflattenSpans(text string, lx *Lexicon, sideTaskHint bool, v Verifier) (tu
 	if !flatMaybe(text, lx) {
 		return nil, nil, false
 	}
+	return unflattenScanned(text, lx, v)
+}
+
+// unflattenScanned is unflattenSpans after its early exits: lx is not nil
+// and flatMaybe(text, lx) holds.
+func unflattenScanned(text string, lx *Lexicon, v Verifier) (turns []flatTurn, spans [][]flatSpan, ok bool) {
 	sc := flatScanText(text, lx)
 	if sc.exampleTag {
 		return nil, nil, false
@@ -191,19 +198,21 @@ func unflattenSpans(text string, lx *Lexicon, sideTaskHint bool, v Verifier) (tu
 // flatMaybe is the cheap early exit: it reports whether text has a
 // chat-template token or at least two lines shaped like labels.
 func flatMaybe(text string, lx *Lexicon) bool {
-	for _, tok := range []string{"<|", "<start_of_turn>", "[INST]", "<turn", "<message"} {
-		if strings.Contains(text, tok) {
-			return true
-		}
+	if strings.Contains(text, "[INST]") {
+		return true
 	}
-	// A lower-case role tag such as <user>, </assistant>, <bot>; the map
-	// lookup with a substring does not allocate.
+	// The tokens "<|", "<start_of_turn>", "<turn", "<message", or a
+	// lower-case role tag such as <user>, </assistant>, <bot>: one pass
+	// over the '<'; the map lookup with a substring does not allocate.
 	for i := 0; i < len(text); {
 		j := strings.IndexByte(text[i:], '<')
 		if j < 0 {
 			break
 		}
 		i += j + 1
+		if r := text[i:]; strings.HasPrefix(r, "|") || strings.HasPrefix(r, "start_of_turn>") || strings.HasPrefix(r, "turn") || strings.HasPrefix(r, "message") {
+			return true
+		}
 		if i < len(text) && text[i] == '/' {
 			i++
 		}
@@ -254,6 +263,13 @@ func parseFlatLabel(line string, lx *Lexicon) (flatLabel, bool) {
 	for i < len(line) && i < 4 && (line[i] == ' ' || line[i] == '\t') {
 		i++
 	}
+	// Most lines of prose and code fail here, before any decoding: a
+	// label starts with a decoration, an emoji, a bracket or a letter.
+	if i < len(line) {
+		if c := line[i]; c < 0x80 && !isASCIILetter(c) && c != '*' && c != '_' && c != '#' && c != '[' && c != '(' {
+			return l, false
+		}
+	}
 	// Decorations: bold, headings, numeric or timestamp brackets.
 	for range 4 {
 		switch {
@@ -282,7 +298,8 @@ func parseFlatLabel(line string, lx *Lexicon) (flatLabel, bool) {
 		break
 	}
 	// Emoji label, or an emoji in front of a word label.
-	if r, sz := utf8.DecodeRuneInString(line[i:]); sz > 0 {
+	if i < len(line) && line[i] >= utf8.RuneSelf { // emoji are not ASCII
+		r, sz := utf8.DecodeRuneInString(line[i:])
 		if k, ok := lx.emoji[r]; ok && k != lexNone {
 			j := i + sz
 			if strings.HasPrefix(line[j:], "\ufe0f") {
@@ -321,12 +338,22 @@ func parseFlatLabel(line string, lx *Lexicon) (flatLabel, bool) {
 	start := i
 	words := 1
 	for i < len(line) && i-start <= 40 {
-		r, sz := utf8.DecodeRuneInString(line[i:])
-		if r == ' ' {
-			if i > start && line[i-1] != ' ' {
-				words++
+		if c := line[i]; c < utf8.RuneSelf {
+			// ASCII without decoding: the same classes as below.
+			if c == ' ' {
+				if i > start && line[i-1] != ' ' {
+					if words++; words > 4 {
+						return l, false
+					}
+				}
+			} else if !isASCIILetter(c) && !(c >= '0' && c <= '9') && c != '\'' && c != '-' && c != '_' {
+				break
 			}
-		} else if !(unicode.IsLetter(r) || unicode.IsMark(r) || unicode.IsDigit(r) || r == '\'' || r == '’' || r == '-' || r == '_') {
+			i++
+			continue
+		}
+		r, sz := utf8.DecodeRuneInString(line[i:])
+		if !(unicode.IsLetter(r) || unicode.IsMark(r) || unicode.IsDigit(r) || r == '’') {
 			break
 		}
 		i += sz
@@ -369,7 +396,7 @@ func parseFlatLabel(line string, lx *Lexicon) (flatLabel, bool) {
 		if i < len(line) && line[i] != ' ' && line[i] != '\t' && !strings.HasPrefix(line[i:], "**") {
 			// "User:hi" only for a lexicon word of two or more letters,
 			// so "a:b", "http://x" and "12:30" are not labels.
-			if _, k := lx.kind(name); k == lexNone || utf8.RuneCountInString(name) < 2 {
+			if k := lx.kindOf(name); k == lexNone || utf8.RuneCountInString(name) < 2 {
 				return l, false
 			}
 		}
@@ -403,8 +430,8 @@ func flatStampEnd(s string) int {
 		closer = ')'
 	}
 	end := strings.IndexByte(s, closer)
-	if end < 2 || end > 40 {
-		return 0
+	if end < 2 || end > 40 || strings.IndexAny(s[1:end], "0123456789") < 0 {
+		return 0 // too long, or no digit: the loop below would find none
 	}
 	digits, letters := 0, 0
 	for _, r := range s[1:end] {

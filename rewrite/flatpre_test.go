@@ -1,0 +1,70 @@
+package rewrite
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// precheckBodies are requests whose last user text holds no transcript,
+// as most do: prose of about 1 KB (decoded by the scan), a short text with
+// escapes (left undecoded by the scan: every text is under
+// MinBlockBytes), and 70 KB of fenced Go source with one label-like line.
+func precheckBodies() map[string][]byte {
+	one := func(text string) []byte {
+		b, err := json.Marshal(map[string]any{"contents": []any{map[string]any{"role": "user", "parts": []any{map[string]any{"text": text}}}}})
+		if err != nil {
+			panic(err)
+		}
+		return b
+	}
+	return map[string][]byte{
+		"prose-1KB":   one(strings.Repeat("Explain the difference between a slice and an array in Go. ", 17)),
+		"short-esc":   one("Why does\n\tfmt.Println(\"x\")\nprint \"x\"?"),
+		"fenced-70KB": one("Here is my code:\n```go\n" + sourceFile(1700, -1) + "```\nWhat does handle13 do?"),
+	}
+}
+
+// TestUnflattenPrecheckAllocs checks that the un-flattening pre-check
+// allocates nothing on the way to "no" (issue 17), with a Verifier and a
+// generationConfig that cannot mark a side task.
+func TestUnflattenPrecheckAllocs(t *testing.T) {
+	for name, body := range precheckBodies() {
+		body = append(body[:len(body)-1], `,"generationConfig":{"temperature":0.2}}`...)
+		opts := DefaultOptions()
+		req, err := scanWith(body, &state{}, opts.MinBlockBytes, limitsOf(&opts))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v Verifier = servedSet{}
+		if _, n, _ := unflattenRequest(body, req, &opts, v); n != 0 {
+			t.Fatalf("%s: un-flattened %d turns", name, n)
+		}
+		if n := testing.AllocsPerRun(20, func() { unflattenRequest(body, req, &opts, v) }); n != 0 {
+			t.Errorf("%s: the pre-check allocates %v times", name, n)
+		}
+	}
+}
+
+// BenchmarkUnflattenPrecheck measures the un-flattening pre-check alone on
+// requests without a transcript.
+//
+//	go test ./rewrite -run '^$' -bench UnflattenPrecheck -benchmem
+func BenchmarkUnflattenPrecheck(b *testing.B) {
+	for _, name := range []string{"prose-1KB", "short-esc", "fenced-70KB"} {
+		body := precheckBodies()[name]
+		b.Run(name, func(b *testing.B) {
+			opts := DefaultOptions()
+			req, err := scanWith(body, &state{}, opts.MinBlockBytes, limitsOf(&opts))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var v Verifier = servedSet{}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				unflattenRequest(body, req, &opts, v)
+			}
+		})
+	}
+}
