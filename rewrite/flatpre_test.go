@@ -68,3 +68,45 @@ func BenchmarkUnflattenPrecheck(b *testing.B) {
 		})
 	}
 }
+
+// TestSideTaskHintPrefilter checks that mayHint, which lets sideTaskHint
+// skip encoding/json, changes no answer: sideTaskHint agrees with the
+// decoding check alone on configs with and without the members it reads.
+func TestSideTaskHintPrefilter(t *testing.T) {
+	slow := func(gc []byte) bool {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(gc, &m) != nil {
+			return true
+		}
+		for _, k := range []string{"responseMimeType", "response_mime_type", "responseSchema", "response_schema", "responseJsonSchema", "response_json_schema"} {
+			if raw, ok := m[k]; ok && string(raw) != "null" && string(raw) != `""` && string(raw) != `"text/plain"` {
+				return true
+			}
+		}
+		for _, k := range []string{"maxOutputTokens", "max_output_tokens"} {
+			if raw, ok := m[k]; ok {
+				var n float64
+				if json.Unmarshal(raw, &n) == nil && n > 0 && n <= 64 {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, gc := range []string{
+		`{}`, `{"temperature":0.2}`, ` { "topK" : 3 } `, `null`, `[]`, `5`, `"x"`,
+		`{"maxOutputTokens":32}`, `{"maxOutputTokens":8192}`, `{"max_output_tokens":"32"}`,
+		`{"responseMimeType":"application/json"}`, `{"responseMimeType":"text/plain"}`, `{"response_schema":null}`,
+		`{"\u0072esponseMimeType":"application/json"}`, `{"stopSequences":["response"]}`,
+		`{"nested":{"maxOutputTokens":1}}`, `{"maxOutputTokens":1e400}`,
+	} {
+		body := []byte(`{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"generationConfig":` + gc + `}`)
+		req, err := scan(body)
+		if err != nil {
+			t.Fatalf("%s: %v", gc, err)
+		}
+		if got, want := sideTaskHint(body, req), slow([]byte(gc)); got != want {
+			t.Errorf("sideTaskHint(%s) = %v, decoding says %v", gc, got, want)
+		}
+	}
+}
