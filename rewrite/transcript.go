@@ -430,7 +430,7 @@ func flatStampEnd(s string) int {
 		closer = ')'
 	}
 	end := strings.IndexByte(s, closer)
-	if end < 2 || end > 40 || strings.IndexAny(s[1:end], "0123456789") < 0 {
+	if end < 2 || end > 40 || !strings.ContainsAny(s[1:end], "0123456789") {
 		return 0 // too long, or no digit: the loop below would find none
 	}
 	digits, letters := 0, 0
