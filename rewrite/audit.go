@@ -122,7 +122,8 @@ const maxGapBytes = 160
 
 // Audit checks that rewritten is what Request made of original according
 // to rep (see the list above). It returns nil or an *AuditError. A caller
-// that gets an error forwards the original body.
+// that gets an error forwards the original body. original is the body
+// given to Request, unmodified since (rep's memo of hashes views it).
 func Audit(original, rewritten []byte, rep *Report) error {
 	return audit(original, rewritten, rep, true)
 }
