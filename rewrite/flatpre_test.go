@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -22,7 +23,18 @@ func precheckBodies() map[string][]byte {
 		"prose-1KB":   one(strings.Repeat("Explain the difference between a slice and an array in Go. ", 17)),
 		"short-esc":   one("Why does\n\tfmt.Println(\"x\")\nprint \"x\"?"),
 		"fenced-70KB": one("Here is my code:\n```go\n" + sourceFile(1700, -1) + "```\nWhat does handle13 do?"),
+		"yaml-20KB":   one("My config:\n```yaml\n" + yamlLines(800) + "```\nWhy does the service not start?"),
 	}
+}
+
+// yamlLines returns n lines of a YAML config: every line is label-shaped
+// ("name: value"), none is a role word.
+func yamlLines(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "service%d:\n  image: registry.example/app:%d\n", i/2, i)
+	}
+	return b.String()
 }
 
 // TestUnflattenPrecheckAllocs checks that the un-flattening pre-check
@@ -51,7 +63,7 @@ func TestUnflattenPrecheckAllocs(t *testing.T) {
 //
 //	go test ./rewrite -run '^$' -bench UnflattenPrecheck -benchmem
 func BenchmarkUnflattenPrecheck(b *testing.B) {
-	for _, name := range []string{"prose-1KB", "short-esc", "fenced-70KB"} {
+	for _, name := range []string{"prose-1KB", "short-esc", "fenced-70KB", "yaml-20KB"} {
 		body := precheckBodies()[name]
 		b.Run(name, func(b *testing.B) {
 			opts := DefaultOptions()
@@ -108,5 +120,69 @@ func TestSideTaskHintPrefilter(t *testing.T) {
 		if got, want := sideTaskHint(body, req), slow([]byte(gc)); got != want {
 			t.Errorf("sideTaskHint(%s) = %v, decoding says %v", gc, got, want)
 		}
+	}
+}
+
+// flatMaybeSound fails t when the full scan un-flattens text with a
+// Verifier that serves everything while flatMaybe says no: the pre-check
+// may only reject what the scan would reject.
+func flatMaybeSound(t *testing.T, text string) {
+	t.Helper()
+	lx := DefaultLexicon()
+	if flatMaybe(text, lx) {
+		return
+	}
+	if _, _, ok := unflattenScanned(text, lx, acceptAll{}); ok {
+		t.Fatalf("flatMaybe(%q) = false, but the text un-flattens", text)
+	}
+}
+
+// TestFlatMaybeSound checks flatMaybeSound on every generated transcript
+// layout (genAll), each cut after every line, and on the transcript
+// tests' texts.
+func TestFlatMaybeSound(t *testing.T) {
+	for _, p := range genAll() {
+		text := generate(p).text
+		flatMaybeSound(t, text)
+		for i := 0; i < len(text); i++ {
+			if text[i] == '\n' {
+				flatMaybeSound(t, text[:i])
+			}
+		}
+	}
+}
+
+// FuzzFlatMaybe mutates generated transcripts and checks flatMaybeSound.
+func FuzzFlatMaybe(f *testing.F) {
+	for i := range uint64(32) {
+		f.Add(i*0x9e3779b97f4a7c15, uint16(0), "")
+	}
+	f.Add(uint64(5), uint16(7), "<User>")
+	f.Add(uint64(6), uint16(9), "<Turn role=\"assistant\">")
+	f.Add(uint64(8), uint16(11), "<Assistant_Message>")
+	f.Add(uint64(9), uint16(30), "Role: assistant\nContent: ")
+	f.Add(uint64(3), uint16(60), "[/INST]")
+	f.Add(uint64(21), uint16(2), "FRIDAY:\n")
+	f.Fuzz(func(t *testing.T, seed uint64, at uint16, edit string) {
+		text := generate(genRandom(seed)).text
+		pos := int(at) % (len(text) + 1)
+		flatMaybeSound(t, text[:pos]+edit+text[pos:])
+		flatMaybeSound(t, edit)
+	})
+}
+
+// TestFlatMaybeTags checks that transcripts whose only marks are tags in
+// any case, or per-turn tags with a role attribute, pass flatMaybe.
+func TestFlatMaybeTags(t *testing.T) {
+	for _, text := range []string{
+		"Note: a\nContext: b\n<User>hi</User>\n<Assistant>hello</Assistant>\n<User>q</User>",
+		"Note: a\nContext: b\n<Turn role=\"user\">hi</Turn>\n<Turn role=\"assistant\">hello</Turn>\n<Turn role=\"user\">q</Turn>",
+		"Note: a\nContext: b\n<MSG from=\"user\">hi</MSG><Msg from=\"assistant\">hello</Msg><msg from=\"user\">q</msg>",
+		"Note: a\nContext: b\n[INST] hi [/INST] hello [INST] q",
+	} {
+		if !flatMaybe(text, DefaultLexicon()) {
+			t.Errorf("flatMaybe(%q) = false", text)
+		}
+		flatMaybeSound(t, text)
 	}
 }

@@ -270,29 +270,61 @@ func (lx *Lexicon) role(name string) bool {
 // to a few dozen bytes: it normalises into a buffer on the stack (issue
 // 17: the un-flattening pre-check asked this of every label-like line).
 func (lx *Lexicon) kindOf(name string) lexKind {
+	k, _ := lx.kindRole(name)
+	return k
+}
+
+// kindRole is kindOf, also reporting whether the key of name is "role"
+// (a Role: record, see lineLabel).
+func (lx *Lexicon) kindRole(name string) (lexKind, bool) {
 	var buf [128]byte
 	key, ok := lexNormAppend(buf[:0], name)
 	if !ok {
-		_, k := lx.kind(name)
-		return k
+		key, k := lx.kind(name)
+		return k, key == "role"
 	}
+	role := string(key) == "role"
 	if k, ok := lx.labels[string(key)]; ok {
-		return k
+		return k, role
 	}
 	base := bytes.TrimRight(key, "0123456789")
 	base = bytes.TrimRight(base, " #-_")
 	if len(base) != len(key) && len(base) > 0 {
 		if k, ok := lx.labels[string(base)]; ok && (k == lexUser || k == lexModel || k == lexEither) {
-			return k
+			return k, role
 		}
 	}
-	return lexNone
+	return lexNone, role
 }
 
 // lexNormAppend appends lexNormKey(s) to dst, which it does not grow: ok is
 // false when the key does not fit.
 func lexNormAppend(dst []byte, s string) (key []byte, ok bool) {
 	space := false
+	ascii := true
+	for i := 0; i < len(s) && ascii; i++ {
+		ascii = s[i] < utf8.RuneSelf
+	}
+	if ascii && len(s) <= cap(dst)-len(dst) {
+		// The same without decoding: ASCII white space is what
+		// unicode.IsSpace reports below 0x80.
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			switch {
+			case c == ' ' || c == '_' || c >= '\t' && c <= '\r':
+				space = len(dst) > 0
+				continue
+			case space:
+				dst = append(dst, ' ')
+				space = false
+			}
+			if c >= 'A' && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			dst = append(dst, c)
+		}
+		return dst, true
+	}
 	for _, r := range s {
 		if unicode.IsSpace(r) || r == '_' {
 			space = len(dst) > 0

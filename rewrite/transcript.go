@@ -196,7 +196,13 @@ func unflattenScanned(text string, lx *Lexicon, v Verifier) (turns []flatTurn, s
 }
 
 // flatMaybe is the cheap early exit: it reports whether text has a
-// chat-template token or at least two lines shaped like labels.
+// chat-template token or at least two lines shaped like labels, among
+// them what a transcript needs to have a model turn (plans): a model
+// label, a user label and a name or "You", or four names or "You"s with
+// the text ending on an open label. A text with anything else that may
+// make a mark (a tag, an emoji label, a Role: record, "[/INST]") only
+// needs the two lines. It looks at every line, code included, without
+// allocating; it never says no where the full scan could say yes.
 func flatMaybe(text string, lx *Lexicon) bool {
 	if strings.Contains(text, "[INST]") {
 		return true
@@ -204,6 +210,8 @@ func flatMaybe(text string, lx *Lexicon) bool {
 	// The tokens "<|", "<start_of_turn>", "<turn", "<message", or a
 	// lower-case role tag such as <user>, </assistant>, <bot>: one pass
 	// over the '<'; the map lookup with a substring does not allocate.
+	// other is set by anything else that may be a tag.
+	other := strings.Contains(text, "[/INST]")
 	for i := 0; i < len(text); {
 		j := strings.IndexByte(text[i:], '<')
 		if j < 0 {
@@ -216,6 +224,9 @@ func flatMaybe(text string, lx *Lexicon) bool {
 		if i < len(text) && text[i] == '/' {
 			i++
 		}
+		if !other && flatRoleTag(text[i:], lx) {
+			other = true
+		}
 		k := i
 		for k < len(text) && k-i < 24 && text[k] >= 'a' && text[k] <= 'z' {
 			k++
@@ -226,7 +237,11 @@ func flatMaybe(text string, lx *Lexicon) bool {
 			}
 		}
 	}
-	n := 0
+	// n counts the label lines, user, model and names (with "You") their
+	// kinds as lineLabel makes marks of them; open is set when the last
+	// line that is not blank is a label with nothing after it.
+	n, user, model, names := 0, 0, 0, 0
+	open := false
 	for pos := 0; pos < len(text); {
 		eol := strings.IndexByte(text[pos:], '\n')
 		if eol < 0 {
@@ -234,14 +249,65 @@ func flatMaybe(text string, lx *Lexicon) bool {
 		} else {
 			eol += pos
 		}
-		if l, ok := parseFlatLabel(strings.TrimSuffix(text[pos:eol], "\r"), lx); ok && (l.colon || l.emoji != 0 || lx.role(l.name)) {
-			if n++; n >= 2 {
-				return true
+		line := strings.TrimSuffix(text[pos:eol], "\r")
+		pos = eol + 1
+		l, ok := parseFlatLabel(line, lx)
+		if !ok || !(l.colon || l.emoji != 0 || lx.role(l.name)) {
+			if strings.TrimSpace(line) != "" {
+				open = false
+			}
+			continue
+		}
+		n++
+		open = strings.TrimSpace(l.rest) == ""
+		if l.emoji != 0 {
+			other = true
+		} else {
+			switch k, role := lx.kindRole(l.name); {
+			case role && l.colon:
+				other = true // a Role: record names its role on the line
+			case k == lexModel:
+				model++
+			case k == lexUser:
+				user++
+			case k == lexEither, k == lexNone && l.colon:
+				names++
 			}
 		}
-		pos = eol + 1
+		if n >= 2 && (other || model > 0 || user > 0 && names > 0) {
+			return true
+		}
 	}
-	return false
+	return n >= 2 && names >= 4 && open
+}
+
+// flatRoleTag reports whether rest, the text after a "<" (and a "/"),
+// starts like a tag that flatScan.tag may make a role mark of: a user or
+// model word in any case ("User", "assistant_message"), or a per-turn tag
+// whose role is an attribute. Like tag it reads at most 40 bytes.
+func flatRoleTag(rest string, lx *Lexicon) bool {
+	j := 0
+	for j < len(rest) && j < 40 && (isASCIILetter(rest[j]) || (j > 0 && (rest[j] == '_' || rest[j] == '-' || (rest[j] >= '0' && rest[j] <= '9')))) {
+		j++
+	}
+	if j == 0 {
+		return false
+	}
+	if j < len(rest) {
+		switch rest[j] {
+		case '>', ' ', '/', '\t', '\n', '\r':
+		default:
+			return false
+		}
+	}
+	switch name := rest[:j]; {
+	case strings.EqualFold(name, "turn"), strings.EqualFold(name, "message"), strings.EqualFold(name, "msg"), strings.EqualFold(name, "entry"),
+		strings.EqualFold(name, "utterance"), strings.EqualFold(name, "chat_message"):
+		return true
+	default:
+		k := lx.kindOf(name)
+		return k == lexUser || k == lexModel
+	}
 }
 
 // flatLabel is a label parsed at the start of a line.
