@@ -1,7 +1,6 @@
 package rewrite
 
 import (
-	"bytes"
 	"strings"
 	"sync"
 	"unicode"
@@ -287,9 +286,16 @@ func (lx *Lexicon) kindRole(name string) (lexKind, bool) {
 	if k, ok := lx.labels[string(key)]; ok {
 		return k, role
 	}
-	base := bytes.TrimRight(key, "0123456789")
-	base = bytes.TrimRight(base, " #-_")
-	if len(base) != len(key) && len(base) > 0 {
+	// As kind: without the trailing digits, then " #-_" (by hand:
+	// bytes.TrimRight builds its set on every call).
+	n := len(key)
+	for n > 0 && key[n-1] >= '0' && key[n-1] <= '9' {
+		n--
+	}
+	for n > 0 && (key[n-1] == ' ' || key[n-1] == '#' || key[n-1] == '-' || key[n-1] == '_') {
+		n--
+	}
+	if base := key[:n]; n != len(key) && n > 0 {
 		if k, ok := lx.labels[string(base)]; ok && (k == lexUser || k == lexModel || k == lexEither) {
 			return k, role
 		}
