@@ -151,7 +151,9 @@ const (
 // memo as well (see Request).
 type Verifier interface {
 	// Served reports whether text matches, in full or as a long prefix after
-	// whitespace normalisation, a response served to the tenant.
+	// whitespace normalisation, a response served to the tenant. text may
+	// view the request body or the rewrite's buffers: it is valid only
+	// during the call (copy it to keep it).
 	Served(text string) bool
 }
 

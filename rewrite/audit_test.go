@@ -33,10 +33,35 @@ func auditKnownReason(err error) bool {
 	return ok && auditKnownReasons[ae.Reason]
 }
 
+// auditBoth returns Audit's verdict and fails t when the audit without
+// the rewrite's memo of hashes (which computes every hash itself) gives
+// another one: the memo only saves work.
+func auditBoth(t *testing.T, in, out []byte, rep *Report) error {
+	t.Helper()
+	err := Audit(in, out, rep)
+	full := audit(in, out, rep, false)
+	if reasonOf(err) != reasonOf(full) {
+		t.Fatalf("Audit = %v, without the memo %v", err, full)
+	}
+	return err
+}
+
+// reasonOf returns the reason of an *AuditError, "" for nil and "?" for
+// another error.
+func reasonOf(err error) AuditReason {
+	if err == nil {
+		return ""
+	}
+	if ae, ok := err.(*AuditError); ok {
+		return ae.Reason
+	}
+	return "?"
+}
+
 // auditGolden audits a golden case's output.
 func auditGolden(t *testing.T, name string, in, out []byte, rep *Report) {
 	t.Helper()
-	err := Audit(in, out, rep)
+	err := auditBoth(t, in, out, rep)
 	want, known := auditKnown[name]
 	var got AuditReason
 	if ae, ok := err.(*AuditError); ok {
@@ -149,6 +174,35 @@ func TestAuditFails(t *testing.T) {
 			r.Reference = strings.Replace(r.Reference, old, fake[:12], 1)
 			r.SHA256 = fake
 			return in, bytes.Replace(out, []byte(old), []byte(fake[:12]), 1), rep
+		}, AuditRefMismatch},
+		{"hash of other bytes, with a memo of those bytes", "ask-fenced-every-turn.txtar", func(t *testing.T, in, out []byte, rep *Report) ([]byte, []byte, *Report) {
+			// The consistent lie names the hash of the second cut's
+			// bytes shifted by one, and the memo holds exactly that
+			// hash for exactly those bytes: an honest entry, but for
+			// other bytes than the cut replaced, so it is no evidence.
+			c := &rep.aud.cuts[1]
+			var other span
+			var dec []byte
+			for k := 1; k < 8 && dec == nil; k++ {
+				if b := rep.aud.body; escBoundary(b, c.str.start, c.start+k) {
+					other = span{c.start + k, c.end}
+					dec, _ = decodeRaw(nil, b[other.start:other.end])
+				}
+			}
+			if dec == nil {
+				t.Fatal("no shifted span decodes")
+			}
+			fake := hexSHA(dec)
+			r := &rep.Replacements[1]
+			old := r.SHA256[:12]
+			r.Reference = strings.Replace(r.Reference, old, fake[:12], 1)
+			r.SHA256 = fake
+			c.sum, c.sumSHA = other, fake
+			i := bytes.Index(out, []byte(old))
+			i += 1 + bytes.Index(out[i+1:], []byte(old)) // the second reference
+			out = bytes.Clone(out)
+			copy(out[i:], fake[:12])
+			return in, out, rep
 		}, AuditRefMismatch},
 		{"reference of another kind", uf, func(t *testing.T, in, out []byte, rep *Report) ([]byte, []byte, *Report) {
 			r := &rep.Replacements[0]
@@ -300,7 +354,7 @@ func auditTranscript(t *testing.T, text string, v Verifier) {
 	if err != nil {
 		return
 	}
-	if err := Audit(body, out, rep); err != nil && !auditKnownReason(err) {
+	if err := auditBoth(t, body, out, rep); err != nil && !auditKnownReason(err) {
 		t.Fatalf("audit: %v\nin:  %q\nout: %q", err, body, out)
 	}
 }

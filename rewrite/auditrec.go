@@ -20,6 +20,9 @@ type auditRec struct {
 	// newest is the index into contents of the newest user turn, -1 for
 	// none.
 	newest int
+	// body is the body the rewrite hashed, whose spans auditCut.sum name:
+	// the original, or the body after un-flattening.
+	body []byte
 }
 
 // auditCut is one replaced span and the full copy it refers to.
@@ -45,6 +48,12 @@ type auditCut struct {
 	// x and tx say that the cut, or its full copy, is in a string value
 	// of a JSON text or a tool result (auditjson.go); nil in a text.
 	x, tx *auditSub
+	// sum and sumSHA are the audit's memo of the hash: the rewrite hashed
+	// the decoding of auditRec.body[sum.start:sum.end] once, to the hex
+	// SHA-256 sumSHA. The audit uses it only for exactly those bytes
+	// (audit.go, contents); sumSHA is "" when there is none.
+	sum    span
+	sumSHA string
 }
 
 // auditSplit is one part split by Options.StablePrefix: the part object
@@ -86,6 +95,9 @@ func (e *engine) auditCuts(reps []*occ) []auditCut {
 		c := &out[i]
 		c.kind, c.super, c.merged = o.b.kind, o.super, o.merged
 		c.user = e.role(o.turn) == "user"
+		if o.sha != "" && o.sumRaw.end > o.sumRaw.start {
+			c.sum, c.sumSHA = o.sumRaw, o.sha
+		}
 		if o.b.kind == kindImage {
 			t := &e.occs[o.tgt]
 			c.start, c.end, c.str = o.img.obj.start, o.img.obj.end, o.img.str

@@ -195,7 +195,9 @@
 // un-flattened transcript rebuilt from its ranges, with at most 160 bytes
 // besides white space left out between two of them: labels); each
 // reference names the SHA-256 of the bytes it replaced (hashed once per
-// distinct content); the full copy of an unchanged or image reference is
+// distinct content, by the rewrite: the audit reads the hash the rewrite
+// recorded for a raw span only when that span holds exactly the bytes
+// replaced, and computes it otherwise); the full copy of an unchanged or image reference is
 // in the output, uncut, with the same content; a superseded reference is
 // a document block (fence, tag, banner, inline data, tree or tab list, a
 // whole JSON value; not a run of lines, a coalesced span nor a tool

@@ -79,12 +79,24 @@ func (e *engine) reference(o *occ) bool {
 	} else {
 		o.sha = e.sha(content)
 	}
+	o.sumRaw = e.rawSpan(o)
 	o.ref = e.refText(o)
 	o.refBytes = len(o.ref)
 	if o.b.kind == kindImage {
 		o.refBytes = len(`{"text":""}`) + o.refJSONLen()
 	}
 	return o.refBytes*2 <= size
+}
+
+// rawSpan returns the raw span of e.body that o's content decodes from:
+// the span of its text, or an image's data string.
+func (e *engine) rawSpan(o *occ) span {
+	if o.b.kind == kindImage {
+		return o.img.str
+	}
+	offs := [2]int{o.b.start, o.b.end}
+	e.rawOf(&e.parts[o.tp], offs[:])
+	return span{offs[0], offs[1]}
 }
 
 // refJSONLen returns the length of o.ref escaped as JSON string contents.

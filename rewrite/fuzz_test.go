@@ -96,7 +96,7 @@ func fuzzCheck(t *testing.T, body []byte, opts Options) {
 	if err := checkInvariants(body, out, rep, opts, nil); err != nil {
 		t.Fatalf("%v\nin:  %q\nout: %q", err, body, out)
 	}
-	if err := Audit(body, out, rep); err != nil && !auditKnownReason(err) {
+	if err := auditBoth(t, body, out, rep); err != nil && !auditKnownReason(err) {
 		t.Fatalf("audit: %v\nin:  %q\nout: %q", err, body, out)
 	}
 	again, rep2, err := Request(out, opts, nil)

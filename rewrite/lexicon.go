@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"unicode"
+	"unicode/utf8"
 )
 
 // lexKind classifies a normalised label key.
@@ -260,8 +261,95 @@ func (lx *Lexicon) kind(name string) (key string, k lexKind) {
 
 // role reports whether name is a role, system or question label word.
 func (lx *Lexicon) role(name string) bool {
-	_, k := lx.kind(name)
+	k := lx.kindOf(name)
 	return k == lexUser || k == lexModel || k == lexEither || k == lexSystem || k == lexQuestion
+}
+
+// kindOf is kind without the key, and without allocating for a name of up
+// to a few dozen bytes: it normalises into a buffer on the stack (issue
+// 17: the un-flattening pre-check asked this of every label-like line).
+func (lx *Lexicon) kindOf(name string) lexKind {
+	k, _ := lx.kindRole(name)
+	return k
+}
+
+// kindRole is kindOf, also reporting whether the key of name is "role"
+// (a Role: record, see lineLabel).
+func (lx *Lexicon) kindRole(name string) (lexKind, bool) {
+	var buf [128]byte
+	key, ok := lexNormAppend(buf[:0], name)
+	if !ok {
+		key, k := lx.kind(name)
+		return k, key == "role"
+	}
+	role := string(key) == "role"
+	if k, ok := lx.labels[string(key)]; ok {
+		return k, role
+	}
+	// As kind: without the trailing digits, then " #-_" (by hand:
+	// bytes.TrimRight builds its set on every call).
+	n := len(key)
+	for n > 0 && key[n-1] >= '0' && key[n-1] <= '9' {
+		n--
+	}
+	for n > 0 && (key[n-1] == ' ' || key[n-1] == '#' || key[n-1] == '-' || key[n-1] == '_') {
+		n--
+	}
+	if base := key[:n]; n != len(key) && n > 0 {
+		if k, ok := lx.labels[string(base)]; ok && (k == lexUser || k == lexModel || k == lexEither) {
+			return k, role
+		}
+	}
+	return lexNone, role
+}
+
+// lexNormAppend appends lexNormKey(s) to dst, which it does not grow: ok is
+// false when the key does not fit.
+func lexNormAppend(dst []byte, s string) (key []byte, ok bool) {
+	space := false
+	ascii := true
+	for i := 0; i < len(s) && ascii; i++ {
+		ascii = s[i] < utf8.RuneSelf
+	}
+	if ascii && len(s) <= cap(dst)-len(dst) {
+		// The same without decoding: ASCII white space is what
+		// unicode.IsSpace reports below 0x80.
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			switch {
+			case c == ' ' || c == '_' || c >= '\t' && c <= '\r':
+				space = len(dst) > 0
+				continue
+			case space:
+				dst = append(dst, ' ')
+				space = false
+			}
+			if c >= 'A' && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			dst = append(dst, c)
+		}
+		return dst, true
+	}
+	for _, r := range s {
+		if unicode.IsSpace(r) || r == '_' {
+			space = len(dst) > 0
+			continue
+		}
+		if space {
+			if len(dst) == cap(dst) {
+				return nil, false
+			}
+			dst = append(dst, ' ')
+			space = false
+		}
+		r = unicode.ToLower(r) // a valid rune: range yields RuneError for bad bytes
+		if cap(dst)-len(dst) < utf8.RuneLen(r) {
+			return nil, false
+		}
+		dst = utf8.AppendRune(dst, r)
+	}
+	return dst, true
 }
 
 // lexNormKey lower-cases s and collapses white space and underscores

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -254,5 +255,26 @@ func TestFlatUntruncate(t *testing.T) {
 		if got := flatUntruncate(in); got != want {
 			t.Errorf("flatUntruncate(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestKindOf checks that kindOf, which does not allocate, agrees with
+// kind on every lexicon key and on variants of them (case, spacing,
+// underscores, turn numbers, non-ASCII letters, long names).
+func TestKindOf(t *testing.T) {
+	lx := DefaultLexicon().Extend([]string{"Cliente Final"}, []string{"FRIDAY"})
+	var names []string
+	for k := range lx.labels {
+		names = append(names, k, strings.ToUpper(k), strings.ReplaceAll(k, " ", "_"), " "+k+"  ", k+"2", k+" #3", strings.ToUpper(k[:1])+k[1:]+"_-1")
+	}
+	names = append(names, "", " ", "İSTANBUL", "ẞ user", "User\u00a0Name", "\xff\xfeuser", strings.Repeat("Ⱥ", 60), strings.Repeat("ab ", 50), "Usuário", "助手", "AI 2")
+	for _, n := range names {
+		_, want := lx.kind(n)
+		if got := lx.kindOf(n); got != want {
+			t.Errorf("kindOf(%q) = %d, kind = %d", n, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { lx.kindOf("Assistant 2") }); n != 0 {
+		t.Errorf("kindOf allocates %v times", n)
 	}
 }

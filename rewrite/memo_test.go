@@ -229,7 +229,7 @@ func FuzzMemo(f *testing.F) {
 				t.Fatalf("%s memo changed the rewrite\nin:   %q\nwant: %q\ngot:  %q", name, body, want, got)
 			}
 			if err == nil {
-				if aerr := Audit(body, got, rep); aerr != nil && !auditKnownReason(aerr) {
+				if aerr := auditBoth(t, body, got, rep); aerr != nil && !auditKnownReason(aerr) {
 					t.Fatalf("%s memo: audit: %v\nin:  %q\nout: %q", name, aerr, body, got)
 				}
 			}

@@ -7,42 +7,43 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestPathologicalLinear guards against quadratic blow-ups on hostile
-// texts: each shape, at 256 KB per turn, rewrites in well under a second
-// on an idle machine, while a quadratic cost would take minutes. The limit
-// is generous (30 s) so that -race on a loaded 2-core CI machine cannot make
-// it flaky, and still far below what a quadratic cost would take.
+// texts: each shape is rewritten at 32 KB and at 256 KB per turn, and the
+// work of the larger (the segmentation's steps, the bytes the identity
+// tests read, the bytes allocated) must stay within twice linear of the
+// smaller's (checkLinear). It counts work, not time, so that a loaded
+// machine cannot make it fail, while a quadratic cost exceeds the bound
+// four fold.
 func TestPathologicalLinear(t *testing.T) {
-	var distinct strings.Builder
-	for i := 0; distinct.Len() < 1<<18; i++ {
-		fmt.Fprintf(&distinct, "```\nblock %d line a\nblock %d line b\n```\n", i, i)
+	distinct := func(k int) string {
+		var b strings.Builder
+		for i := 0; b.Len() < k<<15; i++ {
+			fmt.Fprintf(&b, "```\nblock %d line a\nblock %d line b\n```\n", i, i)
+		}
+		return b.String()
 	}
-	shapes := map[string]string{
-		"unclosed tags":     strings.Repeat("<file>\nx\n", 1<<15),
-		"unclosed fences":   strings.Repeat("````\nx```\n", 1<<15),
-		"tags before close": strings.Repeat("<document path=\"a\">\n", 1<<14) + "</document>",
-		"distinct blocks":   distinct.String(),
-		"same short lines":  strings.Repeat("x\n", 1<<17),
-		"banners":           strings.Repeat("--- a.go ---\nx\n", 1<<14),
+	shapes := map[string]func(k int) string{
+		"unclosed tags":     func(k int) string { return strings.Repeat("<file>\nx\n", k<<12) },
+		"unclosed fences":   func(k int) string { return strings.Repeat("````\nx```\n", k<<12) },
+		"tags before close": func(k int) string { return strings.Repeat("<document path=\"a\">\n", k<<11) + "</document>" },
+		"distinct blocks":   distinct,
+		"same short lines":  func(k int) string { return strings.Repeat("x\n", k<<14) },
+		"banners":           func(k int) string { return strings.Repeat("--- a.go ---\nx\n", k<<11) },
 	}
+	// Without the limits on parts, lines and blocks, which would refuse
+	// some of these: the analysis itself must stay linear.
+	opts := DefaultOptions()
+	opts.MaxParts, opts.MaxLines, opts.MaxBlocks = 0, 0, 0
 	for name, text := range shapes {
 		t.Run(name, func(t *testing.T) {
-			c := map[string]any{"role": "user", "parts": []any{map[string]any{"text": text}}}
-			body, _ := json.Marshal(map[string]any{"contents": []any{c, c, c}})
-			// Without the limits on parts, lines and blocks, which would
-			// refuse some of these: the analysis itself must stay linear.
-			opts := DefaultOptions()
-			opts.MaxParts, opts.MaxLines, opts.MaxBlocks = 0, 0, 0
-			start := time.Now()
-			if _, _, err := Request(body, opts, nil); err != nil {
-				t.Fatal(err)
+			body := func(k int) []byte {
+				c := map[string]any{"role": "user", "parts": []any{map[string]any{"text": text(k)}}}
+				b, _ := json.Marshal(map[string]any{"contents": []any{c, c, c}})
+				return b
 			}
-			if d := time.Since(start); d > 30*time.Second {
-				t.Errorf("%d bytes took %v", len(body), d)
-			}
+			checkLinearOpts(t, body(1), body(8), nil, opts)
 		})
 	}
 }
@@ -71,28 +72,38 @@ func TestNamedChunksLinear(t *testing.T) {
 }
 
 // checkLinear rewrites small and big (about 8× the bytes) and fails when,
-// for big, the bytes the identity tests read (state.scanned) or the bytes
-// allocated exceed twice the linear cost: big's size ratio times small's,
-// plus big's size. Both count work, not time, so that a loaded machine
-// cannot make the test fail; a quadratic cost exceeds the bound 4 fold.
+// for big, the segmentation's steps (state.steps), the bytes the identity
+// tests read (state.scanned) or the bytes allocated exceed twice the
+// linear cost: big's size ratio times small's, plus big's size. All three
+// count work, not time, so that a loaded machine cannot make the test
+// fail; a quadratic cost exceeds the bound 4 fold.
 func checkLinear(t *testing.T, small, big []byte, v Verifier) {
 	t.Helper()
-	work := func(body []byte) (scanned, alloc uint64) {
+	checkLinearOpts(t, small, big, v, DefaultOptions())
+}
+
+// checkLinearOpts is checkLinear with opts.
+func checkLinearOpts(t *testing.T, small, big []byte, v Verifier, opts Options) {
+	t.Helper()
+	work := func(body []byte) (steps, scanned, alloc uint64) {
 		var before, after runtime.MemStats
 		st := new(state)
 		runtime.ReadMemStats(&before)
-		if _, _, err := st.rewrite(body, DefaultOptions(), v, true); err != nil {
+		if _, _, err := st.rewrite(body, opts, v, true); err != nil {
 			t.Fatal(err)
 		}
 		runtime.ReadMemStats(&after)
-		return uint64(st.scanned), after.TotalAlloc - before.TotalAlloc
+		return uint64(st.steps), uint64(st.scanned), after.TotalAlloc - before.TotalAlloc
 	}
-	s1, a1 := work(small)
-	s8, a8 := work(big)
+	w1, s1, a1 := work(small)
+	w8, s8, a8 := work(big)
 	ratio := float64(len(big)) / float64(len(small))
 	bound := func(w uint64) uint64 { return uint64(2*ratio*float64(w)) + uint64(len(big)) }
-	t.Logf("%d bytes: scanned %d, allocated %d; %d bytes (%.1f×): scanned %d (%.1f×), allocated %d (%.1f×)",
-		len(small), s1, a1, len(big), ratio, s8, float64(s8)/float64(max(s1, 1)), a8, float64(a8)/float64(a1))
+	t.Logf("%d bytes: steps %d, scanned %d, allocated %d; %d bytes (%.1f×): steps %d (%.1f×), scanned %d (%.1f×), allocated %d (%.1f×)",
+		len(small), w1, s1, a1, len(big), ratio, w8, float64(w8)/float64(max(w1, 1)), s8, float64(s8)/float64(max(s1, 1)), a8, float64(a8)/float64(a1))
+	if w8 > bound(w1) {
+		t.Errorf("segmentation took %d steps for %d bytes, %d for %d: more than %d, twice linear", w1, len(small), w8, len(big), bound(w1))
+	}
 	if s8 > bound(s1) {
 		t.Errorf("identity tests read %d bytes for %d bytes, %d for %d: more than %d, twice linear", s1, len(small), s8, len(big), bound(s1))
 	}

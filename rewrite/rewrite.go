@@ -36,7 +36,7 @@ func request1(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report
 
 // rewrite is request1 with the buffers of st.
 func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]byte, *Report, error) {
-	st.scanned = 0
+	st.scanned, st.steps = 0, 0
 	// A request whose texts are all shorter than MinBlockBytes (and that
 	// has no inlineData part) is never changed and lists no blocks: the
 	// scan then only validates and measures its texts.
@@ -90,6 +90,9 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 	}
 	if uf != nil || len(reps) > 0 || len(splits) > 0 {
 		rep.aud = &auditRec{uf: uf, cuts: e.auditCuts(reps), splits: splits, newest: newestUser(e.req)}
+		if len(reps) > 0 {
+			rep.aud.body = e.body
+		}
 	}
 	rep.Replacements = e.report(reps)
 	rep.subText, rep.subOther = e.subSizes(reps)
@@ -148,6 +151,9 @@ type state struct {
 	// a measure of work that tests compare across input sizes, which,
 	// unlike time, does not depend on the machine's load.
 	scanned int
+	// steps counts the segmentation's work in the last request, as
+	// scanned does the identity tests' (segmenter.steps).
+	steps int
 }
 
 // flags returns n false flags.
@@ -298,6 +304,9 @@ type occ struct {
 	// reference made by coalesce, whose copy starts at from (audit.go).
 	tgt    int32
 	merged bool
+	// sumRaw is the raw span of engine.body whose decoding sha is the
+	// SHA-256 of, set with sha by reference: the audit's memo (audit.go).
+	sumRaw span
 }
 
 // doc is one document: every block that is a version of the same file.
@@ -754,7 +763,9 @@ func (sr *segReuse) segment(st *state, l lines, tags []string) segMark {
 	if sr.limited {
 		stop = n + sr.left // one block past the limit is enough to know
 	}
-	st.blocks = appendBlocksFrom(st.blocks, l, tags, from, &st.segs, stop)
+	var steps int
+	st.blocks, steps = appendBlocksCounted(st.blocks, l, tags, from, &st.segs, stop)
+	st.steps += steps
 	for len(st.copyOf) < len(st.blocks) {
 		st.copyOf = append(st.copyOf, -1)
 	}

@@ -427,3 +427,52 @@ func TestUnicodeEscapedNewlines(t *testing.T) {
 		t.Errorf("rewritten requests differ (-\\n +\\u000a):\n%s", diff)
 	}
 }
+
+// TestCommonPrefix compares commonPrefix with a byte loop for a difference
+// at every position around the chunk and word sizes it compares in.
+func TestCommonPrefix(t *testing.T) {
+	a := make([]byte, 200_000)
+	for i := range a {
+		a[i] = byte(i*7 + i/13)
+	}
+	naive := func(a, b []byte) int {
+		i := 0
+		for i < len(a) && i < len(b) && a[i] == b[i] {
+			i++
+		}
+		return i
+	}
+	var at []int
+	for _, base := range []int{0, 8, 512, 1024, 1536, 4096, 65536, 131072, 199_000} {
+		for d := -9; d <= 9; d++ {
+			if base+d >= 0 && base+d < len(a) {
+				at = append(at, base+d)
+			}
+		}
+	}
+	for _, k := range at {
+		b := bytes.Clone(a)
+		b[k] ^= 1
+		for _, n := range []int{len(a), k + 1, k + 7, k + 600} {
+			n = min(n, len(a))
+			if got, want := commonPrefix(a, b[:n]), naive(a, b[:n]); got != want {
+				t.Fatalf("difference at %d, len %d: commonPrefix = %d, want %d", k, n, got, want)
+			}
+		}
+	}
+	if got := commonPrefix(a, a[:123_457]); got != 123_457 {
+		t.Errorf("prefix of itself: %d", got)
+	}
+}
+
+// BenchmarkCommonPrefix compares two 1 MB texts that differ near the end,
+// as a re-sent text and the earlier one it resumes (scan.go resume).
+func BenchmarkCommonPrefix(b *testing.B) {
+	x := bytes.Repeat([]byte("func f() { return \"x\" }\n"), 1<<20/24)
+	y := bytes.Clone(x)
+	y[len(y)-100] ^= 1
+	b.SetBytes(int64(len(x)))
+	for b.Loop() {
+		commonPrefix(x, y)
+	}
+}

@@ -102,6 +102,11 @@ type segmenter struct {
 	// rest of the text do not matter).
 	limited bool
 	stop    int
+	// steps counts the lines the detectors visit and the bytes the closing
+	// tag searches read: a measure of work that tests compare across input
+	// sizes (TestPathologicalLinear), which, unlike time, does not depend
+	// on the machine's load.
+	steps int
 }
 
 // segMark records the segmenter after a step that found a block, so that
@@ -158,11 +163,18 @@ func appendBlocks(dst []block, l lines, tags []string) []block {
 // appended to it after each block found. When stop is not negative, the
 // segmentation ends once dst holds more than stop blocks.
 func appendBlocksFrom(dst []block, l lines, tags []string, from segMark, marks *[]segMark, stop int) []block {
+	out, _ := appendBlocksCounted(dst, l, tags, from, marks, stop)
+	return out
+}
+
+// appendBlocksCounted is appendBlocksFrom, also returning segmenter.steps.
+func appendBlocksCounted(dst []block, l lines, tags []string, from segMark, marks *[]segMark, stop int) ([]block, int) {
 	if len(l.text) < 8 {
-		return dst
+		return dst, 0
 	}
 	sg := segmenter{l: l, tags: tags, hz: int(from.hz), marks: marks, base: len(dst) - int(from.nblocks), limited: stop >= 0, stop: stop}
-	return sg.run(dst, int(from.line))
+	out := sg.run(dst, int(from.line))
+	return out, sg.steps
 }
 
 func (sg *segmenter) run(out []block, i int) []block {
@@ -172,6 +184,7 @@ func (sg *segmenter) run(out []block, i int) []block {
 		if sg.limited && len(out) > sg.stop {
 			break
 		}
+		sg.steps++
 		sg.touch(i)
 		line := l.at(i)
 		var b block
@@ -288,6 +301,7 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 		b.shell = !other && refs > 0
 	}
 	known := memo.n > 0 && i >= memo.from && n >= memo.n // known: no closing fence below
+	j0 := i + 1
 	for j, prev := i+1, int(l.nl[i]); j < l.n() && !known; j++ {
 		// Fast path for the common code line: its first byte after the
 		// indent is neither the fence character nor one that flags or a
@@ -307,9 +321,13 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 				b.cend-- // the "\n" before the closing fence
 			}
 			sg.touch(j)
+			sg.steps += j + 1 - j0
 			return b, j + 1, true
 		}
 		flags(line)
+	}
+	if !known {
+		sg.steps += l.n() - j0
 	}
 	sg.touchEnd()
 	memo.from, memo.n = i, n
@@ -327,9 +345,11 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 		if len(s)-k >= n && k > 0 && strings.TrimSpace(s[:k]) != "" {
 			b.end = l.e(j)
 			b.cend = l.s(j) + k
+			sg.steps += j - i
 			return b, j + 1, true
 		}
 	}
+	sg.steps += l.n() - i - 1
 	b.end = len(l.text)
 	b.cend = len(l.text)
 	return b, l.n(), true
@@ -683,6 +703,7 @@ func (sg *segmenter) banner(i int) (block, int, bool) {
 			break
 		}
 	}
+	sg.steps += j - first
 	sg.touch(min(j+2, l.n()-1))
 	next := j
 	last := j - 1 // last content line
@@ -813,6 +834,9 @@ func (sg *segmenter) closing(name, closeTag string, from int) int {
 	k := strings.Index(sg.l.text[from:], closeTag)
 	if k >= 0 {
 		k += from
+		sg.steps += k - from
+	} else {
+		sg.steps += len(sg.l.text) - from
 	}
 	if sg.closeAt == nil {
 		sg.closeAt = make(map[string][2]int)
@@ -948,6 +972,7 @@ func (sg *segmenter) secondary(i int) (block, int, bool) {
 		for j < l.n() && listItem(l.at(j)) {
 			j++
 		}
+		sg.steps += j - i
 		sg.touch(min(j, l.n()-1))
 		if j == i+1 {
 			return block{}, 0, false
@@ -964,6 +989,7 @@ func (sg *segmenter) secondary(i int) (block, int, bool) {
 	for k < l.n() && treeLine(l.at(k)) {
 		k++
 	}
+	sg.steps += k - j
 	sg.touch(min(k, l.n()-1))
 	if k-j < 3 {
 		return block{}, 0, false

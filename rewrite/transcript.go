@@ -93,7 +93,8 @@ import (
 // ended. ServedTrail reports, for text that matches a served response in
 // full (not as a prefix), the white space that response ended with,
 // exactly as served ("" when none); ok is false when text matches no
-// served response in full. Un-flattening keeps that white space in the
+// served response in full (text is valid only during the call, as for
+// Served). Un-flattening keeps that white space in the
 // model turn when the transcript holds it right after the answer, so that
 // the turn is byte for byte what the model returned (what a stateful
 // client would send, and what implicit caching matches). With a plain
@@ -176,6 +177,12 @@ func unflattenSpans(text string, lx *Lexicon, sideTaskHint bool, v Verifier) (tu
 	if !flatMaybe(text, lx) {
 		return nil, nil, false
 	}
+	return unflattenScanned(text, lx, v)
+}
+
+// unflattenScanned is unflattenSpans after its early exits: lx is not nil
+// and flatMaybe(text, lx) holds.
+func unflattenScanned(text string, lx *Lexicon, v Verifier) (turns []flatTurn, spans [][]flatSpan, ok bool) {
 	sc := flatScanText(text, lx)
 	if sc.exampleTag {
 		return nil, nil, false
@@ -189,23 +196,36 @@ func unflattenSpans(text string, lx *Lexicon, sideTaskHint bool, v Verifier) (tu
 }
 
 // flatMaybe is the cheap early exit: it reports whether text has a
-// chat-template token or at least two lines shaped like labels.
+// chat-template token or at least two lines shaped like labels, among
+// them what a transcript needs to have a model turn (plans): a model
+// label, a user label and a name or "You", or four names or "You"s with
+// the text ending on an open label. A text with anything else that may
+// make a mark (a tag, an emoji label, a Role: record, "[/INST]") only
+// needs the two lines. It looks at every line, code included, without
+// allocating; it never says no where the full scan could say yes.
 func flatMaybe(text string, lx *Lexicon) bool {
-	for _, tok := range []string{"<|", "<start_of_turn>", "[INST]", "<turn", "<message"} {
-		if strings.Contains(text, tok) {
-			return true
-		}
+	if strings.Contains(text, "[INST]") {
+		return true
 	}
-	// A lower-case role tag such as <user>, </assistant>, <bot>; the map
-	// lookup with a substring does not allocate.
+	// The tokens "<|", "<start_of_turn>", "<turn", "<message", or a
+	// lower-case role tag such as <user>, </assistant>, <bot>: one pass
+	// over the '<'; the map lookup with a substring does not allocate.
+	// other is set by anything else that may be a tag.
+	other := strings.Contains(text, "[/INST]")
 	for i := 0; i < len(text); {
 		j := strings.IndexByte(text[i:], '<')
 		if j < 0 {
 			break
 		}
 		i += j + 1
+		if r := text[i:]; strings.HasPrefix(r, "|") || strings.HasPrefix(r, "start_of_turn>") || strings.HasPrefix(r, "turn") || strings.HasPrefix(r, "message") {
+			return true
+		}
 		if i < len(text) && text[i] == '/' {
 			i++
+		}
+		if !other && flatRoleTag(text[i:], lx) {
+			other = true
 		}
 		k := i
 		for k < len(text) && k-i < 24 && text[k] >= 'a' && text[k] <= 'z' {
@@ -217,7 +237,11 @@ func flatMaybe(text string, lx *Lexicon) bool {
 			}
 		}
 	}
-	n := 0
+	// n counts the label lines, user, model and names (with "You") their
+	// kinds as lineLabel makes marks of them; open is set when the last
+	// line that is not blank is a label with nothing after it.
+	n, user, model, names := 0, 0, 0, 0
+	open := false
 	for pos := 0; pos < len(text); {
 		eol := strings.IndexByte(text[pos:], '\n')
 		if eol < 0 {
@@ -225,14 +249,65 @@ func flatMaybe(text string, lx *Lexicon) bool {
 		} else {
 			eol += pos
 		}
-		if l, ok := parseFlatLabel(strings.TrimSuffix(text[pos:eol], "\r"), lx); ok && (l.colon || l.emoji != 0 || lx.role(l.name)) {
-			if n++; n >= 2 {
-				return true
+		line := strings.TrimSuffix(text[pos:eol], "\r")
+		pos = eol + 1
+		l, ok := parseFlatLabel(line, lx)
+		if !ok || !(l.colon || l.emoji != 0 || lx.role(l.name)) {
+			if strings.TrimSpace(line) != "" {
+				open = false
+			}
+			continue
+		}
+		n++
+		open = strings.TrimSpace(l.rest) == ""
+		if l.emoji != 0 {
+			other = true
+		} else {
+			switch k, role := lx.kindRole(l.name); {
+			case role && l.colon:
+				other = true // a Role: record names its role on the line
+			case k == lexModel:
+				model++
+			case k == lexUser:
+				user++
+			case k == lexEither, k == lexNone && l.colon:
+				names++
 			}
 		}
-		pos = eol + 1
+		if n >= 2 && (other || model > 0 || user > 0 && names > 0) {
+			return true
+		}
 	}
-	return false
+	return n >= 2 && names >= 4 && open
+}
+
+// flatRoleTag reports whether rest, the text after a "<" (and a "/"),
+// starts like a tag that flatScan.tag may make a role mark of: a user or
+// model word in any case ("User", "assistant_message"), or a per-turn tag
+// whose role is an attribute. Like tag it reads at most 40 bytes.
+func flatRoleTag(rest string, lx *Lexicon) bool {
+	j := 0
+	for j < len(rest) && j < 40 && (isASCIILetter(rest[j]) || (j > 0 && (rest[j] == '_' || rest[j] == '-' || (rest[j] >= '0' && rest[j] <= '9')))) {
+		j++
+	}
+	if j == 0 {
+		return false
+	}
+	if j < len(rest) {
+		switch rest[j] {
+		case '>', ' ', '/', '\t', '\n', '\r':
+		default:
+			return false
+		}
+	}
+	switch name := rest[:j]; {
+	case strings.EqualFold(name, "turn"), strings.EqualFold(name, "message"), strings.EqualFold(name, "msg"), strings.EqualFold(name, "entry"),
+		strings.EqualFold(name, "utterance"), strings.EqualFold(name, "chat_message"):
+		return true
+	default:
+		k := lx.kindOf(name)
+		return k == lexUser || k == lexModel
+	}
 }
 
 // flatLabel is a label parsed at the start of a line.
@@ -253,6 +328,13 @@ func parseFlatLabel(line string, lx *Lexicon) (flatLabel, bool) {
 	i := 0
 	for i < len(line) && i < 4 && (line[i] == ' ' || line[i] == '\t') {
 		i++
+	}
+	// Most lines of prose and code fail here, before any decoding: a
+	// label starts with a decoration, an emoji, a bracket or a letter.
+	if i < len(line) {
+		if c := line[i]; c < 0x80 && !isASCIILetter(c) && c != '*' && c != '_' && c != '#' && c != '[' && c != '(' {
+			return l, false
+		}
 	}
 	// Decorations: bold, headings, numeric or timestamp brackets.
 	for range 4 {
@@ -282,7 +364,8 @@ func parseFlatLabel(line string, lx *Lexicon) (flatLabel, bool) {
 		break
 	}
 	// Emoji label, or an emoji in front of a word label.
-	if r, sz := utf8.DecodeRuneInString(line[i:]); sz > 0 {
+	if i < len(line) && line[i] >= utf8.RuneSelf { // emoji are not ASCII
+		r, sz := utf8.DecodeRuneInString(line[i:])
 		if k, ok := lx.emoji[r]; ok && k != lexNone {
 			j := i + sz
 			if strings.HasPrefix(line[j:], "\ufe0f") {
@@ -321,12 +404,22 @@ func parseFlatLabel(line string, lx *Lexicon) (flatLabel, bool) {
 	start := i
 	words := 1
 	for i < len(line) && i-start <= 40 {
-		r, sz := utf8.DecodeRuneInString(line[i:])
-		if r == ' ' {
-			if i > start && line[i-1] != ' ' {
-				words++
+		if c := line[i]; c < utf8.RuneSelf {
+			// ASCII without decoding: the same classes as below.
+			if c == ' ' {
+				if i > start && line[i-1] != ' ' {
+					if words++; words > 4 {
+						return l, false
+					}
+				}
+			} else if !isASCIILetter(c) && !(c >= '0' && c <= '9') && c != '\'' && c != '-' && c != '_' {
+				break
 			}
-		} else if !(unicode.IsLetter(r) || unicode.IsMark(r) || unicode.IsDigit(r) || r == '\'' || r == '’' || r == '-' || r == '_') {
+			i++
+			continue
+		}
+		r, sz := utf8.DecodeRuneInString(line[i:])
+		if !(unicode.IsLetter(r) || unicode.IsMark(r) || unicode.IsDigit(r) || r == '’') {
 			break
 		}
 		i += sz
@@ -369,7 +462,7 @@ func parseFlatLabel(line string, lx *Lexicon) (flatLabel, bool) {
 		if i < len(line) && line[i] != ' ' && line[i] != '\t' && !strings.HasPrefix(line[i:], "**") {
 			// "User:hi" only for a lexicon word of two or more letters,
 			// so "a:b", "http://x" and "12:30" are not labels.
-			if _, k := lx.kind(name); k == lexNone || utf8.RuneCountInString(name) < 2 {
+			if k := lx.kindOf(name); k == lexNone || utf8.RuneCountInString(name) < 2 {
 				return l, false
 			}
 		}
@@ -403,8 +496,8 @@ func flatStampEnd(s string) int {
 		closer = ')'
 	}
 	end := strings.IndexByte(s, closer)
-	if end < 2 || end > 40 {
-		return 0
+	if end < 2 || end > 40 || !strings.ContainsAny(s[1:end], "0123456789") {
+		return 0 // too long, or no digit: the loop below would find none
 	}
 	digits, letters := 0, 0
 	for _, r := range s[1:end] {

@@ -21,16 +21,28 @@ func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]b
 		return nil, 0, nil
 	}
 	p := &c.parts[0]
-	raw := body[p.str.start:p.str.end]
-	text := string(raw)
-	if p.esc {
-		text = unescape(raw)
+	if v == nil || p.dec.size < 8 {
+		return nil, 0, nil
 	}
-	hint := sideTaskHint(body, req)
+	lx := opts.Lexicon
+	if lx == nil {
+		lx = DefaultLexicon()
+	}
+	// The cheapest tests that can say no come first, and none allocates
+	// (issue 17: this check runs on every request and almost always says
+	// no): the text the scan decoded, flatMaybe and jsonHistMaybe, then
+	// generationConfig.
+	var buf [flatBufBytes]byte
+	pre := flatText(body, p, buf[:])
+	flat := flatMaybe(pre, lx)
+	if !flat && !(p.dec.size >= 16 && jsonHistMaybe(pre)) || sideTaskHint(body, req) {
+		return nil, 0, nil
+	}
+	text := decodedText(body, p)
 	// A history serialised as JSON (jsonhist.go) comes first.
-	turns, spans, quoted, ok := jsonHistory(text, opts.Lexicon, hint, v)
-	if !ok {
-		turns, spans, ok = unflattenSpans(text, opts.Lexicon, hint, v)
+	turns, spans, quoted, ok := jsonHistory(text, lx, false, v)
+	if !ok && flat {
+		turns, spans, ok = unflattenScanned(text, lx, v)
 	}
 	if !ok || len(turns) < 3 || turns[len(turns)-1].Role != "user" {
 		return nil, 0, nil
@@ -63,6 +75,9 @@ func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]b
 // classification) rather than a conversation.
 func sideTaskHint(body []byte, req *request) bool {
 	if req.genConfig.end == 0 {
+		return false
+	}
+	if !mayHint(body[req.genConfig.start:req.genConfig.end]) {
 		return false
 	}
 	var gc map[string]json.RawMessage
