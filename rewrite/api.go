@@ -112,6 +112,11 @@ type Options struct {
 	// ToolResults selects how functionResponse parts are handled. The
 	// zero value is ToolResultsOff.
 	ToolResults ToolResultsMode
+	// Sent, when set, describes what the previous request of the
+	// conversation sent upstream, so that compaction weighs what it saves
+	// against the implicit-cache prefix it breaks (compaction.go). Nil
+	// compacts as CompactSuperseded says.
+	Sent *SentPrefix
 }
 
 // DefaultOptions returns the documented defaults (DESIGN §3).
@@ -246,6 +251,12 @@ type Report struct {
 	// subText and subOther are what the replacements in JSON texts and
 	// tool results add to TextBytes and OtherBytes (jsontext.go).
 	subText, subOther int
+	// Compaction says how Options.Sent weighed compaction; nil when
+	// Options.Sent is nil or compaction changed nothing (compaction.go).
+	Compaction *Compaction
+	// compacted: the output differs from the rewrite with
+	// CompactSuperseded off (Compacted).
+	compacted bool
 }
 
 // Block is one block of a request's new turn (Report.Blocks).
