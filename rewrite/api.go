@@ -337,7 +337,9 @@ func (r *Report) BySource() map[Source]RuleStats {
 // Header formats the report for the X-Gemini-Proxy-Report response header:
 // "bytes=BEFORE->AFTER" followed by "; RULE=COUNT" for each rule applied, in
 // a stable order, then "; json_text=COUNT" and "; tool_result=COUNT" for
-// the replacements of those sources (counted in their rules as well). It never contains prompt text.
+// the replacements of those sources (counted in their rules as well), and
+// "; compaction=REASON" when Options.Sent weighed compaction (Compaction).
+// It never contains prompt text.
 func (r *Report) Header() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "bytes=%d->%d", r.BytesBefore, r.BytesAfter)
@@ -356,6 +358,9 @@ func (r *Report) Header() string {
 		if n := src[s].Count; n > 0 {
 			fmt.Fprintf(&b, "; %s=%d", s, n)
 		}
+	}
+	if r.Compaction != nil {
+		fmt.Fprintf(&b, "; compaction=%s", r.Compaction.Reason)
 	}
 	return b.String()
 }
