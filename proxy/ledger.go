@@ -873,6 +873,27 @@ func keptChain(st *reqState, prev *ledgerState, viaState bool) bool {
 	return st.rewritten && !st.fallback || !st.report.Changed()
 }
 
+// rewriteWeighed rewrites a client body. When the rewrite compacted
+// (Report.Compacted) and sentPrefix finds what the conversation's previous
+// request sent, it rewrites the body again with that as Options.Sent, so
+// that compaction weighs the cached prefix it would break: a request that
+// compacts nothing, most of them, costs no layout or state lookup before
+// it is sent.
+func (h *Handler) rewriteWeighed(st *reqState, body []byte) ([]byte, *rewrite.Report, error) {
+	out, rep, err := h.runRewrite(body, st.tenant, nil)
+	if err != nil || !rep.Compacted() {
+		return out, rep, err
+	}
+	sent := h.ledger.sentPrefix(st, body, h.rwOpts.CompactSuperseded)
+	if sent == nil {
+		return out, rep, err
+	}
+	if out2, rep2, err2 := h.runRewrite(body, st.tenant, sent); err2 == nil {
+		return out2, rep2, nil
+	}
+	return out, rep, err
+}
+
 // sentPrefix returns rewrite.Options.Sent for a client body about to be
 // rewritten with compaction on (compact), or nil: with
 // LedgerOptions.WeighCompaction, for a priced model, when the body

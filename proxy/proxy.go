@@ -438,7 +438,7 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 	}
 	st.orig = buf
 	send := buf
-	res, rep, rerr := h.runRewrite(buf, st.tenant, h.ledger.sentPrefix(st, buf, h.rwOpts.CompactSuperseded))
+	res, rep, rerr := h.rewriteWeighed(st, buf)
 	switch {
 	case errors.Is(rerr, rewrite.ErrTooComplex):
 		// Over rewrite.max_parts, max_lines or max_blocks: a limit, not
