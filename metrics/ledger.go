@@ -94,4 +94,7 @@ func (m *Metrics) newLedger(f promauto.Factory) {
 	for _, r := range PrefixChangeReasons {
 		m.PrefixChanges.WithLabelValues(r)
 	}
+	for _, r := range CompactionReasons {
+		m.CompactionDecisions.WithLabelValues(r)
+	}
 }

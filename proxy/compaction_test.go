@@ -99,3 +99,15 @@ func TestCacheAwareCompaction(t *testing.T) {
 		})
 	}
 }
+
+// TestCompactionReasonsMatch keeps the label values of
+// gemini_proxy_compaction_decisions_total equal to the rewrite's reasons.
+func TestCompactionReasonsMatch(t *testing.T) {
+	var got []string
+	for _, r := range rewrite.CompactionReasons {
+		got = append(got, string(r))
+	}
+	if strings.Join(got, ",") != strings.Join(metrics.CompactionReasons, ",") {
+		t.Errorf("rewrite.CompactionReasons %q, metrics.CompactionReasons %q", got, metrics.CompactionReasons)
+	}
+}
