@@ -8,22 +8,24 @@ import (
 func TestCheckLedger(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	s := &Savings{Sessions: []SessionResult{
-		{Name: "close", Naive: Tokens{Billed: 10}, Proxy: Tokens{Billed: 4}, Ledger: f(6.5)},           // 8% of $6
-		{Name: "far", Naive: Tokens{Billed: 10}, Proxy: Tokens{Billed: 4}, Ledger: f(6.7)},             // 12% of $6
-		{Name: "small saving", Naive: Tokens{Billed: 10}, Proxy: Tokens{Billed: 9.9}, Ledger: f(0.19)}, // $0.09 off, 0.9% of the bill
-		{Name: "control off", Naive: Tokens{Billed: 10}, Proxy: Tokens{Billed: 10}, Ledger: f(0.2)},    // 2% of the bill
+		{Name: "close", Naive: Tokens{Billed: 10}, Proxy: Tokens{Billed: 4}, Ledger: f(6.5)},               // 8% of $6
+		{Name: "far", Naive: Tokens{Billed: 10}, Proxy: Tokens{Billed: 4}, Ledger: f(6.7)},                 // 12% of $6
+		{Name: "small saving", Naive: Tokens{Billed: 10}, Proxy: Tokens{Billed: 9.9}, Ledger: f(0.105)},    // 5% of $0.10
+		{Name: "small saving off", Naive: Tokens{Billed: 10}, Proxy: Tokens{Billed: 9.9}, Ledger: f(0.19)}, // $0.09 off: 90% of the saving, 0.9% of the bill
+		{Name: "control", Naive: Tokens{Billed: 10}, Proxy: Tokens{Billed: 10}, Ledger: f(0)},
+		{Name: "control off", Naive: Tokens{Billed: 10}, Proxy: Tokens{Billed: 10}, Ledger: f(0.001)},
 		{Name: "no ledger", Naive: Tokens{Billed: 10}, Proxy: Tokens{Billed: 1}},
 	}}
 	err := CheckLedger(s)
 	if err == nil {
 		t.Fatal("CheckLedger = nil, want the far and control off sessions named")
 	}
-	for _, name := range []string{"far", "control off"} {
+	for _, name := range []string{"far", "small saving off", "control off"} {
 		if !strings.Contains(err.Error(), "session "+name+":") {
 			t.Errorf("CheckLedger error %q does not name %s", err, name)
 		}
 	}
-	for _, name := range []string{"close", "small saving", "no ledger"} {
+	for _, name := range []string{"close", "small saving", "control", "no ledger"} {
 		if strings.Contains(err.Error(), "session "+name+":") {
 			t.Errorf("CheckLedger error %q names %s", err, name)
 		}

@@ -68,6 +68,9 @@ type Result struct {
 	Overhead *Overhead `json:"overhead,omitempty"`
 	// StablePrefix is the savings with rewrite.stable_prefix off and on.
 	StablePrefix *StablePrefix `json:"stable_prefix,omitempty"`
+	// Compaction is the savings with rewrite.cache_aware_compaction on
+	// and off and with rewrite.compact_superseded off.
+	Compaction *Compaction `json:"compaction,omitempty"`
 	// Corpus says where the sessions' documents were read from.
 	Corpus *Corpus `json:"corpus,omitempty"`
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,6 +125,10 @@ type SessionResult struct {
 	// it created by un-flattening.
 	Changed     int `json:"changed_requests"`
 	Unflattened int `json:"unflattened_turns"`
+	// Kept counts the proxied requests sent with the conversation's sent
+	// prefix kept rather than compacted (compaction=keeps_prefix in the
+	// report header; rewrite.cache_aware_compaction).
+	Kept int `json:"kept_prefix_requests,omitempty"`
 	// AnswersMatch reports whether the proxied replay received the same
 	// answers as the naive one.
 	AnswersMatch bool `json:"answers_match"`
@@ -255,6 +260,7 @@ func addResult(t *SessionResult, r SessionResult) {
 	t.Ideal.add(r.Ideal)
 	t.Changed += r.Changed
 	t.Unflattened += r.Unflattened
+	t.Kept += r.Kept
 	t.AuditFailures += r.AuditFailures
 	t.AnswersMatch = t.AnswersMatch && r.AnswersMatch
 	t.Errors = append(t.Errors, r.Errors...)
@@ -320,6 +326,9 @@ func replaySession(ctx context.Context, o SavingsOptions, s *Session, proxyMu *s
 						r.Changed++
 					}
 					r.Unflattened += unflattened(report)
+					if strings.Contains(report, "; compaction=keeps_prefix") {
+						r.Kept++
+					}
 				}
 			}
 			m.tokens.add(tk)

@@ -126,6 +126,11 @@ type Rewrite struct {
 	// that repeats content present in full earlier in the request becomes
 	// an unchanged reference) or "off" (tool results are never touched).
 	ToolResults string `mapstructure:"tool_results"`
+	// CacheAwareCompaction compacts turns a conversation already sent
+	// only when that saves more than the implicit-cache prefix it breaks
+	// costs (rewrite.Options.Sent, fed by the dollar ledger's
+	// conversation state).
+	CacheAwareCompaction bool `mapstructure:"cache_aware_compaction"`
 }
 
 // Labels are extra transcript labels, in addition to the built-in lexicon.
@@ -350,6 +355,8 @@ func Default() Config {
 			Labels:            Labels{User: []string{}, Model: []string{}},
 			StablePrefix:      rw.StablePrefix,
 			ToolResults:       string(rw.ToolResults),
+			// Weighs compaction against the sent prefix (BENCHMARKS.md).
+			CacheAwareCompaction: true,
 		},
 		Cache: Cache{Backend: "local", MaxBytes: 256 << 20, TTL: time.Hour},
 		Metrics: Metrics{

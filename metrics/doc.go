@@ -43,6 +43,7 @@
 //	gemini_proxy_cost_increase_dollars_total              counter    model                        USD by which requests the proxy changed cost more than their counterfactual; net saving = saved − cost_increase
 //	gemini_proxy_prefix_changes_total                     counter    reason                       requests not starting with what the proxy sent for the conversation's previous request: reason=rewrite (the client's own request did) or client
 //	gemini_proxy_prefix_change_tokens_total               counter    -                            estimated tokens of the previously sent prefix that a rewrite prefix change kept from the cached rate
+//	gemini_proxy_compaction_decisions_total               counter    reason                       answered requests whose compaction changed turns already sent (rewrite.cache_aware_compaction): reason=pays (compacted), keeps_prefix (sent prefix kept) or after_prefix
 //	gemini_proxy_ledger_requests_total                    counter    group, turn                  priced generate requests accounted by the ledger, group=treated|holdout, turn=1…8|9-16|17+ (position in the conversation)
 //	gemini_proxy_ledger_billed_dollars_total              counter    group, turn                  USD billed for them, from usageMetadata
 //	gemini_proxy_ledger_billed_dollars_squared_total      counter    group, turn                  sum of each request's billed USD squared (variance of the measured saving)

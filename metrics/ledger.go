@@ -19,6 +19,15 @@ const (
 	// unrewritten (holdout).
 	GroupTreated = "treated"
 	GroupHoldout = "holdout"
+
+	// Reasons for gemini_proxy_compaction_decisions_total, the values of
+	// rewrite.CompactionReason: compaction of turns already sent saved
+	// more than the cached rate it cost (pays), did not and the sent
+	// prefix was kept (keeps_prefix), or changed only turns after it
+	// (after_prefix).
+	CompactionPays        = "pays"
+	CompactionKeepsPrefix = "keeps_prefix"
+	CompactionAfterPrefix = "after_prefix"
 )
 
 // PrefixChangeReasons, LedgerGroups and LedgerTurns list the label values
@@ -27,6 +36,7 @@ var (
 	PrefixChangeReasons = []string{PrefixChangeRewrite, PrefixChangeClient}
 	LedgerGroups        = []string{GroupTreated, GroupHoldout}
 	LedgerTurns         = []string{"1", "2", "3", "4", "5", "6", "7", "8", "9-16", "17+"}
+	CompactionReasons   = []string{CompactionPays, CompactionKeepsPrefix, CompactionAfterPrefix}
 )
 
 // LedgerTurn returns the turn label of the n-th request (from 1) of a
@@ -77,7 +87,14 @@ func (m *Metrics) newLedger(f promauto.Factory) {
 		Namespace: namespace, Name: "ledger_counterfactual_dollars_total",
 		Help: "Estimated US dollars the client's original requests would have been billed with implicit caching, by group and turn (equal to the billed dollars where the original was sent).",
 	}, []string{"group", "turn"})
+	m.CompactionDecisions = f.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "compaction_decisions_total",
+		Help: "Answered requests whose compaction changed turns the conversation's previous request had sent (rewrite.cache_aware_compaction), by reason: pays (compacted: it removed more than the cached rate it cost is worth), keeps_prefix (the sent prefix was kept as it was sent), after_prefix (compaction changed only turns after it).",
+	}, []string{"reason"})
 	for _, r := range PrefixChangeReasons {
 		m.PrefixChanges.WithLabelValues(r)
+	}
+	for _, r := range CompactionReasons {
+		m.CompactionDecisions.WithLabelValues(r)
 	}
 }

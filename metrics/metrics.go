@@ -187,6 +187,7 @@ type Metrics struct {
 	LedgerBilledDollars  *prometheus.CounterVec // group, turn
 	LedgerBilledSquares  *prometheus.CounterVec // group, turn
 	LedgerCounterfactual *prometheus.CounterVec // group, turn
+	CompactionDecisions  *prometheus.CounterVec // reason
 
 	// The process-wide memory budget and the access log (memory.go).
 	MemoryBudgetLimit    prometheus.Gauge

@@ -101,6 +101,8 @@ var metricCases = []metricCase{
 		func(m *metrics.Metrics) { m.LedgerBilledSquares.WithLabelValues(metrics.GroupTreated, "1").Add(0.25) }, 0.25},
 	{"gemini_proxy_ledger_counterfactual_dollars_total", dto.MetricType_COUNTER, []string{"group", "turn"},
 		func(m *metrics.Metrics) { m.LedgerCounterfactual.WithLabelValues(metrics.GroupTreated, "17+").Add(2) }, 2},
+	{"gemini_proxy_compaction_decisions_total", dto.MetricType_COUNTER, []string{"reason"},
+		func(m *metrics.Metrics) { m.CompactionDecisions.WithLabelValues(metrics.CompactionKeepsPrefix).Inc() }, 1},
 	{"gemini_proxy_spent_dollars_total", dto.MetricType_COUNTER, []string{"model"},
 		func(m *metrics.Metrics) { m.SpentDollars.WithLabelValues("gemini-2.5-flash").Add(1.5) }, 1.5},
 	{"gemini_proxy_unpriced_requests_total", dto.MetricType_COUNTER, []string{"model"},

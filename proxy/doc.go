@@ -90,7 +90,11 @@
 // sent, estimates the counterfactual bill of the client's own request with
 // implicit caching, from per-conversation state (prefix hashes and token
 // counts, never text); a holdout of conversations sent unrewritten
-// measures the saving. See package metrics, "The dollar ledger".
+// measures the saving. See package metrics, "The dollar ledger". The same
+// state tells the rewrite of a request it compacted what the previous
+// request of the conversation sent (LedgerOptions.WeighCompaction,
+// rewrite.Options.Sent), so that turns already sent are compacted only
+// when that pays against the implicit cache's cached rate.
 //
 // AdminHandler serves /metrics, /healthz, /readyz and optionally pprof on
 // a separate listener; the proxy listener serves only the Gemini API.

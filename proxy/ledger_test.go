@@ -90,7 +90,7 @@ func TestLayoutShared(t *testing.T) {
 }
 
 func TestLedgerStateRoundTrip(t *testing.T) {
-	s := &ledgerState{at: time.UnixMilli(1764590000123), turn: 7, holdout: true, naive: []uint64{1, 2, 3}, sent: []uint64{math.MaxUint64}, sentTokens: 12345, tail: tail{pre: 4, ns: []int{300, 299}, sums: []uint64{5, 6}}}
+	s := &ledgerState{at: time.UnixMilli(1764590000123), turn: 7, holdout: true, naive: []uint64{1, 2, 3}, sent: []uint64{math.MaxUint64}, sentTokens: 12345, naiveTokens: 23456, kept: true, tail: tail{pre: 4, ns: []int{300, 299}, sums: []uint64{5, 6}}}
 	got, err := decodeLedgerState(s.encode())
 	if err != nil {
 		t.Fatal(err)

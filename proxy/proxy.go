@@ -438,7 +438,7 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 	}
 	st.orig = buf
 	send := buf
-	res, rep, rerr := h.runRewrite(buf, st.tenant)
+	res, rep, rerr := h.rewriteWeighed(st, buf)
 	switch {
 	case errors.Is(rerr, rewrite.ErrTooComplex):
 		// Over rewrite.max_parts, max_lines or max_blocks: a limit, not
@@ -635,8 +635,9 @@ func readBody(body io.Reader, size, limit int64) (buf []byte, bb *bodyBuf, err e
 	}
 }
 
-// runRewrite calls the rewriter, turning a panic into an error.
-func (h *Handler) runRewrite(body []byte, tenant string) (out []byte, rep *rewrite.Report, err error) {
+// runRewrite calls the rewriter with sent as Options.Sent, turning a panic
+// into an error.
+func (h *Handler) runRewrite(body []byte, tenant string, sent *rewrite.SentPrefix) (out []byte, rep *rewrite.Report, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			out, rep, err = nil, nil, errRewritePanic
@@ -646,7 +647,9 @@ func (h *Handler) runRewrite(body []byte, tenant string) (out []byte, rep *rewri
 	if h.opts.Verifier != nil {
 		v = h.opts.Verifier(tenant)
 	}
-	out, rep, err = h.rewriteFn(body, h.rwOpts, v)
+	opts := h.rwOpts
+	opts.Sent = sent // what the conversation's previous request sent (ledger.go)
+	out, rep, err = h.rewriteFn(body, opts, v)
 	if err == nil && (out == nil || rep == nil) {
 		err = errRewriteEmpty
 	}

@@ -160,11 +160,15 @@ func normalizeModel(m string) string {
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // DefaultModelAllowlist is the allowlist used when Options.ModelAllowlist is
-// nil: the Gemini models current when this was written.
+// nil: the Gemini models current when this was written, every model of
+// the default price table (config.DefaultPrices) among them
+// (TestDefaultAllowlistCoversKnownModels).
 var DefaultModelAllowlist = []string{
 	"gemini-2.0-flash", "gemini-2.0-flash-lite",
 	"gemini-2.5-flash", "gemini-2.5-flash-lite", "gemini-2.5-pro",
 	"gemini-3-flash-preview", "gemini-3-pro-preview", "gemini-3.1-pro-preview",
+	"gemini-3.1-flash-lite", "gemini-3.5-flash", "gemini-3.5-flash-lite",
+	"gemini-3.6-flash", "gemini-3.7-flash",
 	"gemini-flash-latest", "gemini-flash-lite-latest", "gemini-pro-latest",
 	"gemini-embedding-001", "text-embedding-004",
 }

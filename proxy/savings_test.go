@@ -41,9 +41,11 @@ func TestEstimateTokens(t *testing.T) {
 		}}, 0.25, map[rewrite.Rule]float64{
 			rewrite.RuleUnchanged: 375, rewrite.RuleSuperseded: 500, rewrite.RuleSecondary: 125,
 		}},
+		// "[" 1, "same" 1, "image" 1, "/" 1, "png" 1, "sha" 1, "256" 3,
+		// ":" 1, "1a2b3c4d5e6f" 12, "as" "in" "turn" 3, "1" 1, "]" 1.
 		{"image costs fixed tokens minus its reference", &rewrite.Report{Replacements: []rewrite.Replacement{
-			{Rule: rewrite.RuleImage, Bytes: 400000, RefBytes: 80},
-		}}, 0.25, map[rewrite.Rule]float64{rewrite.RuleImage: ImageTokens - 20}},
+			{Rule: rewrite.RuleImage, Bytes: 400000, RefBytes: 62, Reference: "[same image/png sha256:1a2b3c4d5e6f as in turn 1]"},
+		}}, 0.25, map[rewrite.Rule]float64{rewrite.RuleImage: ImageTokens - 27}},
 		{"unflatten removes nothing", &rewrite.Report{UnflattenedTurns: 3}, 0.25, map[rewrite.Rule]float64{}},
 	}
 	for _, tt := range tests {

@@ -112,6 +112,11 @@ type Options struct {
 	// ToolResults selects how functionResponse parts are handled. The
 	// zero value is ToolResultsOff.
 	ToolResults ToolResultsMode
+	// Sent, when set, describes what the previous request of the
+	// conversation sent upstream, so that compaction weighs what it saves
+	// against the implicit-cache prefix it breaks (compaction.go). Nil
+	// compacts as CompactSuperseded says.
+	Sent *SentPrefix
 }
 
 // DefaultOptions returns the documented defaults (DESIGN §3).
@@ -248,6 +253,12 @@ type Report struct {
 	// subText and subOther are what the replacements in JSON texts and
 	// tool results add to TextBytes and OtherBytes (jsontext.go).
 	subText, subOther int
+	// Compaction says how Options.Sent weighed compaction; nil when
+	// Options.Sent is nil or compaction changed nothing (compaction.go).
+	Compaction *Compaction
+	// compacted: the output differs from the rewrite with
+	// CompactSuperseded off (Compacted).
+	compacted bool
 }
 
 // Block is one block of a request's new turn (Report.Blocks).
@@ -328,7 +339,9 @@ func (r *Report) BySource() map[Source]RuleStats {
 // Header formats the report for the X-Gemini-Proxy-Report response header:
 // "bytes=BEFORE->AFTER" followed by "; RULE=COUNT" for each rule applied, in
 // a stable order, then "; json_text=COUNT" and "; tool_result=COUNT" for
-// the replacements of those sources (counted in their rules as well). It never contains prompt text.
+// the replacements of those sources (counted in their rules as well), and
+// "; compaction=REASON" when Options.Sent weighed compaction (Compaction).
+// It never contains prompt text.
 func (r *Report) Header() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "bytes=%d->%d", r.BytesBefore, r.BytesAfter)
@@ -347,6 +360,9 @@ func (r *Report) Header() string {
 		if n := src[s].Count; n > 0 {
 			fmt.Fprintf(&b, "; %s=%d", s, n)
 		}
+	}
+	if r.Compaction != nil {
+		fmt.Fprintf(&b, "; compaction=%s", r.Compaction.Reason)
 	}
 	return b.String()
 }

@@ -107,7 +107,10 @@
 // document they belong to. Copies of other versions, which are never in
 // the newest user turn, become superseded references to the latest
 // (Options.CompactSuperseded), unless the block holds a line that reads as
-// a transcript turn label. Runs of repeated lines are only ever unchanged
+// a transcript turn label; with Options.Sent, copies in turns the previous
+// request already sent are superseded only when that saves more than the
+// implicit-cache prefix it breaks costs (compaction.go, Report.Compaction).
+// Runs of repeated lines are only ever unchanged
 // references. Line endings are normalised only for comparison. A block is
 // replaced only when it is at least Options.MinBlockBytes long and its
 // reference at most half its size.

@@ -46,6 +46,7 @@ func FuzzSession(f *testing.F) {
 	f.Add("intro\nalpha beta gamma delta\nepsilon zeta\n", "```\nalpha beta gamma delta\nepsilon zeta\n", uint16(0x1234), uint8(1))
 	f.Add("```go a.go\n"+strings.Repeat("func a() { return 1 }\n", 8)+"```", "<file path=\"b\">\n"+strings.Repeat("beta gamma\n", 16)+"</file>", uint16(0x0f0f), uint8(4))
 	f.Add("```\n# Guide\n"+strings.Repeat("Prose about the build.\n", 4)+"```go\nfunc a() {}\n```\n"+strings.Repeat("More prose.\n", 4)+"```\nraw\n```\nEnd.\n```", "Q?", uint16(0x0300), uint8(0))
+	f.Add("```go a.go\n"+strings.Repeat("func a() { return 1 }\n", 8)+"```", "```go a.go\n"+strings.Repeat("func a() { return 2 }\n", 8)+"```", uint16(0x0030), uint8(0x18))
 	f.Fuzz(func(t *testing.T, a, b string, pat uint16, shape uint8) {
 		var contents []map[string]any
 		for i := 0; i < 8; i++ {
@@ -76,6 +77,10 @@ func FuzzSession(f *testing.F) {
 		}
 		opts := DefaultOptions()
 		opts.MinBlockBytes = 16
+		if shape&8 != 0 {
+			// Weigh compaction against a sent prefix (compaction.go).
+			opts.Sent = &SentPrefix{Contents: int(pat>>4) % 9, CachedRatio: float64(shape>>4) / 15}
+		}
 		fuzzCheck(t, body, opts)
 	})
 }
@@ -99,7 +104,12 @@ func fuzzCheck(t *testing.T, body []byte, opts Options) {
 	if err := auditBoth(t, body, out, rep); err != nil && !auditKnownReason(err) {
 		t.Fatalf("audit: %v\nin:  %q\nout: %q", err, body, out)
 	}
-	again, rep2, err := Request(out, opts, nil)
+	reopts := opts
+	if c := rep.Compaction; c != nil && c.Kept {
+		// A kept prefix is the rewrite with compaction off (compaction.go).
+		reopts.CompactSuperseded, reopts.Sent = false, nil
+	}
+	again, rep2, err := Request(out, reopts, nil)
 	if err != nil {
 		t.Fatalf("rewriting the output: %v", err)
 	}

@@ -426,8 +426,11 @@ func (e *engine) identify(o *occ) int {
 // there: the output then holds, of each document, either one version or
 // only versions in the newest user turn, so that rewriting it again finds
 // no older version to supersede.
-func (e *engine) decide() {
-	compact := e.opts.CompactSuperseded
+func (e *engine) decide() { e.decideWith(e.opts.CompactSuperseded) }
+
+// decideWith is decide with compaction on or off (compaction.go weighs
+// both).
+func (e *engine) decideWith(compact bool) {
 	for i := range e.occs {
 		if o := &e.occs[i]; o.turn == e.newest && o.cid != e.docs[o.doc].latestID {
 			e.docs[o.doc].split = true

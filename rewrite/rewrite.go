@@ -82,7 +82,11 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 	if err := e.analyse(); err != nil {
 		return nil, nil, err
 	}
+	if opts.Sent != nil && opts.CompactSuperseded && uf == nil {
+		rep.Compaction = e.weigh(*opts.Sent)
+	}
 	reps := e.coalesce(e.final())
+	rep.compacted = compacted(reps)
 	out := e.emit(reps)
 	var splits []auditSplit
 	if opts.StablePrefix {

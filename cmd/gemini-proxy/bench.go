@@ -116,6 +116,10 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 	runID := fmt.Sprintf("%x", start.UnixNano())
 	var flipURL, flipAdmin string // the in-process proxy with rewrite.stable_prefix flipped
 	stable := config.Default().Rewrite.StablePrefix
+	// The in-process proxies with rewrite.cache_aware_compaction flipped
+	// and with rewrite.compact_superseded off.
+	var awareURL, awareAdmin, offURL, offAdmin string
+	aware := config.Default().Rewrite.CacheAwareCompaction
 	prices := map[string]bench.Price{}
 	for _, p := range config.Default().Metrics.Prices {
 		prices[p.Model] = bench.Price{Input: p.Input, CachedInput: p.CachedInput, Output: p.Output}
@@ -153,7 +157,15 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 		// the savings say what the option does (issue #8).
 		flip := c
 		flip.Rewrite.StablePrefix = !c.Rewrite.StablePrefix
-		for i, pc := range []config.Config{c, flip} {
+		// The third and fourth differ only in how they compact, so that
+		// the savings say what rewrite.cache_aware_compaction does
+		// against compaction always on and off (issue 14).
+		flipAware := c
+		flipAware.Rewrite.CacheAwareCompaction = !c.Rewrite.CacheAwareCompaction
+		noCompact := c
+		noCompact.Rewrite.CompactSuperseded = false
+		urls := []*[2]*string{{&proxyURL, &adminURL}, {&flipURL, &flipAdmin}, {&awareURL, &awareAdmin}, {&offURL, &offAdmin}}
+		for i, pc := range []config.Config{c, flip, flipAware, noCompact} {
 			running++
 			pctx := ctx
 			if i == 0 {
@@ -162,11 +174,7 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 			go func() { done <- serveConfig(pctx, pc, logger, func(p, a string) { addrs <- [2]string{p, a} }) }()
 			select {
 			case a := <-addrs:
-				if proxyURL == "" {
-					proxyURL, adminURL = "http://"+a[0], "http://"+a[1]
-				} else {
-					flipURL, flipAdmin = "http://"+a[0], "http://"+a[1]
-				}
+				*urls[i][0], *urls[i][1] = "http://"+a[0], "http://"+a[1]
 			case err := <-done:
 				done <- nil
 				return err
@@ -174,7 +182,7 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 				return errors.New("bench: in-process proxy did not start")
 			}
 		}
-		fmt.Fprintf(stderr, "bench: emulator %s, proxy %s, proxy with stable_prefix=%v %s (in-process)\n", upstreamURL, proxyURL, !stable, flipURL)
+		fmt.Fprintf(stderr, "bench: emulator %s, proxy %s, proxy with stable_prefix=%v %s, with cache_aware_compaction=%v %s, with compact_superseded=false %s (in-process)\n", upstreamURL, proxyURL, !stable, flipURL, !aware, awareURL, offURL)
 	}
 
 	if doSavings {
@@ -185,15 +193,40 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 		}
 		res.Savings = s
 		res.Verifier = s.ByKind[bench.KindFlattened].Unflattened > 0
-		if flipURL != "" {
-			fmt.Fprintf(stderr, "bench: savings again with rewrite.stable_prefix=%v\n", !stable)
-			f, err := bench.RunSavings(ctx, bench.SavingsOptions{DirectURL: upstreamURL, ProxyURL: flipURL, AdminURL: flipAdmin, Replies: replies, Sessions: sessions, RunID: runID + "-flip", Prices: prices})
-			if err != nil {
-				return err
+		// The proxies with one option flipped replay the corpus at the
+		// same time: each has its own API keys, /metrics and cache.
+		var variants [3]*bench.Savings
+		var verrs [3]error
+		var wg sync.WaitGroup
+		for i, v := range []struct{ url, admin, what, id string }{
+			{flipURL, flipAdmin, fmt.Sprintf("rewrite.stable_prefix=%v", !stable), "-flip"},
+			{awareURL, awareAdmin, fmt.Sprintf("rewrite.cache_aware_compaction=%v", !aware), "-aware"},
+			{offURL, offAdmin, "rewrite.compact_superseded=false", "-nocompact"},
+		} {
+			if v.url == "" {
+				continue
 			}
+			fmt.Fprintf(stderr, "bench: savings again with %s\n", v.what)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				variants[i], verrs[i] = bench.RunSavings(ctx, bench.SavingsOptions{DirectURL: upstreamURL, ProxyURL: v.url, AdminURL: v.admin, Replies: replies, Sessions: sessions, RunID: runID + v.id, Prices: prices})
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(verrs[:]...); err != nil {
+			return err
+		}
+		if f := variants[0]; f != nil {
 			res.StablePrefix = &bench.StablePrefix{Off: f, On: s}
 			if !stable {
 				res.StablePrefix = &bench.StablePrefix{Off: s, On: f}
+			}
+		}
+		if a, o := variants[1], variants[2]; a != nil && o != nil {
+			res.Compaction = &bench.Compaction{Weighed: s, Always: a, Off: o}
+			if !aware {
+				res.Compaction.Weighed, res.Compaction.Always = a, s
 			}
 		}
 	}
@@ -235,6 +268,16 @@ func benchCommand(ctx context.Context, fs *pflag.FlagSet, stdout, stderr io.Writ
 			for _, s := range []*bench.Savings{res.StablePrefix.Off, res.StablePrefix.On} {
 				if s.Audit.Failures > 0 {
 					return fmt.Errorf("bench: the rewrite audit failed %d times with rewrite.stable_prefix flipped", s.Audit.Failures)
+				}
+			}
+		}
+		if res.Compaction != nil {
+			if err := bench.CheckCompaction(res.Compaction); err != nil {
+				return fmt.Errorf("bench: rewrite.cache_aware_compaction costs more:\n%w", err)
+			}
+			for _, s := range []*bench.Savings{res.Compaction.Weighed, res.Compaction.Always, res.Compaction.Off} {
+				if s.Audit.Failures > 0 {
+					return fmt.Errorf("bench: the rewrite audit failed %d times in the compaction comparison", s.Audit.Failures)
 				}
 			}
 		}
@@ -448,6 +491,10 @@ func writeBenchMarkdown(w io.Writer, r *bench.Result) {
 	if r.StablePrefix != nil {
 		fmt.Fprintf(w, "\n### Prefix stabilisation (the proxy with rewrite.stable_prefix off and on; implicit-cache tokens from the emulator's prefix model)\n\n")
 		bench.WriteStablePrefixTable(w, r.StablePrefix)
+	}
+	if r.Compaction != nil {
+		fmt.Fprintf(w, "\n### Compaction that pays (billed US dollars per 1,000 sessions through proxies with rewrite.cache_aware_compaction on, off, and rewrite.compact_superseded off)\n\n")
+		bench.WriteCompactionTable(w, r.Compaction)
 	}
 	if r.Overhead != nil {
 		fmt.Fprintf(w, "\n### Overhead (added = minus direct to the upstream, ÷ plain = ratio to the plain Go proxy; same cell, batches alternated)\n\n")

@@ -96,7 +96,7 @@ func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, co
 	metrics.RegisterCache(reg, store.Stats)
 	opts.Verifier = func(tenant string) rewrite.Verifier { return store.Verifier(tenant) }
 	opts.Interactions = proxy.InteractionsOptions{Enabled: c.UpstreamState.Interactions, Store: store}
-	opts.Ledger = proxy.LedgerOptions{Store: store, HoldoutFraction: c.Metrics.HoldoutFraction}
+	opts.Ledger = proxy.LedgerOptions{Store: store, HoldoutFraction: c.Metrics.HoldoutFraction, WeighCompaction: c.Rewrite.CacheAwareCompaction}
 	page := savingspage.New(savingspage.Options{Gatherer: reg})
 	if conv != nil {
 		conv(page)

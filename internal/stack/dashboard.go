@@ -105,10 +105,11 @@ var Panels = []Panel{
 			q(`sum by (model) (rate(gemini_proxy_cost_increase_dollars_total{`+model+`}[`+rate+`])) * 3600`, "cost increases {{model}}"),
 		}},
 	{Title: "Prefix changes", Type: "timeseries", Unit: "short", Width: 12, Height: 8,
-		Description: "Requests per second that did not start with what the proxy sent for their conversation's previous request, by reason (rewrite: the proxy changed a turn it had sent, such as compaction; client: the client changed its history), and the estimated prompt tokens per second that lost the implicit cache's cached rate to a rewrite.",
+		Description: "Requests per second that did not start with what the proxy sent for their conversation's previous request, by reason (rewrite: the proxy changed a turn it had sent, such as compaction; client: the client changed its history), the estimated prompt tokens per second that lost the implicit cache's cached rate to a rewrite, and what rewrite.cache_aware_compaction decided for requests whose compaction changed turns already sent (pays: compacted; keeps_prefix: the sent prefix kept; after_prefix: only new turns changed).",
 		Targets: []Target{
 			q(`sum by (reason) (rate(gemini_proxy_prefix_changes_total[`+rate+`]))`, "{{reason}}"),
 			q(`sum(rate(gemini_proxy_prefix_change_tokens_total[`+rate+`]))`, "tokens off the cached rate"),
+			q(`sum by (reason) (rate(gemini_proxy_compaction_decisions_total[`+rate+`]))`, "compaction {{reason}}"),
 		}},
 	{Title: "Saving per request by turn: estimated and measured (holdout)", Type: "timeseries", Unit: "currencyUSD", Width: 24, Height: 8,
 		Description: "Over the last hour, by the request's position in its conversation. Estimated: the ledger's counterfactual − billed per treated request. Measured (with metrics.holdout_fraction > 0): mean bill of held-out requests (sent as the client wrote them) − mean bill of treated ones, with a 95% confidence band (±1.96 standard errors).",

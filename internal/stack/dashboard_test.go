@@ -141,7 +141,7 @@ func TestDashboardShape(t *testing.T) {
 		"gemini_proxy_interactions_requests_total", "gemini_proxy_interactions_fallbacks_total", "gemini_proxy_interactions_saved_bytes_total",
 		"gemini_proxy_cost_increase_dollars_total", "gemini_proxy_prefix_changes_total", "gemini_proxy_prefix_change_tokens_total",
 		"gemini_proxy_ledger_requests_total", "gemini_proxy_ledger_billed_dollars_total", "gemini_proxy_ledger_billed_dollars_squared_total",
-		"gemini_proxy_ledger_counterfactual_dollars_total",
+		"gemini_proxy_ledger_counterfactual_dollars_total", "gemini_proxy_compaction_decisions_total",
 	} {
 		if !strings.Contains(all, name) {
 			t.Errorf("no dashboard query uses %s", name)
