@@ -126,7 +126,7 @@ func (r *redisBackend) getValues(keys []string) [][]byte {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
-	vs, err := r.c.MGet(ctx, keys...).Result()
+	vs, err := r.mget(ctx, keys)
 	if err != nil {
 		r.readFailed(err)
 		return out
@@ -141,4 +141,31 @@ func (r *redisBackend) getValues(keys []string) [][]byte {
 		}
 	}
 	return out
+}
+
+// mget reads keys in one round trip: an MGET, or in Cluster mode, where
+// the keys of one call may live in several slots and an MGET across slots
+// fails (CROSSSLOT), a pipeline of GETs, which go-redis sends to each
+// node in parallel. A missing key is nil.
+func (r *redisBackend) mget(ctx context.Context, keys []string) ([]any, error) {
+	if r.mode != RedisModeCluster {
+		return r.c.MGet(ctx, keys...).Result()
+	}
+	cmds := make([]*redis.StringCmd, len(keys))
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.Get(ctx, k)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make([]any, len(keys))
+	for i, c := range cmds {
+		if v, err := c.Result(); err == nil {
+			out[i] = v
+		}
+	}
+	return out, nil
 }

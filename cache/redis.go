@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // redisKeyPrefix starts every key the Store writes to Redis; the tenant id
@@ -56,7 +54,8 @@ type servedWrite struct {
 // skipped for redisPause (a circuit breaker), so a dead Redis costs a
 // request nothing.
 type redisBackend struct {
-	c       *redis.Client
+	c       redis.UniversalClient
+	mode    string // RedisModeSingle, RedisModeSentinel or RedisModeCluster
 	log     *slog.Logger
 	timeout time.Duration
 	ttl     time.Duration
@@ -120,26 +119,13 @@ func newRedis(s *Store, opts Options) (*redisBackend, error) {
 	if len(opts.Secret) < MinSecretBytes {
 		return nil, fmt.Errorf("cache: redis needs a secret of at least %d bytes", MinSecretBytes)
 	}
-	ro, err := redis.ParseURL(opts.RedisURL)
+	target, err := parseRedisTarget(opts)
 	if err != nil {
-		// The URL may hold a password: do not quote it.
-		return nil, errors.New("cache: invalid redis url")
+		return nil, err
 	}
-	// Each call's context bounds its dial too (a read: RedisTimeout);
-	// this only lets the writer, whose calls get ten times that, open a
-	// connection on a loaded machine, where a loopback dial can take
-	// longer than 50 ms (issue 16 item 9).
-	ro.DialTimeout = 10 * opts.RedisTimeout
-	ro.ReadTimeout = opts.RedisTimeout
-	ro.WriteTimeout = opts.RedisTimeout
-	ro.PoolTimeout = opts.RedisTimeout
-	ro.ContextTimeoutEnabled = true
-	ro.MaxRetries = -1
-	ro.DialerRetries = 1
-	ro.DisableIdentity = true
-	ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	r := &redisBackend{
-		c:       redis.NewClient(ro),
+		c:       newRedisClient(target),
+		mode:    target.mode,
 		log:     s.log,
 		timeout: opts.RedisTimeout,
 		ttl:     opts.TTL,
@@ -399,7 +385,7 @@ func (r *redisBackend) closeClient() error {
 
 func (r *redisBackend) stats() RedisStats {
 	return RedisStats{
-		Enabled: true, Up: !r.reads.down.Load() && !r.writes.down.Load(),
+		Enabled: true, Mode: r.mode, Up: !r.reads.down.Load() && !r.writes.down.Load(),
 		ReadsUp: !r.reads.down.Load(), WritesUp: !r.writes.down.Load(),
 		ReadErrors: r.reads.errors.Load(), WriteErrors: r.writes.errors.Load(),
 		Writes: r.written.Load(), Dropped: r.dropped.Load(), Hits: r.hits.Load(),
