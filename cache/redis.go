@@ -84,6 +84,9 @@ type redisBackend struct {
 	reads, writes breaker
 
 	written, dropped, hits, invalid atomic.Uint64
+	// lockTimeouts counts context-cache scope locks not taken in time,
+	// leasesWon the create leases this replica won.
+	lockTimeouts, leasesWon atomic.Uint64
 }
 
 // breaker pauses one kind of Redis call after an error, for redisPause.
@@ -389,6 +392,6 @@ func (r *redisBackend) stats() RedisStats {
 		ReadsUp: !r.reads.down.Load(), WritesUp: !r.writes.down.Load(),
 		ReadErrors: r.reads.errors.Load(), WriteErrors: r.writes.errors.Load(),
 		Writes: r.written.Load(), Dropped: r.dropped.Load(), Hits: r.hits.Load(),
-		Invalid: r.invalid.Load(),
+		Invalid: r.invalid.Load(), LockTimeouts: r.lockTimeouts.Load(), LeasesWon: r.leasesWon.Load(),
 	}
 }

@@ -341,6 +341,10 @@ type RedisStats struct {
 	Invalid uint64
 	// Hits counts lookups answered by Redis after a local miss.
 	Hits uint64
+	// LockTimeouts counts context-cache scope locks another replica held
+	// past the wait (that request's settlement stayed local); LeasesWon
+	// the cache-create leases this replica won (ContextCacheRegistry).
+	LockTimeouts, LeasesWon uint64
 }
 
 // Stats returns the current figures. It is cheap enough for every scrape.

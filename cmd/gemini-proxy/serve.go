@@ -102,6 +102,10 @@ func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, co
 	opts.Verifier = func(tenant string) rewrite.Verifier { return store.Verifier(tenant) }
 	opts.Interactions = proxy.InteractionsOptions{Enabled: c.UpstreamState.Interactions, Store: store}
 	opts.Ledger = proxy.LedgerOptions{Store: store, HoldoutFraction: c.Metrics.HoldoutFraction, WeighCompaction: c.Rewrite.CacheAwareCompaction}
+	if reg := store.ContextCacheRegistry(); reg != nil && opts.ContextCache != nil {
+		// One cache per prefix for the whole fleet.
+		opts.ContextCache.Shared = reg
+	}
 	page := savingspage.New(savingspage.Options{Gatherer: reg})
 	if conv != nil {
 		conv(page)
