@@ -73,6 +73,10 @@ type redisBackend struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	pending int // queued or being written
+	// queuedKeys counts the conversation writes queued or being written,
+	// by Redis key: until they landed, this replica's local copy is newer
+	// than Redis's.
+	queuedKeys map[string]int
 
 	// keyKey keys the HMAC in every key name, valKey the HMAC of every
 	// value; both are derived from Options.Secret.
@@ -127,16 +131,17 @@ func newRedis(s *Store, opts Options) (*redisBackend, error) {
 		return nil, err
 	}
 	r := &redisBackend{
-		c:       newRedisClient(target),
-		mode:    target.mode,
-		log:     s.log,
-		timeout: opts.RedisTimeout,
-		ttl:     opts.TTL,
-		queue:   make(chan servedWrite, opts.RedisQueue),
-		done:    make(chan struct{}),
-		exited:  make(chan struct{}),
-		keyKey:  derive(opts.Secret, "gemini-proxy redis key names v1"),
-		valKey:  derive(opts.Secret, "gemini-proxy redis values v1"),
+		c:          newRedisClient(target),
+		mode:       target.mode,
+		log:        s.log,
+		timeout:    opts.RedisTimeout,
+		ttl:        opts.TTL,
+		queue:      make(chan servedWrite, opts.RedisQueue),
+		done:       make(chan struct{}),
+		exited:     make(chan struct{}),
+		queuedKeys: map[string]int{},
+		keyKey:     derive(opts.Secret, "gemini-proxy redis key names v1"),
+		valKey:     derive(opts.Secret, "gemini-proxy redis values v1"),
 	}
 	r.wctx, r.wcancel = context.WithCancel(context.Background())
 	r.cond = sync.NewCond(&r.mu)
@@ -256,18 +261,38 @@ func (r *redisBackend) enqueue(w servedWrite) {
 	}
 	r.mu.Lock()
 	r.pending++
+	if w.key != "" {
+		r.queuedKeys[w.key]++
+	}
 	r.mu.Unlock()
 	select {
 	case r.queue <- w:
 	default:
 		r.dropped.Add(1)
-		r.finish(1)
+		r.finish(w)
 	}
 }
 
-func (r *redisBackend) finish(n int) {
+// queued reports whether a conversation write of key is queued or being
+// written.
+func (r *redisBackend) queued(key string) bool {
 	r.mu.Lock()
-	r.pending -= n
+	defer r.mu.Unlock()
+	return r.queuedKeys[key] > 0
+}
+
+// finish marks the writes ws done.
+func (r *redisBackend) finish(ws ...servedWrite) {
+	r.mu.Lock()
+	r.pending -= len(ws)
+	for _, w := range ws {
+		if w.key == "" {
+			continue
+		}
+		if r.queuedKeys[w.key]--; r.queuedKeys[w.key] <= 0 {
+			delete(r.queuedKeys, w.key)
+		}
+	}
 	if r.pending == 0 {
 		r.cond.Broadcast()
 	}
@@ -315,8 +340,8 @@ func (r *redisBackend) drain(batch []servedWrite) []servedWrite {
 // send writes batch and marks its writes done.
 func (r *redisBackend) send(ctx context.Context, batch []servedWrite) {
 	r.write(ctx, batch)
+	r.finish(batch...)
 	clear(batch)
-	r.finish(len(batch))
 }
 
 // write sends one pipeline: per response, SET of its record and, per
