@@ -47,8 +47,8 @@ const (
 	// crashed holder blocks the scope's shared updates at most this long.
 	lockLease = 2 * time.Second
 	// claimWait bounds how long a replica that lost a create lease waits
-	// for the winner's entry (in the background, never on a request).
-	claimWait = callTimeout
+	// for the winner's entry (on a cache-call worker, never on a request).
+	claimWait = 10 * time.Second
 	// claimPoll is how often it looks.
 	claimPoll = 50 * time.Millisecond
 )
