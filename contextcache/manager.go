@@ -422,7 +422,22 @@ func (m *Manager) Settle(u *Use, usage Usage, ok bool) {
 	if u == nil {
 		return
 	}
-	now := m.now()
+	if m.shared != nil && ok {
+		// The registry's lock and write are round trips to Redis: made
+		// off the request, like the cache calls (Wait waits for them).
+		now := m.now()
+		m.calls.add()
+		go func() {
+			defer m.calls.done()
+			m.settle(u, usage, ok, now)
+		}()
+		return
+	}
+	m.settle(u, usage, ok, m.now())
+}
+
+// settle is Settle at now.
+func (m *Manager) settle(u *Use, usage Usage, ok bool, now time.Time) {
 	price, priced := m.opts.Prices[u.call.Model]
 	priced = priced && price.known()
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,8 +50,15 @@ type fleet struct {
 }
 
 // newFleet starts n replicas sharing redisURL ("" for a lone replica with
-// a local cache).
+// a local cache), with Redis time-outs far above a loopback round trip on
+// a loaded machine: a slow call must not make a replica decide alone.
 func newFleet(t *testing.T, n int, redisURL string) *fleet {
+	t.Helper()
+	return newFleetTimeout(t, n, redisURL, 3*time.Second)
+}
+
+// newFleetTimeout is newFleet with each Redis call bounded by timeout.
+func newFleetTimeout(t *testing.T, n int, redisURL string, timeout time.Duration) *fleet {
 	t.Helper()
 	f := &fleet{clk: testutil.NewClock(fixedNow)}
 	count := func(next http.Handler) http.Handler {
@@ -72,9 +81,7 @@ func newFleet(t *testing.T, n int, redisURL string) *fleet {
 	for range n {
 		co := cache.Options{}
 		if redisURL != "" {
-			// Time-outs far above a loopback round trip on a loaded
-			// machine: a slow call must not make a replica decide alone.
-			co = cache.Options{RedisURL: redisURL, Secret: []byte(fleetSecret), RedisTimeout: 3 * time.Second, RedisBudget: 30 * time.Second, RedisFlush: time.Minute}
+			co = cache.Options{RedisURL: redisURL, Secret: []byte(fleetSecret), RedisTimeout: timeout, RedisBudget: 10 * timeout, RedisFlush: time.Minute}
 		}
 		store, err := cache.New(co)
 		if err != nil {
@@ -358,3 +365,87 @@ func TestFleetSentinel(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetLatency reports what shared mode adds to a request: the same
+// naive sessions (context caching, ledger, verified un-flattening on)
+// through one replica with a local cache, one on a single Redis and one
+// on a 3-node Redis Cluster, at the production time-outs (50 ms per call),
+// turns interleaved across the three so that the machine's load falls on
+// each alike. Every request must be answered, with the same answers in
+// every mode; the client-side latency percentiles are logged, never
+// asserted (BENCHMARKS.md "Shared mode latency").
+func TestFleetLatency(t *testing.T) {
+	if testing.Short() {
+		t.Skip("latency figures: not in -short")
+	}
+	single := cachetest.StartRedis(t)
+	cl := cachetest.StartCluster(t, 3)
+	modes := []struct {
+		name string
+		url  string
+	}{{"local", ""}, {"redis", single.URL()}, {"cluster", cl.URL()}}
+	const sessions, turns = 3, 10
+	type lane struct {
+		f     *fleet
+		cc    *ccSession
+		flat  *flatSession
+		n     int
+		times []time.Duration
+	}
+	lanes := make([]*lane, len(modes))
+	for i, m := range modes {
+		f := newFleetTimeout(t, 1, m.url, cache.DefaultRedisTimeout)
+		lanes[i] = &lane{f: f}
+	}
+	for s := range sessions {
+		for _, l := range lanes {
+			l.cc = newCCSession(t, l.f.front, fmt.Sprintf("latency-key-%d", s))
+			l.flat = &flatSession{client: testutil.NewClient(t, l.f.front, fmt.Sprintf("latency-key-%d", s))}
+		}
+		for i := range turns {
+			q := ccQuestions[i%len(ccQuestions)]
+			var answers []string
+			for _, l := range lanes {
+				l.f.clk.Advance(30 * time.Second)
+				start := time.Now()
+				a := l.cc.turn(t, q).Text()
+				l.times = append(l.times, time.Since(start))
+				l.n++
+				l.f.settle(t, l.n)
+				fq := q
+				if i == 0 {
+					fq = "Here is my file:\n\n" + fenced(bufferGo) + "\n\n" + q
+				}
+				start = time.Now()
+				a += l.flat.turn(t, fq)
+				l.times = append(l.times, time.Since(start))
+				l.n++
+				l.f.settle(t, l.n)
+				answers = append(answers, a)
+			}
+			for j := 1; j < len(answers); j++ {
+				if answers[j] != answers[0] {
+					t.Errorf("session %d turn %d: %s answered differently from local", s, i, modes[j].name)
+				}
+			}
+		}
+	}
+	pct := func(d []time.Duration, p float64) time.Duration {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return s[min(len(s)-1, int(p*float64(len(s))))]
+	}
+	base50, base99 := pct(lanes[0].times, 0.5), pct(lanes[0].times, 0.99)
+	t.Logf("client latency over %d requests per mode (sessions with context caching, ledger, verified un-flattening):", len(lanes[0].times))
+	for i, l := range lanes {
+		p50, p99 := pct(l.times, 0.5), pct(l.times, 0.99)
+		t.Logf("  %-8s p50 %7.2f ms (%+.2f ms, %.2fx)  p99 %7.2f ms (%+.2f ms, %.2fx)", modes[i].name,
+			ms(p50), ms(p50)-ms(base50), ms(p50)/ms(base50), ms(p99), ms(p99)-ms(base99), ms(p99)/ms(base99))
+		if i > 0 {
+			st := l.f.stores[0].Stats().Redis
+			t.Logf("           redis errors read %d write %d, lock timeouts %d", st.ReadErrors, st.WriteErrors, st.LockTimeouts)
+		}
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
