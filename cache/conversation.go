@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"context"
 	"errors"
 
@@ -16,47 +17,42 @@ func (r *redisBackend) conversationKey(tenant, k string) string {
 }
 
 // Conversation returns the value SetConversation stored under (tenant, k)
-// in AreaConversations. On a local miss in shared mode (Options.RedisURL)
-// it asks Redis, bounded by Options.RedisTimeout, and keeps what it finds
-// locally. The caller must not modify the value. k must not be prompt
-// text: hash text first.
+// in AreaConversations. In shared mode (Options.RedisURL) Redis holds the
+// fleet's newest value: it is asked first, bounded by Options.RedisTimeout,
+// and what it has is kept locally; the local copy answers when Redis has
+// nothing, is unavailable, or while this replica's own write of k is still
+// queued for Redis. The caller must not modify the value. k must not be
+// prompt text: hash text first.
 func (s *Store) Conversation(tenant, k string) ([]byte, bool) {
-	if v, ok := s.Get(AreaConversations, tenant, k); ok {
-		return v, true
-	}
-	if s.redis == nil {
-		return nil, false
-	}
-	v, ok := s.redis.getValue(s.redis.conversationKey(tenant, k))
-	if !ok {
-		return nil, false
-	}
-	s.areas[AreaConversations].set(key(tenant, k), v, s.opts.TTL)
-	return v, true
+	v := s.Conversations(tenant, []string{k})[0]
+	return v, v != nil
 }
 
 // Conversations is Conversation for several keys of one tenant at once: the
-// value of keys[i] is at index i, nil when missing. The keys missing
-// locally are asked of Redis in one MGET, one round trip bounded by
-// Options.RedisTimeout however many keys there are (no Redis call when
-// every key is local, in local-only mode, or while Redis is paused after
-// an error); what Redis has is kept locally. The caller must not modify the
-// values.
+// value of keys[i] is at index i, nil when missing. In shared mode the keys
+// are asked of Redis in one MGET (a per-node pipeline in Cluster mode), one
+// round trip bounded by Options.RedisTimeout however many keys there are,
+// except keys whose local write is still queued; no Redis call in
+// local-only mode or while Redis is paused after an error. A replica's
+// local copy may be older than another replica's later write (a
+// conversation's turns go to any replica), which is why Redis is asked
+// even for keys held locally. The caller must not modify the values.
 func (s *Store) Conversations(tenant string, keys []string) [][]byte {
 	out := make([][]byte, len(keys))
-	var miss []int
+	var ask []int
 	for i, k := range keys {
 		if v, ok := s.Get(AreaConversations, tenant, k); ok {
 			out[i] = v
-			continue
 		}
-		miss = append(miss, i)
+		if s.redis != nil && !s.redis.queued(s.redis.conversationKey(tenant, k)) {
+			ask = append(ask, i)
+		}
 	}
-	if s.redis == nil || len(miss) == 0 {
+	if len(ask) == 0 {
 		return out
 	}
-	rk := make([]string, len(miss))
-	for j, i := range miss {
+	rk := make([]string, len(ask))
+	for j, i := range ask {
 		rk[j] = s.redis.conversationKey(tenant, keys[i])
 	}
 	vs := s.redis.getValues(rk)
@@ -64,9 +60,11 @@ func (s *Store) Conversations(tenant string, keys []string) [][]byte {
 		if v == nil {
 			continue
 		}
-		i := miss[j]
-		out[i] = v
-		s.areas[AreaConversations].set(key(tenant, keys[i]), v, s.opts.TTL)
+		i := ask[j]
+		if !bytes.Equal(out[i], v) {
+			out[i] = v
+			s.areas[AreaConversations].set(key(tenant, keys[i]), v, s.opts.TTL)
+		}
 	}
 	return out
 }
@@ -126,7 +124,7 @@ func (r *redisBackend) getValues(keys []string) [][]byte {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
-	vs, err := r.c.MGet(ctx, keys...).Result()
+	vs, err := r.mget(ctx, keys)
 	if err != nil {
 		r.readFailed(err)
 		return out
@@ -141,4 +139,31 @@ func (r *redisBackend) getValues(keys []string) [][]byte {
 		}
 	}
 	return out
+}
+
+// mget reads keys in one round trip: an MGET, or in Cluster mode, where
+// the keys of one call may live in several slots and an MGET across slots
+// fails (CROSSSLOT), a pipeline of GETs, which go-redis sends to each
+// node in parallel. A missing key is nil.
+func (r *redisBackend) mget(ctx context.Context, keys []string) ([]any, error) {
+	if r.mode != RedisModeCluster {
+		return r.c.MGet(ctx, keys...).Result()
+	}
+	cmds := make([]*redis.StringCmd, len(keys))
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.Get(ctx, k)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make([]any, len(keys))
+	for i, c := range cmds {
+		if v, err := c.Result(); err == nil {
+			out[i] = v
+		}
+	}
+	return out, nil
 }

@@ -91,7 +91,9 @@
 // content). Only the new turn is counted, since the earlier turns were the
 // new turn of earlier requests: the cost per request is bounded by what it
 // adds, and nothing decodes a body again. Store.Block reads an entry. It is
-// local to each replica.
+// local to each replica: nothing that changes what is sent or billed reads
+// it (Store.Block has no caller outside tests), so sharing it would cost a
+// Redis write per request and change nothing a fleet sends.
 //
 // # Generic area
 //
@@ -102,9 +104,41 @@
 // queue as served responses, read on a local miss): the proxy keeps its
 // Interactions API ids and session state there (issue 8), so that any
 // replica can continue a conversation another one started.
-// Store.Conversations reads many keys with one MGET of the local misses.
-// Unlike Set, SetConversation returns only once the local write is
-// visible, so the next request on this replica finds it.
+// Store.Conversations reads many keys with one MGET. In shared mode Redis
+// is asked first, even for keys held locally: a conversation's turns go to
+// any replica, and a key such as the ledger's state under a
+// conversation's start is rewritten every turn, so a local copy may be
+// older than another replica's write; the local copy answers while this
+// replica's own write of the key is still queued, and when Redis is
+// unavailable. Unlike Set, SetConversation returns only once the local
+// write is visible, so the next request on this replica finds it.
+//
+// # Deployments
+//
+// Options.RedisURL names one server (redis://, rediss://), a Cluster
+// (addr= query parameters add seeds, or Options.RedisCluster) or a
+// Sentinel set-up (redis-sentinel://, rediss-sentinel://, or
+// Options.RedisMasterName), all through go-redis's universal client;
+// Options.RedisTLS adds CA and client-certificate files. The bounds are
+// the same whatever the URL says: calls by Options.RedisTimeout, dials by
+// ten times that, no go-redis retries, three Cluster redirects. In Cluster
+// mode no command spans slots: conversation lookups of several keys are a
+// pipeline of GETs (go-redis sends one batch per node, in parallel), and
+// the context-cache registry's keys of one scope share a hash tag, so that
+// its unlock script, which reads the lock and writes the state, runs in
+// one slot.
+//
+// # Context-cache registry
+//
+// Store.ContextCacheRegistry (shared mode only) implements
+// contextcache.Shared: per scope "gemini-proxy:<tenant>:x:{<hmac>}s" (the
+// state, sealed like every value), "…}l" (the lock: SET NX PX with a
+// random token, released by a script only while it holds the token) and
+// "…}n<hmac>" per prefix (the create lease: SET NX, then the winner's
+// sealed entry). Every call is bounded by Options.RedisTimeout and goes
+// through the read and write breakers; Lock retries for at most 500 ms
+// while another replica holds the lock, then reports not ok (counted in
+// RedisStats.LockTimeouts).
 //
 // Verifier does not implement rewrite.Memo. A warm memo made turn 50 of a
 // conversation slower than no memo at all (BenchmarkTurn50, -count 5

@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // redisKeyPrefix starts every key the Store writes to Redis; the tenant id
@@ -56,7 +54,8 @@ type servedWrite struct {
 // skipped for redisPause (a circuit breaker), so a dead Redis costs a
 // request nothing.
 type redisBackend struct {
-	c       *redis.Client
+	c       redis.UniversalClient
+	mode    string // RedisModeSingle, RedisModeSentinel or RedisModeCluster
 	log     *slog.Logger
 	timeout time.Duration
 	ttl     time.Duration
@@ -74,6 +73,10 @@ type redisBackend struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	pending int // queued or being written
+	// queuedKeys counts the conversation writes queued or being written,
+	// by Redis key: until they landed, this replica's local copy is newer
+	// than Redis's.
+	queuedKeys map[string]int
 
 	// keyKey keys the HMAC in every key name, valKey the HMAC of every
 	// value; both are derived from Options.Secret.
@@ -85,6 +88,9 @@ type redisBackend struct {
 	reads, writes breaker
 
 	written, dropped, hits, invalid atomic.Uint64
+	// lockTimeouts counts context-cache scope locks not taken in time,
+	// leasesWon the create leases this replica won.
+	lockTimeouts, leasesWon atomic.Uint64
 }
 
 // breaker pauses one kind of Redis call after an error, for redisPause.
@@ -120,34 +126,22 @@ func newRedis(s *Store, opts Options) (*redisBackend, error) {
 	if len(opts.Secret) < MinSecretBytes {
 		return nil, fmt.Errorf("cache: redis needs a secret of at least %d bytes", MinSecretBytes)
 	}
-	ro, err := redis.ParseURL(opts.RedisURL)
+	target, err := parseRedisTarget(opts)
 	if err != nil {
-		// The URL may hold a password: do not quote it.
-		return nil, errors.New("cache: invalid redis url")
+		return nil, err
 	}
-	// Each call's context bounds its dial too (a read: RedisTimeout);
-	// this only lets the writer, whose calls get ten times that, open a
-	// connection on a loaded machine, where a loopback dial can take
-	// longer than 50 ms (issue 16 item 9).
-	ro.DialTimeout = 10 * opts.RedisTimeout
-	ro.ReadTimeout = opts.RedisTimeout
-	ro.WriteTimeout = opts.RedisTimeout
-	ro.PoolTimeout = opts.RedisTimeout
-	ro.ContextTimeoutEnabled = true
-	ro.MaxRetries = -1
-	ro.DialerRetries = 1
-	ro.DisableIdentity = true
-	ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	r := &redisBackend{
-		c:       redis.NewClient(ro),
-		log:     s.log,
-		timeout: opts.RedisTimeout,
-		ttl:     opts.TTL,
-		queue:   make(chan servedWrite, opts.RedisQueue),
-		done:    make(chan struct{}),
-		exited:  make(chan struct{}),
-		keyKey:  derive(opts.Secret, "gemini-proxy redis key names v1"),
-		valKey:  derive(opts.Secret, "gemini-proxy redis values v1"),
+		c:          newRedisClient(target),
+		mode:       target.mode,
+		log:        s.log,
+		timeout:    opts.RedisTimeout,
+		ttl:        opts.TTL,
+		queue:      make(chan servedWrite, opts.RedisQueue),
+		done:       make(chan struct{}),
+		exited:     make(chan struct{}),
+		queuedKeys: map[string]int{},
+		keyKey:     derive(opts.Secret, "gemini-proxy redis key names v1"),
+		valKey:     derive(opts.Secret, "gemini-proxy redis values v1"),
 	}
 	r.wctx, r.wcancel = context.WithCancel(context.Background())
 	r.cond = sync.NewCond(&r.mu)
@@ -267,18 +261,38 @@ func (r *redisBackend) enqueue(w servedWrite) {
 	}
 	r.mu.Lock()
 	r.pending++
+	if w.key != "" {
+		r.queuedKeys[w.key]++
+	}
 	r.mu.Unlock()
 	select {
 	case r.queue <- w:
 	default:
 		r.dropped.Add(1)
-		r.finish(1)
+		r.finish(w)
 	}
 }
 
-func (r *redisBackend) finish(n int) {
+// queued reports whether a conversation write of key is queued or being
+// written.
+func (r *redisBackend) queued(key string) bool {
 	r.mu.Lock()
-	r.pending -= n
+	defer r.mu.Unlock()
+	return r.queuedKeys[key] > 0
+}
+
+// finish marks the writes ws done.
+func (r *redisBackend) finish(ws ...servedWrite) {
+	r.mu.Lock()
+	r.pending -= len(ws)
+	for _, w := range ws {
+		if w.key == "" {
+			continue
+		}
+		if r.queuedKeys[w.key]--; r.queuedKeys[w.key] <= 0 {
+			delete(r.queuedKeys, w.key)
+		}
+	}
 	if r.pending == 0 {
 		r.cond.Broadcast()
 	}
@@ -326,8 +340,8 @@ func (r *redisBackend) drain(batch []servedWrite) []servedWrite {
 // send writes batch and marks its writes done.
 func (r *redisBackend) send(ctx context.Context, batch []servedWrite) {
 	r.write(ctx, batch)
+	r.finish(batch...)
 	clear(batch)
-	r.finish(len(batch))
 }
 
 // write sends one pipeline: per response, SET of its record and, per
@@ -399,10 +413,10 @@ func (r *redisBackend) closeClient() error {
 
 func (r *redisBackend) stats() RedisStats {
 	return RedisStats{
-		Enabled: true, Up: !r.reads.down.Load() && !r.writes.down.Load(),
+		Enabled: true, Mode: r.mode, Up: !r.reads.down.Load() && !r.writes.down.Load(),
 		ReadsUp: !r.reads.down.Load(), WritesUp: !r.writes.down.Load(),
 		ReadErrors: r.reads.errors.Load(), WriteErrors: r.writes.errors.Load(),
 		Writes: r.written.Load(), Dropped: r.dropped.Load(), Hits: r.hits.Load(),
-		Invalid: r.invalid.Load(),
+		Invalid: r.invalid.Load(), LockTimeouts: r.lockTimeouts.Load(), LeasesWon: r.leasesWon.Load(),
 	}
 }

@@ -70,9 +70,25 @@ type Options struct {
 	// and in Redis. Zero means DefaultTTL.
 	TTL time.Duration
 	// RedisURL, when set, shares the served-response index with other
-	// replicas through Redis (redis:// or rediss://). The local cache stays
-	// in front of it. Empty means local only.
+	// replicas through Redis. The local cache stays in front of it. Empty
+	// means local only. redis://[user:password@]host:port/db (rediss://
+	// for TLS) names one server; addr=host:port query parameters add
+	// Cluster seeds (a Cluster client); redis-sentinel:// (or
+	// rediss-sentinel://) names sentinels, with the master_name query
+	// parameter (see parseRedisTarget).
 	RedisURL string
+	// RedisCluster makes RedisURL's host a Cluster seed even without addr
+	// parameters.
+	RedisCluster bool
+	// RedisMasterName, when set, makes RedisURL's hosts sentinels watching
+	// the master of that name.
+	RedisMasterName string
+	// RedisTLS holds the CA and client-certificate files of a rediss://
+	// URL; the zero value uses the system's CAs and no client certificate.
+	RedisTLS RedisTLS
+	// RedisPoolSize bounds the connections per Redis node. Zero means
+	// go-redis's default (10 per CPU) or the URL's pool_size.
+	RedisPoolSize int
 	// RedisTimeout bounds each Redis call. Zero means DefaultRedisTimeout.
 	RedisTimeout time.Duration
 	// RedisBudget bounds the total Redis time one Verifier spends, so a
@@ -305,6 +321,9 @@ type Stats struct {
 
 // RedisStats are the Redis backend's figures.
 type RedisStats struct {
+	// Mode is the deployment kind: RedisModeSingle, RedisModeSentinel or
+	// RedisModeCluster.
+	Mode string
 	// Enabled reports whether the Store uses Redis; Up whether the last
 	// read and the last write both succeeded. ReadsUp and WritesUp say it
 	// of each: a failed read pauses reads, a failed write pauses writes,
@@ -322,6 +341,10 @@ type RedisStats struct {
 	Invalid uint64
 	// Hits counts lookups answered by Redis after a local miss.
 	Hits uint64
+	// LockTimeouts counts context-cache scope locks another replica held
+	// past the wait (that request's settlement stayed local); LeasesWon
+	// the cache-create leases this replica won (ContextCacheRegistry).
+	LockTimeouts, LeasesWon uint64
 }
 
 // Stats returns the current figures. It is cheap enough for every scrape.

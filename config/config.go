@@ -155,6 +155,25 @@ type Cache struct {
 	// (redis://[:password@]host:port/db, or rediss:// for TLS). Its password
 	// is redacted when printed.
 	RedisURL string `mapstructure:"redis_url"`
+	// RedisCluster makes a redis_url with one host a Redis Cluster seed
+	// (several seeds: addr= query parameters make it a Cluster anyway).
+	RedisCluster bool `mapstructure:"redis_cluster"`
+	// RedisSentinelMaster, when set, makes redis_url's hosts Sentinels
+	// watching the master of that name (or use redis-sentinel:// with
+	// ?master_name=).
+	RedisSentinelMaster string `mapstructure:"redis_sentinel_master"`
+	// RedisTLSCAFile, RedisTLSCertFile and RedisTLSKeyFile are PEM files
+	// for a rediss:// URL: the CAs that sign the server's certificate
+	// (empty: the system's) and a client certificate with its key.
+	RedisTLSCAFile   string `mapstructure:"redis_tls_ca_file"`
+	RedisTLSCertFile string `mapstructure:"redis_tls_cert_file"`
+	RedisTLSKeyFile  string `mapstructure:"redis_tls_key_file"`
+	// RedisTLSServerName overrides the name checked in the server's
+	// certificate (empty: the URL's host).
+	RedisTLSServerName string `mapstructure:"redis_tls_server_name"`
+	// RedisPoolSize bounds the connections per Redis node (0: go-redis's
+	// default, 10 per CPU).
+	RedisPoolSize int `mapstructure:"redis_pool_size"`
 	// TenantSecret keys the tenant hash (HMAC of the caller's credential).
 	// Replicas that share state must share it. Empty means a random key per
 	// process. Secret: never logged or printed. At least 16 bytes.

@@ -566,8 +566,19 @@ func (c Config) Validate() error {
 	case "local":
 	case "redis":
 		u, err := url.Parse(c.Cache.RedisURL)
-		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-			bad("cache.redis_url", "must be a redis:// or rediss:// URL when cache.backend is redis")
+		if err != nil || !slices.Contains([]string{"redis", "rediss", "redis-sentinel", "rediss-sentinel"}, u.Scheme) || u.Host == "" {
+			bad("cache.redis_url", "must be a redis://, rediss://, redis-sentinel:// or rediss-sentinel:// URL when cache.backend is redis")
+		} else if !strings.HasPrefix(u.Scheme, "rediss") && (c.Cache.RedisTLSCAFile != "" || c.Cache.RedisTLSCertFile != "" || c.Cache.RedisTLSKeyFile != "" || c.Cache.RedisTLSServerName != "") {
+			bad("cache.redis_url", "must be rediss:// (TLS) when cache.redis_tls_* is set")
+		}
+		if (c.Cache.RedisTLSCertFile == "") != (c.Cache.RedisTLSKeyFile == "") {
+			bad("cache.redis_tls_cert_file", "and cache.redis_tls_key_file go together")
+		}
+		if c.Cache.RedisCluster && (c.Cache.RedisSentinelMaster != "" || strings.HasSuffix(u.Scheme, "-sentinel")) {
+			bad("cache.redis_cluster", "excludes Sentinel (cache.redis_sentinel_master, redis-sentinel://)")
+		}
+		if c.Cache.RedisPoolSize < 0 || c.Cache.RedisPoolSize > 10_000 {
+			bad("cache.redis_pool_size", "must be 0 (go-redis default) up to 10000")
 		}
 		if c.Cache.TenantSecret == "" {
 			// Without a shared secret each replica hashes tenants with its

@@ -42,6 +42,12 @@ func yamlValue(key string, v reflect.Value) string {
 	}
 	if redactedURLKeys[key] {
 		if u, err := url.Parse(v.String()); err == nil {
+			// A Sentinel URL may carry the master's password as a query
+			// parameter (go-redis ParseFailoverURL).
+			if q := u.Query(); q.Has("password") {
+				q.Set("password", "xxxxx")
+				u.RawQuery = q.Encode()
+			}
 			return strconv.Quote(u.Redacted())
 		}
 		return `"REDACTED"`

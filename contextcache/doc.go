@@ -89,6 +89,25 @@
 // prefix large enough to cache makes no scope, so callers whose requests
 // are all small (or whose credential rotates) cost no memory. The
 // bookkeeping runs under one mutex; create bodies are built outside it.
-// Replicas do not share caches; each may create its own for the same
-// prefix.
+//
+// # Fleet
+//
+// With Options.Shared (cache.Store.ContextCacheRegistry in shared mode)
+// the replicas of a fleet decide as one Manager. A scope's state (its live
+// caches with name, expiry and uses, its 64 most recently seen prefixes
+// with their sightings, token estimates and implicit-cache shares, the
+// token ratio, the names of caches ended lately) lives in the registry.
+// Plan loads it with one bounded read, only for a request with a prefix
+// large enough to cache; Settle, off the request path (Wait waits for it),
+// takes the scope's lock, imports the state, settles as a single Manager
+// would, and writes the state back. The state marks a prefix whose create
+// is in flight, so no other replica starts one. A create also takes the
+// prefix's lease (SET NX with the call's time-out): the one replica that
+// wins calls the upstream and publishes the entry; a replica that lost,
+// which happens only when its settlement could not take the lock, waits up
+// to 10 s for the entry and uses that cache. An unreachable registry, or a
+// lock held past its short wait, leaves that request to the local state,
+// as a single replica. Metrics: a cache counts as live, created and
+// (at its expiry) stored at its creator only; the replica that ends it
+// early (delete, 403/404) counts its storage.
 package contextcache

@@ -93,10 +93,17 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+	// Shared, when not nil, is the registry the Managers of a fleet share
+	// (see the package doc): scope state, live caches and one create lease
+	// per prefix. Nil keeps every decision in this process.
+	Shared Shared
 }
 
 // Call is one generate request as the Manager sees it.
 type Call struct {
+	// Tenant is the caller's tenant id; the shared registry keys its
+	// entries by it.
+	Tenant string
 	// Scope identifies who may share caches: one tenant, one upstream
 	// credential, one model. Caches never cross scopes.
 	Scope string
@@ -163,6 +170,7 @@ type Manager struct {
 	log    *slog.Logger
 	sem    chan struct{}
 	calls  calls
+	shared Shared // nil: this replica alone
 
 	mu        sync.Mutex
 	scopes    map[string]*scope
@@ -178,7 +186,8 @@ type scope struct {
 	prefixes map[Key]*prefix
 	recent   prefix // sentinel of the prefixes by last sighting: recent.next is the newest
 	caches   map[Key]*entry
-	ratio    float64 // prompt tokens per byte, last measured; 0: none yet
+	ratio    float64  // prompt tokens per byte, last measured; 0: none yet
+	ended    []string // names of caches ended lately (shared mode)
 }
 
 // prefix is what is known of one prefix of one scope.
@@ -191,8 +200,11 @@ type prefix struct {
 	share       float64 // implicit-cache share, smoothed
 	shareSeen   bool
 	creating    bool
-	retryAt     time.Time // after a failed create
-	tooSmall    bool      // the API refused it as below its minimum
+	// creatingUntil bounds creating in the shared state: a replica that
+	// died while creating does not block the prefix longer.
+	creatingUntil time.Time
+	retryAt       time.Time // after a failed create
+	tooSmall      bool      // the API refused it as below its minimum
 }
 
 // entry is a live cache.
@@ -207,6 +219,9 @@ type entry struct {
 	uses            int
 	renewing        bool
 	gone            bool
+	// own is set on a cache this replica created: only its creator counts
+	// it live and, when it expires, its storage (shared mode).
+	own bool
 }
 
 // New returns a Manager. It starts no goroutine of its own: cache calls
@@ -219,7 +234,7 @@ func New(opts Options) (*Manager, error) {
 		return nil, errors.New("contextcache: negative option")
 	}
 	m := &Manager{opts: opts, ttl: opts.TTL, now: opts.Now, label: opts.Label, log: opts.Logger,
-		scopes: map[string]*scope{}, lru: list.New()}
+		scopes: map[string]*scope{}, lru: list.New(), shared: opts.Shared}
 	if m.ttl == 0 {
 		m.ttl = DefaultTTL
 	}
@@ -298,6 +313,11 @@ func (m *Manager) Plan(c Call) *Use {
 		return nil
 	}
 	u := &Use{call: c, req: req}
+	if m.shared != nil && len(candidates(req, m.minTokens(c.Model))) > 0 {
+		// Another replica may have made a cache of this prefix: one GET,
+		// bounded, only for a request with a prefix large enough to cache.
+		m.loadShared(c)
+	}
 	now := m.now()
 	m.mu.Lock()
 	if s := m.scopes[c.Scope]; s != nil && len(s.caches) > 0 {
@@ -340,9 +360,20 @@ func (m *Manager) Fallback(u *Use, r Reason) {
 		return
 	}
 	now := m.now()
-	m.mu.Lock()
-	if s := m.scopes[u.call.Scope]; s != nil && !u.entry.gone && r != Failed {
+	fall := func(s *scope) {
+		if s == nil || r == Failed {
+			return
+		}
 		c := u.entry
+		if c.gone {
+			// Replaced or forgotten meanwhile; the registry's copy, if
+			// it is the same cache, ends all the same.
+			if sc := s.caches[c.key]; sc != nil && sc.name == c.name {
+				c = sc
+			} else {
+				return
+			}
+		}
 		if r == Refused {
 			m.forgetLocked(s, c)
 			m.startDelete(u.call, s.model, c)
@@ -351,7 +382,13 @@ func (m *Manager) Fallback(u *Use, r Reason) {
 			m.dropLocked(s, c, minTime(now, c.expire))
 		}
 	}
-	m.mu.Unlock()
+	if m.shared != nil && r != Failed {
+		m.sharedUpdate(u.call, false, fall)
+	} else {
+		m.mu.Lock()
+		fall(m.scopes[u.call.Scope])
+		m.mu.Unlock()
+	}
 	if mt := m.opts.Metrics; mt != nil {
 		mt.ContextCacheFallbacks.WithLabelValues(m.label(u.call.Model)).Inc()
 	}
@@ -385,18 +422,46 @@ func (m *Manager) Settle(u *Use, usage Usage, ok bool) {
 	if u == nil {
 		return
 	}
-	now := m.now()
+	if m.shared != nil && ok {
+		// The registry's lock and write are round trips to Redis: made
+		// off the request, like the cache calls (Wait waits for them).
+		now := m.now()
+		m.calls.add()
+		go func() {
+			defer m.calls.done()
+			m.settle(u, usage, ok, now)
+		}()
+		return
+	}
+	m.settle(u, usage, ok, m.now())
+}
+
+// settle is Settle at now.
+func (m *Manager) settle(u *Use, usage Usage, ok bool, now time.Time) {
 	price, priced := m.opts.Prices[u.call.Model]
 	priced = priced && price.known()
 
-	m.mu.Lock()
-	m.sweepLocked(now)
-	if !ok {
+	var (
+		job   *createJob
+		share float64
+	)
+	if m.shared != nil && ok {
+		// Under the registry's lock: the sightings of every replica count,
+		// and what this request decides is seen by all.
+		m.sharedUpdate(u.call, false, func(*scope) {
+			m.sweepLocked(now)
+			job, share = m.settleLocked(u, usage, price, priced, now)
+		})
+	} else {
+		m.mu.Lock()
+		m.sweepLocked(now)
+		if !ok {
+			m.mu.Unlock()
+			return
+		}
+		job, share = m.settleLocked(u, usage, price, priced, now)
 		m.mu.Unlock()
-		return
 	}
-	job, share := m.settleLocked(u, usage, price, priced, now)
-	m.mu.Unlock()
 	if job != nil {
 		body := u.req.CreateBody(job.k, u.call.ModelID, m.ttl)
 		call := u.call
@@ -496,7 +561,7 @@ func (m *Manager) settleLocked(u *Use, usage Usage, price Price, priced bool, no
 			}
 			p.share, p.shareSeen = sh, true
 		}
-		if !priced || k <= usedK || p.creating || p.tooSmall || now.Before(p.retryAt) || s.caches[req.Key(k)] != nil || p.tokens < float64(minTok) {
+		if !priced || k <= usedK || p.creating || now.Before(p.creatingUntil) || p.tooSmall || now.Before(p.retryAt) || s.caches[req.Key(k)] != nil || p.tokens < float64(minTok) {
 			continue
 		}
 		est := estimate{tokens: p.tokens, covered: max(usedTokens, 0), reuses: ExpectedReuses(p.n, p.first, p.last, m.ttl), share: p.share, ttl: m.ttl}
@@ -506,7 +571,7 @@ func (m *Manager) settleLocked(u *Use, usage Usage, price Price, priced bool, no
 	}
 	var job *createJob
 	if best != nil && len(s.caches) < maxScopeCaches {
-		best.creating = true
+		best.creating, best.creatingUntil = true, now.Add(callTimeout+lockLease)
 		job = &createJob{p: best, key: best.key, k: bestK, size: req.Size(bestK), est: best.tokens}
 	}
 	if e != nil && !e.renewing && e.expire.Sub(now) < m.ttl/2 && price.keeps(usesPerHour(e, now), m.shareOf(s, e)) {
@@ -624,7 +689,7 @@ func (m *Manager) evictLocked(keep *scope) {
 		}
 		s := el.Value.(*scope)
 		for _, c := range s.caches {
-			m.dropLocked(s, c, c.expire)
+			m.expireLocked(s, c)
 		}
 		m.prefixes -= len(s.prefixes)
 		m.lru.Remove(el)
@@ -641,9 +706,19 @@ func (m *Manager) sweepLocked(now time.Time) {
 	for _, s := range m.scopes {
 		for _, c := range s.caches {
 			if !now.Before(c.expire) {
-				m.dropLocked(s, c, c.expire)
+				m.expireLocked(s, c)
 			}
 		}
+	}
+}
+
+// expireLocked forgets a cache that ends at its expiry; its creator
+// counts its storage (a cache another replica made is counted there).
+func (m *Manager) expireLocked(s *scope, c *entry) {
+	if c.own {
+		m.dropLocked(s, c, c.expire)
+	} else {
+		m.forgetLocked(s, c)
 	}
 }
 
@@ -665,7 +740,10 @@ func (m *Manager) forgetLocked(s *scope, c *entry) bool {
 	if s.caches[c.key] == c {
 		delete(s.caches, c.key)
 	}
-	if mt := m.opts.Metrics; mt != nil {
+	if m.shared != nil {
+		noteEndedLocked(s, c.name)
+	}
+	if mt := m.opts.Metrics; mt != nil && c.own {
 		mt.ContextCacheLive.WithLabelValues(m.label(s.model)).Dec()
 	}
 	return true
@@ -750,6 +828,9 @@ func (m *Manager) count(op, result string) {
 // create makes the cache of job's prefix; it is used from the next
 // request on.
 func (m *Manager) create(ctx context.Context, call Call, job *createJob, body []byte) {
+	if m.shared != nil && !m.claim(call, job) {
+		return
+	}
 	status, raw, err := m.do(ctx, http.MethodPost, call.Collection, call.Header, body)
 	now := m.now()
 	var out struct {
@@ -763,17 +844,25 @@ func (m *Manager) create(ctx context.Context, call Call, job *createJob, body []
 	}
 	m.mu.Lock()
 	s := m.scopes[call.Scope]
-	var p *prefix
-	if s != nil {
-		p = s.prefixes[job.key]
-	}
 	job.p.creating = false
 	if err != nil || status/100 != 2 {
-		if p != nil {
-			p.retryAt = now.Add(m.ttl)
-			p.tooSmall = status == http.StatusBadRequest && tooSmall(raw)
+		failed := func(s *scope) {
+			if s == nil {
+				return
+			}
+			if p := s.prefixes[job.key]; p != nil {
+				p.creating, p.creatingUntil = false, time.Time{}
+				p.retryAt = now.Add(m.ttl)
+				p.tooSmall = status == http.StatusBadRequest && tooSmall(raw)
+			}
 		}
-		m.mu.Unlock()
+		if m.shared != nil {
+			m.mu.Unlock()
+			m.sharedUpdate(call, false, failed)
+		} else {
+			failed(s)
+			m.mu.Unlock()
+		}
 		m.count(metrics.CacheOpCreate, metrics.CacheResultError)
 		m.log.Debug("context cache create failed", "upstream_status", status, "error", errText(err))
 		return
@@ -783,28 +872,57 @@ func (m *Manager) create(ctx context.Context, call Call, job *createJob, body []
 	if tokens <= 0 {
 		tokens = job.est
 	}
-	e := &entry{name: out.Name, key: job.key, k: job.k, size: job.size, tokens: tokens, created: now, lastUse: now, expire: now.Add(m.ttl)}
+	e := &entry{name: out.Name, key: job.key, k: job.k, size: job.size, tokens: tokens, created: now, lastUse: now, expire: now.Add(m.ttl), own: true}
 	if mt := m.opts.Metrics; mt != nil {
 		if pr, ok := m.opts.Prices[call.Model]; ok {
 			mt.ContextCacheCostDollars.WithLabelValues(m.label(call.Model), metrics.CacheCostCreation).Add(tokens * pr.Input / 1e6)
 		}
 	}
+	if m.shared != nil {
+		m.mu.Unlock()
+		// The lease's holders wait for this entry; then the scope's state
+		// lists it for every replica's plans.
+		val, _ := json.Marshal(e.shared())
+		m.shared.Publish(call.Tenant, call.Scope, job.key, val, m.ttl)
+		installed := false
+		m.sharedUpdate(call, false, func(s *scope) { installed = m.installLocked(call, job, e, s) })
+		if installed {
+			m.countCreated(call.Model)
+		}
+		return
+	}
+	if !m.installLocked(call, job, e, s) {
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	m.countCreated(call.Model)
+}
+
+// installLocked makes the new cache e live in s, the scope of call, and
+// reports true; or, when the scope was forgotten or another cache took the
+// place while e was being made, deletes it and reports false.
+func (m *Manager) installLocked(call Call, job *createJob, e *entry, s *scope) bool {
 	if s == nil || s.caches[job.key] != nil || len(s.caches) >= maxScopeCaches {
 		// The scope was forgotten, or another cache took the place, while
 		// this one was being made: it will never be used. It was billed
 		// all the same, and is stored until the delete.
 		e.gone = true
 		m.startDelete(call, call.Model, e)
-		m.mu.Unlock()
-		return
+		return false
 	}
 	s.caches[job.key] = e
-	if p != nil {
-		p.tokens = tokens
+	if p := s.prefixes[job.key]; p != nil {
+		p.tokens = e.tokens
+		p.creating, p.creatingUntil = false, time.Time{}
 	}
-	m.mu.Unlock()
+	return true
+}
+
+// countCreated counts a cache this replica created and made live.
+func (m *Manager) countCreated(model string) {
 	if mt := m.opts.Metrics; mt != nil {
-		label := m.label(call.Model)
+		label := m.label(model)
 		mt.ContextCacheCreated.WithLabelValues(label).Inc()
 		mt.ContextCacheLive.WithLabelValues(label).Inc()
 	}
@@ -818,23 +936,36 @@ func (m *Manager) startRenew(call Call, e *entry) {
 	if !m.spawn(metrics.CacheOpRenew, func(ctx context.Context) {
 		status, _, err := m.do(ctx, http.MethodPatch, resourceURL(call.Collection, e.name), call.Header, body)
 		now := m.now()
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		e.renewing = false
-		switch {
-		case err == nil && status/100 == 2:
+		ok := err == nil && status/100 == 2
+		if ok {
 			m.count(metrics.CacheOpRenew, metrics.CacheResultOK)
-			if !e.gone {
-				e.expire = now.Add(m.ttl)
-			}
-		default:
+		} else {
 			m.count(metrics.CacheOpRenew, metrics.CacheResultError)
-			if status == http.StatusNotFound || status == http.StatusForbidden {
-				if sc := m.scopes[call.Scope]; sc != nil {
-					m.dropLocked(sc, e, minTime(now, e.expire))
+		}
+		gone := status == http.StatusNotFound || status == http.StatusForbidden
+		apply := func(sc *scope) {
+			e.renewing = false
+			c := e
+			if sc != nil && e.gone {
+				// The registry's copy of the same cache, in shared mode.
+				if x := sc.caches[e.key]; x != nil && x.name == e.name {
+					c = x
 				}
 			}
+			switch {
+			case ok && !c.gone:
+				c.expire = now.Add(m.ttl)
+			case !ok && gone && sc != nil:
+				m.dropLocked(sc, c, minTime(now, c.expire))
+			}
 		}
+		if m.shared != nil && (ok || gone) {
+			m.sharedUpdate(call, false, apply)
+			return
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		apply(m.scopes[call.Scope])
 	}) {
 		e.renewing = false
 	}

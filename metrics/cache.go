@@ -27,6 +27,7 @@ type cacheCollector struct {
 	recorded, checks                                  *prometheus.Desc
 	redisUp, redisErrors, redisWrites, redisDropped   *prometheus.Desc
 	redisHits, redisInvalid                           *prometheus.Desc
+	redisMode, redisLockTimeouts, redisLeasesWon      *prometheus.Desc
 }
 
 // RegisterCache registers a collector that reads stats (normally
@@ -54,13 +55,18 @@ func RegisterCache(reg prometheus.Registerer, stats func() cache.Stats) {
 		redisHits: d("redis_hits_total", "Served-response lookups answered by Redis after a local miss."),
 		redisInvalid: d("redis_invalid_values_total",
 			"Values read from Redis whose HMAC (keyed by cache.tenant_secret) did not match, each treated as a miss: written by another secret, altered or moved."),
+		redisMode: d("redis_mode", "1 for the kind of Redis deployment the shared cache uses (single, sentinel or cluster); absent without Redis.", "mode"),
+		redisLockTimeouts: d("redis_lock_timeouts_total",
+			"Context-cache scope locks another replica held past the wait; that request's context-cache bookkeeping stayed local."),
+		redisLeasesWon: d("redis_leases_won_total", "Context-cache create leases this replica won (it made the fleet's one cache of that prefix)."),
 	})
 }
 
 // Describe implements prometheus.Collector.
 func (c *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.hits, c.misses, c.evictions, c.entries, c.bytes, c.maxBytes,
-		c.recorded, c.checks, c.redisUp, c.redisErrors, c.redisWrites, c.redisDropped, c.redisHits, c.redisInvalid} {
+		c.recorded, c.checks, c.redisUp, c.redisErrors, c.redisWrites, c.redisDropped, c.redisHits, c.redisInvalid,
+		c.redisMode, c.redisLockTimeouts, c.redisLeasesWon} {
 		ch <- d
 	}
 }
@@ -98,5 +104,8 @@ func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.redisDropped, r.Dropped)
 		counter(c.redisHits, r.Hits)
 		counter(c.redisInvalid, r.Invalid)
+		gauge(c.redisMode, 1, r.Mode)
+		counter(c.redisLockTimeouts, r.LockTimeouts)
+		counter(c.redisLeasesWon, r.LeasesWon)
 	}
 }

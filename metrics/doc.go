@@ -89,6 +89,9 @@
 //	gemini_proxy_cache_redis_dropped_writes_total         counter    -                            redis backend only: writes dropped (queue full or Redis down)
 //	gemini_proxy_cache_redis_hits_total                   counter    -                            redis backend only: lookups answered by Redis after a local miss
 //	gemini_proxy_cache_redis_invalid_values_total         counter    -                            redis backend only: values whose HMAC failed, each a miss
+//	gemini_proxy_cache_redis_mode                         gauge      mode                         redis backend only: 1 for single, sentinel or cluster
+//	gemini_proxy_cache_redis_lock_timeouts_total          counter    -                            redis backend only: context-cache scope locks not taken in time (bookkeeping stayed local)
+//	gemini_proxy_cache_redis_leases_won_total             counter    -                            redis backend only: context-cache create leases won
 //
 // # Estimating tokens saved
 //

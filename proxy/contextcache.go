@@ -39,6 +39,11 @@ type ContextCacheOptions struct {
 	Workers int
 	// Now is the clock of the cache bookkeeping. Nil means time.Now.
 	Now func() time.Time
+	// Shared, when not nil, is the registry the replicas of a fleet share
+	// (cache.Store.ContextCacheRegistry in shared mode): one cache per
+	// prefix for the whole fleet, made by one replica. Nil keeps the
+	// bookkeeping per replica.
+	Shared contextcache.Shared
 }
 
 // ccState is what context caching knows of one request.
@@ -79,6 +84,7 @@ func (h *Handler) newContextCache(base http.RoundTripper) (*contextcache.Manager
 		Label:            h.modelLabel,
 		Logger:           h.log.With("component", "context_cache"),
 		Now:              o.Now,
+		Shared:           o.Shared,
 	})
 }
 
@@ -120,6 +126,7 @@ func (h *Handler) contextCacheRequest(req *http.Request, st *reqState) *http.Req
 	mac := hmac.New(sha256.New, h.secret)
 	mac.Write([]byte("contextcache\x00" + st.tenant + "\x00" + material + "\x00" + st.info.model))
 	use := h.cc.Plan(contextcache.Call{
+		Tenant:     st.tenant,
 		Scope:      hex.EncodeToString(mac.Sum(nil)),
 		Model:      st.info.model,
 		ModelID:    model,

@@ -30,6 +30,13 @@ func (r *Redis) URL() string { return "redis://" + r.Addr + "/0" }
 // .ci/run installs the Debian package.
 func StartRedis(t testing.TB) *Redis {
 	t.Helper()
+	port := FreePort(t)
+	return startServer(t, port, nil, "--port", strconv.Itoa(port))
+}
+
+// redisBin returns the path of redis-server, or skips (fails under CI).
+func redisBin(t testing.TB) string {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -37,29 +44,53 @@ func StartRedis(t testing.TB) *Redis {
 		}
 		t.Skip("redis-server not installed (apt-get install redis-server)")
 	}
+	return bin
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", t.TempDir(), "--loglevel", "warning")
+	return port
+}
+
+// startServer runs redis-server with args (after the common ones) and
+// waits until ready reports nil, or, when ready is nil, until port answers
+// PING in plain text.
+func startServer(t testing.TB, port int, ready func() error, args ...string) *Redis {
+	t.Helper()
+	bin := redisBin(t)
+	args = append([]string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir(), "--loglevel", "warning"}, args...)
+	return startCmd(t, exec.Command(bin, args...), port, ready)
+}
+
+// startCmd starts cmd, stops it when the test ends, and waits for it to
+// be ready (as startServer).
+func startCmd(t testing.TB, cmd *exec.Cmd, port int, ready func() error) *Redis {
+	t.Helper()
 	// Its output (start banner, kernel warnings) is noise in test logs.
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting redis-server: %v", err)
 	}
 	r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, t: t}
 	t.Cleanup(r.Stop)
-	deadline := time.Now().Add(10 * time.Second)
+	if ready == nil {
+		ready = r.ping
+	}
+	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if err := r.ping(); err == nil {
+		if err := ready(); err == nil {
 			return r
 		} else if time.Now().After(deadline) {
 			r.Stop()
-			t.Fatalf("redis-server did not answer PING: %v", err)
+			t.Fatalf("redis-server on port %d not ready: %v", port, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

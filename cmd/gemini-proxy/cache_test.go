@@ -291,5 +291,8 @@ func TestCacheRedisReplicas(t *testing.T) {
 		if m["gemini_proxy_cache_redis_up"] != 0 {
 			t.Errorf("replica %s: redis_up = %v after Redis stopped, want 0", r.admin, m["gemini_proxy_cache_redis_up"])
 		}
+		if got := m[`gemini_proxy_cache_redis_mode{mode="single"}`]; got != 1 {
+			t.Errorf("replica %s: redis_mode{mode=single} = %v, want 1", r.admin, got)
+		}
 	}
 }

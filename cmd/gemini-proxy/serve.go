@@ -86,6 +86,11 @@ func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, co
 	co := cache.Options{MaxBytes: int64(c.Cache.MaxBytes), TTL: c.Cache.TTL, Logger: logger.With("component", "cache")}
 	if c.Cache.Backend == "redis" {
 		co.RedisURL = c.Cache.RedisURL
+		co.RedisCluster = c.Cache.RedisCluster
+		co.RedisMasterName = c.Cache.RedisSentinelMaster
+		co.RedisTLS = cache.RedisTLS{CAFile: c.Cache.RedisTLSCAFile, CertFile: c.Cache.RedisTLSCertFile,
+			KeyFile: c.Cache.RedisTLSKeyFile, ServerName: c.Cache.RedisTLSServerName}
+		co.RedisPoolSize = c.Cache.RedisPoolSize
 		co.Secret = []byte(c.Cache.TenantSecret)
 	}
 	store, err := cache.New(co)
@@ -97,6 +102,10 @@ func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, co
 	opts.Verifier = func(tenant string) rewrite.Verifier { return store.Verifier(tenant) }
 	opts.Interactions = proxy.InteractionsOptions{Enabled: c.UpstreamState.Interactions, Store: store}
 	opts.Ledger = proxy.LedgerOptions{Store: store, HoldoutFraction: c.Metrics.HoldoutFraction, WeighCompaction: c.Rewrite.CacheAwareCompaction}
+	if reg := store.ContextCacheRegistry(); reg != nil && opts.ContextCache != nil {
+		// One cache per prefix for the whole fleet.
+		opts.ContextCache.Shared = reg
+	}
 	page := savingspage.New(savingspage.Options{Gatherer: reg})
 	if conv != nil {
 		conv(page)

@@ -1,0 +1,269 @@
+package cachetest
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Cluster is a Redis Cluster of masters without replicas, on loopback.
+type Cluster struct {
+	Nodes []*Redis
+}
+
+// URL returns a redis:// URL naming every node as a seed (go-redis's addr
+// parameters).
+func (c *Cluster) URL() string {
+	u := "redis://" + c.Nodes[0].Addr
+	for i, n := range c.Nodes[1:] {
+		sep := "&"
+		if i == 0 {
+			sep = "?"
+		}
+		u += sep + "addr=" + n.Addr
+	}
+	return u
+}
+
+// StartCluster starts n redis-server processes with cluster mode on (each
+// with its own free client and bus ports), joins them with redis-cli
+// --cluster create (the slots split evenly, no replicas), and waits until
+// every node reports cluster_state:ok. cluster-require-full-coverage is
+// off: after a node is stopped the others keep serving their slots. Every
+// process is stopped when the test ends.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	cli := redisCLI(t)
+	c := &Cluster{}
+	var addrs []string
+	for range n {
+		port, bus := FreePort(t), FreePort(t)
+		r := startServer(t, port, nil, "--port", strconv.Itoa(port), "--cluster-enabled", "yes",
+			"--cluster-port", strconv.Itoa(bus), "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no")
+		c.Nodes = append(c.Nodes, r)
+		addrs = append(addrs, r.Addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	args := append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, r := range c.Nodes {
+		waitFor(t, 60*time.Second, "cluster_state:ok on "+r.Addr, func() error {
+			rc := redis.NewClient(&redis.Options{Addr: r.Addr, DisableIdentity: true})
+			defer rc.Close()
+			info, err := rc.ClusterInfo(context.Background()).Result()
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(info, "cluster_state:ok") {
+				return errors.New("cluster state not ok")
+			}
+			return nil
+		})
+	}
+	return c
+}
+
+// Sentinel is one master watched by one sentinel.
+type Sentinel struct {
+	Master, Sentinel *Redis
+	// MasterName is the name the sentinel knows the master by.
+	MasterName string
+}
+
+// URL returns the redis-sentinel:// URL of the sentinel, naming the
+// master.
+func (s *Sentinel) URL() string {
+	return "redis-sentinel://" + s.Sentinel.Addr + "?master_name=" + s.MasterName
+}
+
+// StartSentinel starts a master and a sentinel (redis-server --sentinel,
+// its configuration file in t.TempDir()) watching it, and waits until the
+// sentinel names the master. Both are stopped when the test ends.
+func StartSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	master := StartRedis(t)
+	const name = "gpmaster"
+	port := FreePort(t)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	host, mport, _ := net.SplitHostPort(master.Addr)
+	text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 2000\n",
+		port, dir, name, host, mport, name)
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	s := startCmd(t, exec.Command(redisBin(t), conf, "--sentinel"), port, func() error {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, DisableIdentity: true})
+		defer sc.Close()
+		a, err := sc.GetMasterAddrByName(context.Background(), name).Result()
+		if err != nil {
+			return err
+		}
+		if net.JoinHostPort(a[0], a[1]) != master.Addr {
+			return fmt.Errorf("sentinel names master %v", a)
+		}
+		return nil
+	})
+	return &Sentinel{Master: master, Sentinel: s, MasterName: name}
+}
+
+// TLSRedis is a redis-server that accepts only TLS connections from
+// clients with a certificate of the test's CA, and only the ACL user
+// User with Password.
+type TLSRedis struct {
+	*Redis
+	// CAFile, CertFile and KeyFile are PEM files: the CA that signed the
+	// server's certificate, and a client certificate it signed with its
+	// key.
+	CAFile, CertFile, KeyFile string
+	User, Password            string
+}
+
+// URL returns the rediss:// URL of the server with the ACL user's
+// credentials.
+func (r *TLSRedis) URL() string {
+	return "rediss://" + r.User + ":" + r.Password + "@" + r.Addr + "/0"
+}
+
+// StartTLSRedis creates a CA, a server certificate for 127.0.0.1 and a
+// client certificate (crypto/x509), and starts redis-server with
+// --tls-port only (no plain port), client certificates required, and the
+// default user off in favour of one ACL user.
+func StartTLSRedis(t testing.TB) *TLSRedis {
+	t.Helper()
+	dir := t.TempDir()
+	ca, caKey := newCert(t, nil, nil, "gemini-proxy test CA", true)
+	srvCert, srvKey := newCert(t, ca, caKey, "127.0.0.1", false)
+	cliCert, cliKey := newCert(t, ca, caKey, "gemini-proxy client", false)
+	r := &TLSRedis{CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, "client.pem"), KeyFile: filepath.Join(dir, "client-key.pem"),
+		User: "proxy", Password: "tls-acl-password"}
+	writePEM(t, r.CAFile, "CERTIFICATE", ca.Raw)
+	writePEM(t, r.CertFile, "CERTIFICATE", cliCert.Raw)
+	writePEM(t, r.KeyFile, "PRIVATE KEY", marshalKey(t, cliKey))
+	sc, sk := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+	writePEM(t, sc, "CERTIFICATE", srvCert.Raw)
+	writePEM(t, sk, "PRIVATE KEY", marshalKey(t, srvKey))
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	pair, err := tls.LoadX509KeyPair(r.CertFile, r.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := FreePort(t)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	r.Redis = startServer(t, port, func() error {
+		rc := redis.NewClient(&redis.Options{Addr: addr, Username: r.User, Password: r.Password, DisableIdentity: true,
+			TLSConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}})
+		defer rc.Close()
+		return rc.Ping(context.Background()).Err()
+	}, "--port", "0", "--tls-port", strconv.Itoa(port), "--tls-cert-file", sc, "--tls-key-file", sk,
+		"--tls-ca-cert-file", r.CAFile, "--tls-auth-clients", "yes",
+		"--user", "default", "off", "--user", r.User, "on", ">"+r.Password, "~*", "+@all")
+	return r
+}
+
+// newCert returns a certificate for name signed by parent (self-signed
+// when parent is nil) and its key.
+func newCert(t testing.TB, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, name string, isCA bool) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	if ip := net.ParseIP(name); ip != nil {
+		tmpl.IPAddresses = []net.IP{ip}
+	}
+	if isCA {
+		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
+		tmpl.KeyUsage |= x509.KeyUsageCertSign
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+func marshalKey(t testing.TB, k *ecdsa.PrivateKey) []byte {
+	t.Helper()
+	b, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func writePEM(t testing.TB, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// redisCLI returns the path of redis-cli, or skips (fails under CI).
+func redisCLI(t testing.TB) string {
+	t.Helper()
+	redisBin(t)
+	bin, err := exec.LookPath("redis-cli")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis-cli not found under CI (.ci/run installs redis-server, which brings redis-tools): %v", err)
+		}
+		t.Skip("redis-cli not installed (apt-get install redis-tools)")
+	}
+	return bin
+}
+
+// waitFor calls check until it returns nil, failing the test after d.
+func waitFor(t testing.TB, d time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
