@@ -423,9 +423,14 @@ func (e *engine) identify(o *occ) int {
 // A content is kept at its first occurrence as an active version, except
 // that a document whose newest user turn holds an older version (two
 // versions compared, an undo) keeps each version of that turn in full
-// there: the output then holds, of each document, either one version or
-// only versions in the newest user turn, so that rewriting it again finds
-// no older version to supersede.
+// there, and keeps its latest version, when a turn after the newest user
+// turn holds it (a trailing model turn), in full at its last occurrence:
+// the output then holds, of each document, either one version or only
+// versions in the newest user turn and its latest version after them, so
+// that rewriting it again finds the same latest version and no older
+// version to supersede. (Kept at an earlier first occurrence, the latest
+// version would be older than the newest user turn's versions in the
+// output, and a second rewrite would supersede it.)
 func (e *engine) decide() { e.decideWith(e.opts.CompactSuperseded) }
 
 // decideWith is decide with compaction on or off (compaction.go weighs
@@ -455,6 +460,12 @@ func (e *engine) decideWith(compact bool) {
 	}
 	for _, d := range e.docs {
 		e.occs[e.versions[verKey{d.id, d.latestID}]].active = true
+		if compact && d.split {
+			// The latest version after the newest user turn (see decide).
+			if o := &e.occs[d.last]; o.turn != e.newest {
+				o.active, o.pinned = true, true
+			}
+		}
 	}
 	// The full copy of a content is its first pinned occurrence, else its
 	// first active one, whatever document holds it. It is recorded in

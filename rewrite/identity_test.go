@@ -488,3 +488,39 @@ func showTurns(body []byte) string {
 	}
 	return s.String()
 }
+
+// TestLatestVersionAfterNewestTurn covers a document whose latest version
+// is in a turn after the newest user turn (a trailing model turn) while the
+// newest user turn holds another version: both stay in full, and a second
+// rewrite changes nothing (found by FuzzSession, seed 60433e128d1a60c2:
+// the latest version was kept at its first occurrence, before the newest
+// user turn, and the second rewrite superseded it).
+func TestLatestVersionAfterNewestTurn(t *testing.T) {
+	v1 := wrap("fence", "go", "limiter.go", goVersion(1))
+	v2 := wrap("fence", "go", "limiter.go", goVersion(2))
+	for _, tc := range []struct {
+		name  string
+		turns []string // alternating user, model
+	}{
+		{"undo", []string{v1, v2, v1, v2}},
+		{"undo twice", []string{v1, v2, v1, v2, v1, v2}},
+		{"newest holds both", []string{v1, v2, v1 + "\n" + v2, v2}},
+		{"first in a model turn", []string{"Write it.", v2, v1, v2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var contents []map[string]any
+			for i, s := range tc.turns {
+				role := "user"
+				if i%2 == 1 {
+					role = "model"
+				}
+				contents = append(contents, map[string]any{"role": role, "parts": []map[string]any{{"text": s + "\nWhat changed?"}}})
+			}
+			body, err := json.Marshal(map[string]any{"contents": contents})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkTwoDocuments(t, body, DefaultOptions(), []string{goVersion(1), goVersion(2)})
+		})
+	}
+}
