@@ -733,8 +733,8 @@ func (s *flatScan) tag(i int) (adv, stop int) {
 	rest := t[i:]
 	if strings.HasPrefix(rest, "<|") {
 		c := strings.Index(rest[2:min(len(rest), 48)], "|>")
-		if c < 0 {
-			return i + 2, -1
+		if c < 0 || strings.IndexByte(rest[2:2+c], '\n') >= 0 {
+			return i + 2, -1 // a token ends on its own line, as a tag does
 		}
 		c += 2
 		name := strings.ToLower(rest[2:c])

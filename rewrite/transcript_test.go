@@ -100,6 +100,9 @@ var flatCases = []flatCase{
 		want: []flatTurn{u("<|user|>\nhi"), m(hello), u("more")}},
 	{name: "gemma tokens", text: "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n" + hello + "<end_of_turn>\n<start_of_turn>user\nmore<end_of_turn>\n<start_of_turn>model\n", served: servedSet{hello},
 		want: []flatTurn{u("<start_of_turn>user\nhi"), m(hello), u("more")}},
+	// Found by fuzzing: a pipe token across lines, a fence after it (a panic).
+	{name: "pipe token across lines", text: "<|user\n|>```go\nx := 1\n```\n<|assistant|>" + hello + "\n<|user|>more", served: servedSet{hello},
+		want: []flatTurn{u("<|user\n|>```go\nx := 1\n```"), m(hello), u("more")}},
 	{name: "llama3 tokens", text: "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n" + hello + "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nmore<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", served: servedSet{hello},
 		want: []flatTurn{u("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi"), m(hello), u("more")}},
 	{name: "llama2 inst", text: "<s>[INST] hi [/INST] " + hello + " </s><s>[INST] more [/INST]", served: servedSet{hello},
