@@ -524,3 +524,39 @@ func TestLatestVersionAfterNewestTurn(t *testing.T) {
 		})
 	}
 }
+
+// TestLatestVersionLastBlock covers an older version that stays in full
+// after the latest version's full copy because its superseded reference
+// would be more than half its size: the latest version's full copy moves
+// after it, so that a second rewrite takes the same latest version and
+// changes nothing (found by FuzzSession, seed c4183d4a1b95341a).
+func TestLatestVersionLastBlock(t *testing.T) {
+	v2 := "```go a.go\nfunc a() int { return 1 }\nfunc b() int { return 2 }\nfunc c() int { return 3 }\nfunc d() int { return 4 }\nfunc e() int { return 5 }\nfunc f() int { return 6 }\nfunc g() int { return 7 }\n```"
+	v1 := "```go a.go\nfunc a() int { return 1 }\nfunc b() int { return 2 }\nfunc c() int { return 3 }\nfunc d() int { return 0 }\n```"
+	opts := DefaultOptions()
+	opts.MinBlockBytes = 16
+	for _, tc := range []struct {
+		name  string
+		turns []string // alternating user, model
+	}{
+		{"undo in history", []string{v2, "Done.", v1, "Done.", v2 + "\nWhat changed?"}},
+		{"undo with trailing model turn", []string{"Why?\n" + v2 + "\n", v2, "Why?\n" + v1 + "\n", v1, "Why?\n" + v2 + "\n", v2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var contents []map[string]any
+			for i, s := range tc.turns {
+				role := "user"
+				if i%2 == 1 {
+					role = "model"
+				}
+				contents = append(contents, map[string]any{"role": role, "parts": []map[string]any{{"text": s}}})
+			}
+			body, err := json.Marshal(map[string]any{"contents": contents})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fuzzCheck(t, body, opts)
+			checkTwoDocuments(t, body, opts, []string{strings.TrimPrefix(v2, "```go a.go\n")})
+		})
+	}
+}
