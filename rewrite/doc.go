@@ -102,7 +102,10 @@
 // of its latest occurrence) and every version in the newest user turn.
 // The full text of each active content is kept once, at its first
 // occurrence as an active version (in the newest user turn when that turn
-// holds an older version, so that a second rewrite finds nothing to
+// holds an older version, and the latest version after every block of
+// another version that stays in full, such as one in the newest user turn
+// before a trailing model turn or one whose reference would be too long,
+// so that a second rewrite finds the same latest version and nothing to
 // supersede); its other copies become unchanged references, whichever
 // document they belong to. Copies of other versions, which are never in
 // the newest user turn, become superseded references to the latest

@@ -423,9 +423,12 @@ func (e *engine) identify(o *occ) int {
 // A content is kept at its first occurrence as an active version, except
 // that a document whose newest user turn holds an older version (two
 // versions compared, an undo) keeps each version of that turn in full
-// there: the output then holds, of each document, either one version or
-// only versions in the newest user turn, so that rewriting it again finds
-// no older version to supersede.
+// there, and that the latest version's full copy comes after every block
+// of another version that stays in the output (settleLatest): the output
+// then holds, of each document, either one version or only versions in
+// the newest user turn, and its last block is its latest version, so that
+// rewriting it again finds the same latest version and no older version
+// to supersede.
 func (e *engine) decide() { e.decideWith(e.opts.CompactSuperseded) }
 
 // decideWith is decide with compaction on or off (compaction.go weighs
@@ -470,10 +473,26 @@ func (e *engine) decideWith(compact bool) {
 			}
 		}
 	}
+	e.refer(false)
+	// Bounded: each round moves a full copy to a later occurrence.
+	for n := 0; compact && n < len(e.occs) && e.settleLatest(); n++ {
+		e.refer(true)
+	}
+}
+
+// refer makes every occurrence that is not the full copy of its content a
+// reference to the full copy (unchanged) or, for an older version, to its
+// document's latest version (superseded). With reset it first clears the
+// decision of an occurrence that has become a full copy (settleLatest).
+func (e *engine) refer(reset bool) {
 	for i := range e.occs {
 		o := &e.occs[i]
 		full := e.versions[fullKey(o, o.cid)] - 1
 		if full == i {
+			if reset {
+				o.replace, o.rule, o.target, o.tgt, o.later, o.super = false, "", 0, 0, false, false
+				o.ref, o.refEsc, o.refName, o.refBytes = "", false, "", 0
+			}
 			continue
 		}
 		if full < 0 {
@@ -494,6 +513,51 @@ func (e *engine) decideWith(compact bool) {
 		}
 		o.replace = !e.keepTool(o) && e.reference(o)
 	}
+}
+
+// settleLatest keeps the output's last block of each document its latest
+// version, which a second rewrite takes as the latest: when a block of
+// another version stays in the output after the latest version's full
+// copy (a version pinned in the newest user turn before a trailing model
+// turn, one that holds a transcript label, an older version whose
+// superseded reference would be too long to replace), the full copy moves
+// to the first occurrence of the latest version after that block. Else
+// the second rewrite would take that block's version as the latest and
+// supersede the full copy. A full copy in the newest user turn, or one
+// that holds a label, stays: it is never superseded. It reports whether
+// it moved any.
+func (e *engine) settleLatest() bool {
+	moved := false
+	for _, d := range e.docs {
+		if d.first < 0 || d.kind == kindImage {
+			continue
+		}
+		lo := &e.occs[d.last]
+		k := fullKey(lo, d.latestID)
+		full := e.versions[k] - 1
+		if full < 0 || e.occs[full].turn == e.newest {
+			continue
+		}
+		last := -1 // the last block of another version that stays
+		for i := d.first; i >= 0; i = e.occs[i].next {
+			o := &e.occs[i]
+			if o.cid != d.latestID && (!o.replace || e.versions[fullKey(o, o.cid)]-1 == int(i)) {
+				last = int(i)
+			}
+		}
+		if last < full || e.holdsLabel(&e.occs[full]) {
+			continue
+		}
+		for j := e.occs[last].next; j >= 0; j = e.occs[j].next {
+			if e.occs[j].cid == d.latestID {
+				e.versions[k] = int(j) + 1
+				e.occs[j].active = true
+				moved = true
+				break
+			}
+		}
+	}
+	return moved
 }
 
 // holdsLabel reports whether the text of o, a block, has a line that

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // twoDocs is a pair of similar but different documents: two versions of
@@ -338,8 +339,9 @@ func FuzzTwoDocuments(f *testing.F) {
 		for _, d := range newest {
 			// A document that ends a fence early, or holds what the
 			// segmenter reads as another block, is not one block: only
-			// clean documents are checked.
-			if strings.ContainsAny(d, "`~<[\x00") || strings.Contains(d, "\r") || strings.TrimSpace(d) == "" {
+			// clean documents are checked. json.Marshal makes invalid
+			// UTF-8 U+FFFD before the rewrite sees it (found by fuzzing).
+			if strings.ContainsAny(d, "`~<[\x00") || strings.Contains(d, "\r") || strings.TrimSpace(d) == "" || !utf8.ValidString(d) {
 				continue
 			}
 			if !strings.Contains(all.String(), d) {
@@ -487,4 +489,76 @@ func showTurns(body []byte) string {
 		}
 	}
 	return s.String()
+}
+
+// TestLatestVersionAfterNewestTurn covers a document whose latest version
+// is in a turn after the newest user turn (a trailing model turn) while the
+// newest user turn holds another version: both stay in full, and a second
+// rewrite changes nothing (found by FuzzSession, seed 60433e128d1a60c2:
+// the latest version was kept at its first occurrence, before the newest
+// user turn, and the second rewrite superseded it).
+func TestLatestVersionAfterNewestTurn(t *testing.T) {
+	v1 := wrap("fence", "go", "limiter.go", goVersion(1))
+	v2 := wrap("fence", "go", "limiter.go", goVersion(2))
+	for _, tc := range []struct {
+		name  string
+		turns []string // alternating user, model
+	}{
+		{"undo", []string{v1, v2, v1, v2}},
+		{"undo twice", []string{v1, v2, v1, v2, v1, v2}},
+		{"newest holds both", []string{v1, v2, v1 + "\n" + v2, v2}},
+		{"first in a model turn", []string{"Write it.", v2, v1, v2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var contents []map[string]any
+			for i, s := range tc.turns {
+				role := "user"
+				if i%2 == 1 {
+					role = "model"
+				}
+				contents = append(contents, map[string]any{"role": role, "parts": []map[string]any{{"text": s + "\nWhat changed?"}}})
+			}
+			body, err := json.Marshal(map[string]any{"contents": contents})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkTwoDocuments(t, body, DefaultOptions(), []string{goVersion(1), goVersion(2)})
+		})
+	}
+}
+
+// TestLatestVersionLastBlock covers an older version that stays in full
+// after the latest version's full copy because its superseded reference
+// would be more than half its size: the latest version's full copy moves
+// after it, so that a second rewrite takes the same latest version and
+// changes nothing (found by FuzzSession, seed c4183d4a1b95341a).
+func TestLatestVersionLastBlock(t *testing.T) {
+	v2 := "```go a.go\nfunc a() int { return 1 }\nfunc b() int { return 2 }\nfunc c() int { return 3 }\nfunc d() int { return 4 }\nfunc e() int { return 5 }\nfunc f() int { return 6 }\nfunc g() int { return 7 }\n```"
+	v1 := "```go a.go\nfunc a() int { return 1 }\nfunc b() int { return 2 }\nfunc c() int { return 3 }\nfunc d() int { return 0 }\n```"
+	opts := DefaultOptions()
+	opts.MinBlockBytes = 16
+	for _, tc := range []struct {
+		name  string
+		turns []string // alternating user, model
+	}{
+		{"undo in history", []string{v2, "Done.", v1, "Done.", v2 + "\nWhat changed?"}},
+		{"undo with trailing model turn", []string{"Why?\n" + v2 + "\n", v2, "Why?\n" + v1 + "\n", v1, "Why?\n" + v2 + "\n", v2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var contents []map[string]any
+			for i, s := range tc.turns {
+				role := "user"
+				if i%2 == 1 {
+					role = "model"
+				}
+				contents = append(contents, map[string]any{"role": role, "parts": []map[string]any{{"text": s}}})
+			}
+			body, err := json.Marshal(map[string]any{"contents": contents})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fuzzCheck(t, body, opts)
+			checkTwoDocuments(t, body, opts, []string{strings.TrimPrefix(v2, "```go a.go\n")})
+		})
+	}
 }

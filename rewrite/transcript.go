@@ -73,7 +73,9 @@ package rewrite
 //     is removed (so the fence starts its line and reads as a block).
 //     Labels and structural tokens (</user>, <|im_end|>) of promoted model
 //     turns are removed, and so is the user label of a user segment that
-//     directly follows a promoted model turn. A promoted model turn is the
+//     directly follows a promoted model turn. A model turn is exactly one
+//     served answer: a verified model segment with no user text since the
+//     previous promoted one stays user text. A promoted model turn is the
 //     quoted answer byte for byte: leading white space and the separator
 //     before the next label are not part of it, and the answer's own
 //     trailing white space is kept when the Verifier is a TrailVerifier
@@ -731,8 +733,8 @@ func (s *flatScan) tag(i int) (adv, stop int) {
 	rest := t[i:]
 	if strings.HasPrefix(rest, "<|") {
 		c := strings.Index(rest[2:min(len(rest), 48)], "|>")
-		if c < 0 {
-			return i + 2, -1
+		if c < 0 || strings.IndexByte(rest[2:2+c], '\n') >= 0 {
+			return i + 2, -1 // a token ends on its own line, as a tag does
 		}
 		c += 2
 		name := strings.ToLower(rest[2:c])
@@ -1210,6 +1212,13 @@ func (s *flatScan) build(plan flatPlan, v Verifier) ([]flatTurn, bool) {
 			// that the fence starts its line and reads as a block.
 			add("user", 0, s.stripTrail(0, segs[f].start), false)
 			us = segs[f].end
+		}
+		if !first && (us >= ue || strings.TrimSpace(t[us:ue]) == "") {
+			// No user text since the previous promoted turn: joining the
+			// two would make one model turn of two served answers, and a
+			// user turn between them would be forged. This one stays user
+			// text, verbatim with its label, in the next user turn.
+			continue
 		}
 		if us < ue {
 			add("user", us, ue, false)
