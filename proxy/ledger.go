@@ -162,6 +162,10 @@ type layout struct {
 	// (textLeads) and texts may alias the body: neither is written.
 	leads [][]byte
 	texts []string
+	// esc are the chunks of escaped texts, "" in texts, unescaped from
+	// body when read (text).
+	esc  []escChunk
+	body []byte
 	// explicit reports a cachedContent request, which implicit caching
 	// does not model.
 	explicit bool
@@ -461,10 +465,13 @@ const maxTailSums = 32
 // text chunk shorter than ledgerChunk (a whole chunk is a checkpoint).
 func (p *layout) tailOf() tail {
 	i := len(p.sums) - 1
-	if i < 1 || p.leads[i] == nil || len(p.texts[i]) == 0 || len(p.texts[i]) >= ledgerChunk {
+	if i < 1 || p.leads[i] == nil {
 		return tail{}
 	}
-	text := p.texts[i]
+	text := p.text(i)
+	if len(text) == 0 || len(text) >= ledgerChunk {
+		return tail{}
+	}
 	t := tail{pre: p.sums[i-1]}
 	for n := len(text); n > 0 && len(t.ns) < maxTailSums; n-- {
 		if n == len(text) || runClass(text[n-1]) != runClass(text[n]) {
@@ -514,8 +521,9 @@ func (p *layout) sharedTokens(s *ledgerState, ratio float64) float64 {
 		if p.leads[j] == nil {
 			break
 		}
+		t := p.text(j)
 		for k, n := range s.tail.ns {
-			if t := p.texts[j]; len(t) >= n && tailSum(p.leads[j], t[:n]) == s.tail.sums[k] {
+			if len(t) >= n && tailSum(p.leads[j], t[:n]) == s.tail.sums[k] {
 				got = max(got, float64(p.bytes[i]+n)*ratio+p.fixed[i])
 				break
 			}

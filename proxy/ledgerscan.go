@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"bytes"
+	"slices"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -25,6 +28,10 @@ type scannedPart struct {
 	raw    []byte
 	text   []byte
 	isText bool
+	// esc reports a text with escapes or invalid UTF-8, which is
+	// body[off:end], still escaped, rather than text.
+	esc      bool
+	off, end int
 }
 
 // scannedContent is one content: its role (unescaped) and its parts,
@@ -89,9 +96,12 @@ func layoutScan(body []byte, model string) (*layout, bool) {
 	for _, c := range contents {
 		b.content(string(c.role))
 		for _, pt := range parts[c.from:c.to] {
-			if pt.isText {
+			switch {
+			case pt.esc:
+				b.textEsc(body, pt.off, pt.end)
+			case pt.isText:
 				b.text(pt.text)
-			} else {
+			default:
 				b.other(pt.raw)
 			}
 		}
@@ -141,7 +151,7 @@ func (s *chunkScanner) ledgerPart() (scannedPart, bool) {
 	}
 	onlyText, sawText := true, false
 	var text []byte
-	textOK := false
+	textOK, textEsc, textOff := false, false, 0
 	if s.peek() == '}' {
 		s.i++
 	} else {
@@ -173,15 +183,17 @@ func (s *chunkScanner) ledgerPart() (scannedPart, bool) {
 				}
 			case s.i < len(s.b) && s.b[s.i] == '"':
 				sawText = true
-				v, ok := s.ledgerText()
+				off := s.i + 1
+				esc, ok := s.str()
 				if !ok {
 					return scannedPart{}, false
 				}
-				text, textOK = v, true
+				text, textOK = s.b[off:s.i-1], true
+				textEsc, textOff = esc || !utf8.Valid(text), off
 			case bytes.HasPrefix(s.b[s.i:], []byte("null")):
 				sawText = true
 				s.i += 4
-				text, textOK = nil, true
+				text, textOK, textEsc = nil, true, false
 			default:
 				sawText = true
 				if !s.skip() {
@@ -203,33 +215,106 @@ func (s *chunkScanner) ledgerPart() (scannedPart, bool) {
 	p := scannedPart{raw: s.b[start:s.i]}
 	if onlyText && sawText && textOK {
 		p.text, p.isText = text, true
+		if textEsc {
+			p.esc, p.off, p.end = true, textOff, textOff+len(text)
+		}
 	}
 	return p, true
 }
 
-// ledgerText is chunkScanner.text for the texts of a layout, which keeps
-// them: the first escaped text makes room in the scratch buffer for the
-// rest of the body, which bounds what is left to unescape but for invalid
-// UTF-8 (three bytes for one), so that the buffer is not regrown and
-// copied for every text part.
-func (s *chunkScanner) ledgerText() ([]byte, bool) {
-	if s.i >= len(s.b) || s.b[s.i] != '"' {
-		return nil, false
+// escChunk is a text chunk of an escaped text, which the layout unescapes
+// from its body only when it is read (layout.text): body[off:end] is the
+// rest of the string's content from the escape or rune that the chunk's
+// first byte comes from, skip the bytes of it that end the chunk before,
+// n the chunk's length.
+type escChunk struct {
+	i, off, end, skip, n int
+}
+
+// unquoteStep appends to b what s[r:], the inside of a valid JSON string
+// literal, unescapes to next, as appendUnquoted does: a run of ASCII
+// without escapes (at most room bytes of it), or one escape, escaped
+// surrogate pair or rune. It returns b and the index after what it read.
+func unquoteStep(b, s []byte, r, room int) ([]byte, int) {
+	if j := min(asciiRun(s, r), r+max(room, 1)); j > r {
+		return append(b, s[r:j]...), j
 	}
-	start := s.i
-	esc, ok := s.str()
+	if s[r] != '\\' {
+		rr, size := utf8.DecodeRune(s[r:])
+		if rr == utf8.RuneError && size == 1 {
+			return utf8.AppendRune(b, rr), r + 1
+		}
+		return append(b, s[r:r+size]...), r + size
+	}
+	// One escape: appendUnquoted on it alone unescapes it as on the whole
+	// string, a pair of escaped surrogates included.
+	n := 2
+	if s[r+1] == 'u' {
+		n = 6
+		if rr := hex4(s[r+2 : r+6]); utf16.IsSurrogate(rr) && r+12 <= len(s) && s[r+6] == '\\' && s[r+7] == 'u' {
+			if utf16.DecodeRune(rr, hex4(s[r+8:r+12])) != unicode.ReplacementChar {
+				n = 12
+			}
+		}
+	}
+	return appendUnquoted(b, s[r:r+n]), r + n
+}
+
+// textEsc is text for an escaped text, body[off:end] the inside of its
+// string literal: it unescapes and hashes the chunks through a buffer of
+// one chunk, and keeps where each starts (escChunk) instead of the chunk.
+func (b *layoutBuilder) textEsc(body []byte, off, end int) {
+	p := b.p
+	p.body = body
+	lead := textLeads[1:]
+	if b.afterText {
+		lead = textLeads[:]
+	}
+	var buf [ledgerChunk + 2*utf8.UTFMax]byte
+	out := buf[:0]
+	s := body[:end]
+	start, skip := off, 0 // where the pending chunk's first byte comes from
+	for r := off; ; {
+		tok, before := r, len(out)
+		if r < end {
+			out, r = unquoteStep(out, s, r, ledgerChunk-len(out))
+			if len(out) < ledgerChunk {
+				continue
+			}
+		}
+		n := min(len(out), ledgerChunk)
+		b.mark(2)
+		b.write(out[:n])
+		p.esc = append(p.esc, escChunk{i: len(p.sums), off: start, end: end, skip: skip, n: n})
+		b.check(n, 0, nil, lead)
+		lead = textLeads[1:]
+		rest := copy(out, out[n:])
+		out = out[:rest]
+		if rest > 0 {
+			// The last step's bytes go on into the next chunk.
+			start, skip = tok, n-before
+		} else {
+			start, skip = r, 0
+		}
+		if r >= end && rest == 0 {
+			break
+		}
+	}
+	b.mark(3)
+	b.afterText = true
+}
+
+// text returns the text of checkpoint i: texts[i], or an escaped text's
+// chunk unescaped from the body.
+func (p *layout) text(i int) string {
+	k, ok := slices.BinarySearchFunc(p.esc, i, func(e escChunk, i int) int { return e.i - i })
 	if !ok {
-		return nil, false
+		return p.texts[i]
 	}
-	raw := s.b[start+1 : s.i-1]
-	if !esc && utf8.Valid(raw) {
-		return raw, true
+	e := p.esc[k]
+	out := make([]byte, 0, e.skip+e.n+utf8.UTFMax)
+	for r := e.off; len(out) < e.skip+e.n; {
+		out, r = unquoteStep(out, p.body[:e.end], r, e.skip+e.n-len(out))
 	}
-	if cap(s.scratch)-len(s.scratch) < len(raw) {
-		// Earlier texts keep the old buffer.
-		s.scratch = make([]byte, 0, max(len(s.b)-start, 2*len(raw)))
-	}
-	from := len(s.scratch)
-	s.scratch = appendUnquoted(s.scratch, raw)
-	return s.scratch[from:len(s.scratch):len(s.scratch)], true
+	return string(out[e.skip : e.skip+e.n])
 }

@@ -16,7 +16,10 @@ import (
 // refLayout.
 func layoutView(p *layout) *refLayout {
 	v := &refLayout{sums: p.sums, bytes: p.bytes, fixed: p.fixed, key: hex.EncodeToString(p.key[:]),
-		leads: p.leads, texts: p.texts, explicit: p.explicit, media: p.media}
+		leads: p.leads, explicit: p.explicit, media: p.media}
+	for i := range p.texts {
+		v.texts = append(v.texts, p.text(i))
+	}
 	for _, e := range p.ends {
 		v.ends = append(v.ends, hex.EncodeToString(e[:]))
 	}
