@@ -7,10 +7,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"hash"
 	"math"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/implicitcache"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
@@ -147,24 +149,41 @@ type layout struct {
 	sums  []uint64
 	bytes []int     // text and raw JSON bytes up to each checkpoint
 	fixed []float64 // role and media tokens up to each checkpoint
-	// key names the conversation's start: hex of the chain at
-	// ledgerKeyBytes. ends are the chain, in hex, at the end of each
+	// key names the conversation's start: the chain at ledgerKeyBytes
+	// (its first ledgerEndBytes). ends are the chain at the end of each
 	// content: the previous request of a conversation that only grows is
-	// one of them.
-	key  string
-	ends []string
+	// one of them. The store's keys hold them in hex (storeKey).
+	key  [ledgerEndBytes]byte
+	ends [][ledgerEndBytes]byte
 	// leads and texts are, per checkpoint that ends a text chunk, what
 	// was hashed since the previous checkpoint before the chunk's text
 	// (part markers) and the chunk's text; nil and "" elsewhere. The tail
-	// match (tailOf, sharedTokens) reads them.
+	// match (tailOf, sharedTokens) reads them. leads are shared
+	// (textLeads) and texts may alias the body: neither is written.
 	leads [][]byte
 	texts []string
+	// esc are the chunks of escaped texts, "" in texts, unescaped from
+	// body when read (text).
+	esc  []escChunk
+	body []byte
 	// explicit reports a cachedContent request, which implicit caching
 	// does not model.
 	explicit bool
 	// media reports an inline or file data part, whose tokens do not
 	// follow from its bytes.
 	media bool
+}
+
+// ledgerEndBytes is how much of the chain names a content end or a
+// conversation's start in the store.
+const ledgerEndBytes = 16
+
+// storeKey returns the store key prefix followed by sum in hex.
+func storeKey(prefix string, sum [ledgerEndBytes]byte) string {
+	b := make([]byte, len(prefix)+hex.EncodedLen(len(sum)))
+	copy(b, prefix)
+	hex.Encode(b[len(prefix):], sum[:])
+	return string(b)
 }
 
 // estimate returns the estimated tokens up to checkpoint i.
@@ -193,84 +212,197 @@ type ledgerRequest struct {
 	CachedContent_     string          `json:"cached_content"`
 }
 
-// layoutOf lays out a generate request body sent to model.
+// layoutOf lays out a generate request body sent to model. It reads the
+// body with layoutScan, and with encoding/json (layoutDecoded) when the
+// scanner gives up; both lay out the same (TestLayoutOfReference,
+// FuzzLayoutOf). The layout's texts may alias body: a layout must not
+// outlive it (the request's, which holds both).
 func layoutOf(body []byte, model string) (*layout, error) {
+	if p, ok := layoutScan(body, model); ok {
+		return p, nil
+	}
+	return layoutDecoded(body, model)
+}
+
+// layoutDecoded is layoutOf with encoding/json.
+func layoutDecoded(body []byte, model string) (*layout, error) {
 	var req ledgerRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, err
 	}
-	p := &layout{explicit: req.CachedContent != "" || req.CachedContent_ != ""}
-	h := sha256.New()
-	var sum [sha256.Size]byte
-	written, keyed := 0, false
-	var bytesSoFar int
-	var fixedSoFar float64
-	// lead is what was hashed since the last checkpoint, while it is only
-	// part markers (the text-end and text-start bytes).
-	var lead []byte
-	write := func(b ...[]byte) {
-		for _, x := range b {
-			h.Write(x) //nolint:errcheck // never fails
-			written += len(x)
-		}
-	}
-	check := func(nbytes int, fixed float64, text string, textLead []byte) {
-		p.leads = append(p.leads, textLead)
-		p.texts = append(p.texts, text)
-		lead = lead[:0]
-		bytesSoFar += nbytes
-		fixedSoFar += fixed
-		s := h.Sum(sum[:0])
-		p.sums = append(p.sums, binary.BigEndian.Uint64(s))
-		p.bytes = append(p.bytes, bytesSoFar)
-		p.fixed = append(p.fixed, fixedSoFar)
-		if !keyed && written >= ledgerKeyBytes {
-			p.key, keyed = hex.EncodeToString(s[:16]), true
-		}
-	}
-	si := firstRaw(req.SystemInstruction, req.SystemInstruction_)
-	tc := firstRaw(req.ToolConfig, req.ToolConfig_)
-	write([]byte(model), []byte{0}, compactRaw(si), []byte{0}, compactRaw(req.Tools), []byte{0}, compactRaw(tc), []byte{0})
-	check(len(si)+len(req.Tools)+len(tc), 0, "", nil)
+	b := newLayoutBuilder(req.CachedContent != "" || req.CachedContent_ != "", 0)
+	b.head(model, firstRaw(req.SystemInstruction, req.SystemInstruction_), req.Tools, firstRaw(req.ToolConfig, req.ToolConfig_))
 	for _, c := range req.Contents {
-		role := c.Role
-		if role == "" {
-			role = "user"
-		}
-		if len(p.sums) > 1 {
-			s := h.Sum(sum[:0])
-			p.ends = append(p.ends, hex.EncodeToString(s[:16]))
-		}
-		write([]byte{1}, []byte(role), []byte{0})
-		check(0, 1, "", nil)
+		b.content(c.Role)
 		for _, raw := range c.Parts {
 			if text, ok := textOnly(raw); ok {
-				for off := 0; off < len(text) || off == 0; off += ledgerChunk {
-					chunk := text[off:min(off+ledgerChunk, len(text))]
-					write([]byte{2}, []byte(chunk))
-					lead = append(lead, 2)
-					check(len(chunk), 0, chunk, append([]byte(nil), lead...))
-				}
-				write([]byte{3})
-				lead = append(lead, 3)
+				b.text(unsafe.Slice(unsafe.StringData(text), len(text)))
 				continue
 			}
-			write([]byte{4}, compactRaw(raw), []byte{0})
-			if bytes.Contains(raw, []byte(`"inlineData"`)) || bytes.Contains(raw, []byte(`"inline_data"`)) ||
-				bytes.Contains(raw, []byte(`"fileData"`)) || bytes.Contains(raw, []byte(`"file_data"`)) {
-				check(0, ImageTokens, "", nil)
-				p.media = true
-				continue
-			}
-			check(len(raw), 0, "", nil)
+			b.other(raw)
 		}
 	}
-	s := h.Sum(sum[:0])
-	if !keyed {
-		p.key = hex.EncodeToString(s[:16])
+	return b.done(), nil
+}
+
+// layoutBuilder hashes a prompt's units into its layout's checkpoints.
+type layoutBuilder struct {
+	p          *layout
+	h          hash.Hash
+	sum        [sha256.Size]byte
+	written    int
+	keyed      bool
+	bytesSoFar int
+	fixedSoFar float64
+	// afterText reports that the last unit hashed was a text part, whose
+	// end marker is the lead of the next text chunk.
+	afterText bool
+}
+
+// textLeads holds the two leads a text chunk can have (layout.leads): 2
+// (a text part starts or goes on), after 3 (the previous text part ended
+// there). Never written.
+var textLeads = [2]byte{3, 2}
+
+// newLayoutBuilder returns a builder whose layout has room for about n
+// checkpoints.
+func newLayoutBuilder(explicit bool, n int) *layoutBuilder {
+	p := &layout{explicit: explicit}
+	if n > 0 {
+		p.sums, p.bytes, p.fixed = make([]uint64, 0, n), make([]int, 0, n), make([]float64, 0, n)
+		p.leads, p.texts = make([][]byte, 0, n), make([]string, 0, n)
 	}
-	p.ends = append(p.ends, hex.EncodeToString(s[:16]))
-	return p, nil
+	return &layoutBuilder{p: p, h: sha256.New()}
+}
+
+func (b *layoutBuilder) write(x []byte) {
+	b.h.Write(x) //nolint:errcheck // never fails
+	b.written += len(x)
+}
+
+func (b *layoutBuilder) mark(c byte) {
+	b.sum[0] = c
+	b.write(b.sum[:1])
+}
+
+// writeCompact writes raw, valid JSON, without insignificant white space
+// (as json.Compact), so that a client's formatting does not count as a
+// change.
+func (b *layoutBuilder) writeCompact(raw []byte) {
+	start := 0
+	for i := 0; i < len(raw); {
+		switch raw[i] {
+		case '"':
+			s := chunkScanner{b: raw, i: i}
+			if _, ok := s.str(); !ok {
+				// Not valid JSON (never, from either reader): as it is.
+				b.write(raw[start:])
+				return
+			}
+			i = s.i
+		case ' ', '\t', '\n', '\r':
+			b.write(raw[start:i])
+			for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+				i++
+			}
+			start = i
+		default:
+			i++
+		}
+	}
+	b.write(raw[start:])
+}
+
+// check ends a unit: nbytes and fixed are its own, text and textLead its
+// text chunk and lead (nil elsewhere).
+func (b *layoutBuilder) check(nbytes int, fixed float64, text []byte, textLead []byte) {
+	p := b.p
+	p.leads = append(p.leads, textLead)
+	p.texts = append(p.texts, unsafe.String(unsafe.SliceData(text), len(text)))
+	b.afterText = false
+	b.bytesSoFar += nbytes
+	b.fixedSoFar += fixed
+	s := b.h.Sum(b.sum[:0])
+	p.sums = append(p.sums, binary.BigEndian.Uint64(s))
+	p.bytes = append(p.bytes, b.bytesSoFar)
+	p.fixed = append(p.fixed, b.fixedSoFar)
+	if !b.keyed && b.written >= ledgerKeyBytes {
+		copy(p.key[:], s)
+		b.keyed = true
+	}
+}
+
+// head hashes the request's head; si, tools and tc are raw JSON, nil when
+// absent.
+func (b *layoutBuilder) head(model string, si, tools, tc []byte) {
+	b.write(unsafe.Slice(unsafe.StringData(model), len(model)))
+	b.mark(0)
+	b.writeCompact(si)
+	b.mark(0)
+	b.writeCompact(tools)
+	b.mark(0)
+	b.writeCompact(tc)
+	b.mark(0)
+	b.check(len(si)+len(tools)+len(tc), 0, nil, nil)
+}
+
+// content starts a content of role.
+func (b *layoutBuilder) content(role string) {
+	if role == "" {
+		role = "user"
+	}
+	if len(b.p.sums) > 1 {
+		var e [ledgerEndBytes]byte
+		copy(e[:], b.h.Sum(b.sum[:0]))
+		b.p.ends = append(b.p.ends, e)
+	}
+	b.mark(1)
+	b.write(unsafe.Slice(unsafe.StringData(role), len(role)))
+	b.mark(0)
+	b.check(0, 1, nil, nil)
+}
+
+// text hashes a text part, in ledgerChunk-byte chunks.
+func (b *layoutBuilder) text(text []byte) {
+	lead := textLeads[1:]
+	if b.afterText {
+		lead = textLeads[:]
+	}
+	for off := 0; off < len(text) || off == 0; off += ledgerChunk {
+		chunk := text[off:min(off+ledgerChunk, len(text))]
+		b.mark(2)
+		b.write(chunk)
+		b.check(len(chunk), 0, chunk, lead)
+		lead = textLeads[1:]
+	}
+	b.mark(3)
+	b.afterText = true
+}
+
+// other hashes a part that is not text alone, raw valid JSON.
+func (b *layoutBuilder) other(raw []byte) {
+	b.mark(4)
+	b.writeCompact(raw)
+	b.mark(0)
+	if bytes.Contains(raw, []byte(`"inlineData"`)) || bytes.Contains(raw, []byte(`"inline_data"`)) ||
+		bytes.Contains(raw, []byte(`"fileData"`)) || bytes.Contains(raw, []byte(`"file_data"`)) {
+		b.check(0, ImageTokens, nil, nil)
+		b.p.media = true
+		return
+	}
+	b.check(len(raw), 0, nil, nil)
+}
+
+// done returns the layout.
+func (b *layoutBuilder) done() *layout {
+	p := b.p
+	var e [ledgerEndBytes]byte
+	copy(e[:], b.h.Sum(b.sum[:0]))
+	if !b.keyed {
+		p.key = e
+	}
+	p.ends = append(p.ends, e)
+	return p
 }
 
 func firstRaw(a, b json.RawMessage) json.RawMessage {
@@ -281,19 +413,6 @@ func firstRaw(a, b json.RawMessage) json.RawMessage {
 		return nil
 	}
 	return b
-}
-
-// compactRaw returns raw without insignificant white space, so that a
-// client's formatting does not count as a change.
-func compactRaw(raw json.RawMessage) []byte {
-	if len(raw) == 0 {
-		return nil
-	}
-	var b bytes.Buffer
-	if json.Compact(&b, raw) != nil {
-		return raw
-	}
-	return b.Bytes()
 }
 
 // textOnly returns the text of a part whose only member is text.
@@ -346,10 +465,13 @@ const maxTailSums = 32
 // text chunk shorter than ledgerChunk (a whole chunk is a checkpoint).
 func (p *layout) tailOf() tail {
 	i := len(p.sums) - 1
-	if i < 1 || p.leads[i] == nil || len(p.texts[i]) == 0 || len(p.texts[i]) >= ledgerChunk {
+	if i < 1 || p.leads[i] == nil {
 		return tail{}
 	}
-	text := p.texts[i]
+	text := p.text(i)
+	if len(text) == 0 || len(text) >= ledgerChunk {
+		return tail{}
+	}
 	t := tail{pre: p.sums[i-1]}
 	for n := len(text); n > 0 && len(t.ns) < maxTailSums; n-- {
 		if n == len(text) || runClass(text[n-1]) != runClass(text[n]) {
@@ -399,8 +521,9 @@ func (p *layout) sharedTokens(s *ledgerState, ratio float64) float64 {
 		if p.leads[j] == nil {
 			break
 		}
+		t := p.text(j)
 		for k, n := range s.tail.ns {
-			if t := p.texts[j]; len(t) >= n && tailSum(p.leads[j], t[:n]) == s.tail.sums[k] {
+			if len(t) >= n && tailSum(p.leads[j], t[:n]) == s.tail.sums[k] {
 				got = max(got, float64(p.bytes[i]+n)*ratio+p.fixed[i])
 				break
 			}
@@ -566,9 +689,9 @@ func (l *ledger) lookup(tenant string, p *layout) *ledgerState {
 func (l *ledger) lookupAt(tenant string, p *layout) (*ledgerState, int) {
 	var keys []string
 	for i := len(p.ends) - 1; i >= 0 && len(keys) < maxLedgerLookups; i-- {
-		keys = append(keys, "lg:e:"+p.ends[i])
+		keys = append(keys, storeKey("lg:e:", p.ends[i]))
 	}
-	keys = append(keys, "lg:k:"+p.key)
+	keys = append(keys, storeKey("lg:k:", p.key))
 	vs := l.store.Conversations(tenant, keys)
 	for i, v := range vs {
 		if v == nil {
@@ -598,15 +721,15 @@ func (l *ledger) lookupAt(tenant string, p *layout) (*ledgerState, int) {
 // save stores s as the state of the conversation whose request was p.
 func (l *ledger) save(tenant string, p *layout, s *ledgerState) {
 	v := s.encode()
-	l.store.SetConversation(tenant, "lg:e:"+p.ends[len(p.ends)-1], v)
-	l.store.SetConversation(tenant, "lg:k:"+p.key, v)
+	l.store.SetConversation(tenant, storeKey("lg:e:", p.ends[len(p.ends)-1]), v)
+	l.store.SetConversation(tenant, storeKey("lg:k:", p.key), v)
 }
 
 // inHoldout reports whether a conversation that starts with the request
 // named end (its content end) goes to the holdout: a keyed hash of the
 // tenant and end, read as a number in [0, 1). Later requests inherit the
 // decision from the conversation's state.
-func (l *ledger) inHoldout(tenant, end string) bool {
+func (l *ledger) inHoldout(tenant string, end [ledgerEndBytes]byte) bool {
 	if l.holdout <= 0 {
 		return false
 	}
@@ -614,7 +737,9 @@ func (l *ledger) inHoldout(tenant, end string) bool {
 	h.Write(l.secret)
 	h.Write([]byte(tenant))
 	h.Write([]byte{0})
-	h.Write([]byte(end))
+	var x [2 * ledgerEndBytes]byte
+	hex.Encode(x[:], end[:])
+	h.Write(x[:])
 	var sum [sha256.Size]byte
 	v := binary.BigEndian.Uint64(h.Sum(sum[:0]))
 	return float64(v>>11)/(1<<53) < l.holdout
