@@ -302,6 +302,9 @@ func estimateTokens(rep *rewrite.Report, ratio float64) map[rewrite.Rule]float64
 		}
 		out[x.Rule] += float64(x.Bytes-x.RefBytes) * ratio
 	}
+	if rep.UnflattenedBytes > 0 {
+		out[rewrite.RuleUnflatten] += float64(rep.UnflattenedBytes) * ratio
+	}
 	for rule, v := range out {
 		if v < 0 {
 			out[rule] = 0
@@ -321,6 +324,9 @@ func textRemoved(rep *rewrite.Report, ratio float64) (textBytes int, imageTokens
 		}
 		textBytes += x.Bytes - x.RefBytes
 	}
+	// Un-flattening removes labels, and a JSON history's syntax and
+	// escapes, that no replacement records.
+	textBytes += rep.UnflattenedBytes
 	return textBytes, imageTokens
 }
 

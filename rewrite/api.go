@@ -215,6 +215,11 @@ type Report struct {
 	Replacements []Replacement
 	// UnflattenedTurns is the number of turns created by un-flattening.
 	UnflattenedTurns int
+	// UnflattenedBytes is the decoded text un-flattening removed: the
+	// flattened text's bytes minus those of the turns made of it (labels,
+	// and a JSON history's syntax and escapes), which the model no longer
+	// reads. It is not in Replacements.
+	UnflattenedBytes int
 	// Reordered is the number of text parts split by Options.StablePrefix
 	// into their trailing blocks followed by the text before them.
 	Reordered int

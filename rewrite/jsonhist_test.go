@@ -137,6 +137,24 @@ func checkJSONHistRequest(t *testing.T, text string, v Verifier, wantTurns int) 
 	if err := Audit(body, out, rep); err != nil {
 		t.Fatalf("audit: %v\nin:  %s\nout: %s", err, body, out)
 	}
+	// What un-flattening removed (the JSON syntax and escapes) is the
+	// text's bytes minus those of the turns made of it; the proxy's ledger
+	// prices it (proxy/savings.go textRemoved).
+	var sent wireRequest
+	if err := json.Unmarshal(out, &sent); err != nil {
+		t.Fatalf("decoding output: %v", err)
+	}
+	kept := 0
+	for _, c := range sent.Contents {
+		for _, p := range c.Parts {
+			if t, ok := wireText(p); ok {
+				kept += len(t)
+			}
+		}
+	}
+	if want := len(text) - kept; len(rep.Replacements) == 0 && rep.UnflattenedBytes != want {
+		t.Errorf("UnflattenedBytes = %d, want %d (text %d bytes, turns %d)", rep.UnflattenedBytes, want, len(text), kept)
+	}
 	if err := checkInvariants(body, out, rep, DefaultOptions(), v); err != nil {
 		t.Fatalf("invariants: %v", err)
 	}

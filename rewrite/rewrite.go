@@ -56,8 +56,8 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 	}
 	var uf *auditUnflat
 	if opts.Unflatten == UnflattenVerified && v != nil {
-		if nb, turns, rec := unflattenRequest(body, req, &opts, v); turns > 0 {
-			rep.UnflattenedTurns = turns
+		if nb, turns, removed, rec := unflattenRequest(body, req, &opts, v); turns > 0 {
+			rep.UnflattenedTurns, rep.UnflattenedBytes = turns, removed
 			body, uf = nb, rec
 			if req, err = scanWith(body, st, small, limitsOf(&opts)); err != nil {
 				return nil, nil, err
