@@ -267,7 +267,8 @@ type cut struct {
 
 // emit stitches the unchanged byte ranges of the body around the replaced
 // strings. Text kept in a part keeps its original escaping byte for byte.
-// The output is written once, into a buffer of its exact size.
+// The output is written once, into a buffer of its exact size (or one
+// from Options.Buffer).
 func (e *engine) emit(reps []*occ) []byte {
 	if len(reps) == 0 {
 		return e.body
@@ -313,7 +314,7 @@ func (e *engine) emit(reps []*occ) []byte {
 			n += len(textOpen) + len(textClose)
 		}
 	}
-	out := make([]byte, 0, n)
+	out := e.output(n)
 	prev := 0
 	for _, c := range cuts {
 		out = append(out, e.body[prev:c.start]...)
@@ -331,6 +332,17 @@ func (e *engine) emit(reps []*occ) []byte {
 		prev = c.end
 	}
 	return append(out, e.body[prev:]...)
+}
+
+// output returns an empty slice with room for a body of n bytes: from
+// Options.Buffer when it gives enough, else newly allocated.
+func (e *engine) output(n int) []byte {
+	if f := e.opts.Buffer; f != nil {
+		if b := f(n); cap(b) >= n {
+			return b[:0]
+		}
+	}
+	return make([]byte, 0, n)
 }
 
 // escapedLen returns len(appendEscaped(nil, s)).
