@@ -94,9 +94,8 @@ func (e *engine) rawSpan(o *occ) span {
 	if o.b.kind == kindImage {
 		return o.img.str
 	}
-	offs := [2]int{o.b.start, o.b.end}
-	e.rawOf(&e.parts[o.tp], offs[:])
-	return span{offs[0], offs[1]}
+	offs := e.rawBlock(o)
+	return span{offs[0], offs[3]}
 }
 
 // refJSONLen returns the length of o.ref escaped as JSON string contents.
@@ -275,7 +274,6 @@ func (e *engine) emit(reps []*occ) []byte {
 	}
 	const textOpen, textClose = `{"text":"`, `"}`
 	cuts := e.st.cuts[:0]
-	offs := e.st.offs[:0]
 	for i := 0; i < len(reps); {
 		o := reps[i]
 		if o.b.kind == kindImage {
@@ -288,22 +286,14 @@ func (e *engine) emit(reps []*occ) []byte {
 			j++
 		}
 		tp := &e.parts[o.tp]
-		raw := e.body[tp.p.str.start:tp.p.str.end]
-		offs = offs[:0]
 		for _, r := range reps[i:j] {
-			offs = append(offs, r.b.start, r.b.end)
-		}
-		e.subOffsets(tp, offs)
-		if tp.p.esc {
-			rawOffsets(raw, offs, tp.marks)
-		}
-		for k, r := range reps[i:j] {
 			ref, esc := subRef(tp, r.ref, r.refEsc)
-			cuts = append(cuts, cut{tp.p.str.start + offs[2*k], tp.p.str.start + offs[2*k+1], ref, false, esc})
+			offs := e.rawBlock(r) // mapped already for the reference's hash
+			cuts = append(cuts, cut{offs[0], offs[3], ref, false, esc})
 		}
 		i = j
 	}
-	e.st.cuts, e.st.offs = cuts, offs
+	e.st.cuts = cuts
 	n := len(e.body)
 	for _, c := range cuts {
 		n += len(c.ref) - (c.end - c.start)

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -174,13 +175,11 @@ func (e *engine) census() *turnCensus {
 	for k := range e.parts {
 		tp := &e.parts[k]
 		n := len(tp.blocks)
-		for i := range tp.lines.n() {
-			if s := tp.lines.at(i); strings.IndexByte(s, '[') >= 0 && isRefLine(s) {
-				n++
-				c.copies[tp.turn] = true
-				if t := refTarget(s, tp.turn); t >= 0 && t < len(c.copies) {
-					c.copies[t] = true
-				}
+		for s := range refLines(&tp.lines) {
+			n++
+			c.copies[tp.turn] = true
+			if t := refTarget(s, tp.turn); t >= 0 && t < len(c.copies) {
+				c.copies[t] = true
 			}
 		}
 		c.blocks[tp.turn] += int32(n)
@@ -211,6 +210,30 @@ func (e *engine) census() *turnCensus {
 		}
 	}
 	return c
+}
+
+// refLines yields the lines of l that are reference lines (isRefLine), in
+// order. Only a line holding '[' may be one: they are found with one
+// vectorised search of the text, not a test per line (a test per line was
+// a tenth of the rewrite of a 1 MB request of source code, issue 17).
+func refLines(l *lines) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		text := l.text
+		for from := 0; from < len(text); {
+			j := strings.IndexByte(text[from:], '[')
+			if j < 0 {
+				return
+			}
+			i := lineAt(l, from+j)
+			if i >= l.n() {
+				return
+			}
+			if s := l.at(i); isRefLine(s) && !yield(s) {
+				return
+			}
+			from = l.e(i) + 1
+		}
+	}
 }
 
 // refTarget returns the turn that reference line s, in turn t, names as
