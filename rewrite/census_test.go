@@ -31,6 +31,11 @@ func TestRefLines(t *testing.T) {
 		"x := a[1:2] // [unchanged: not a line of its own sha256:0]",
 		"[", "]", "[]", "[[unchanged: sha256:]]", "plain text", "", "\t[unchanged: a.go sha256:0123456789ab]\t",
 		"[unchanged: no hash here, only brackets ....]",
+		"a [unchanged: a.go sha256:0123456789ab, identical to the copy in turn 1]",
+		"x\u00a0[unchanged: a.go sha256:0123456789ab, identical to the copy in turn 1]",
+		"\u3000\u00a0 [unchanged: a.go sha256:0123456789ab, identical to the copy in turn 1]",
+		"\v\f[unchanged: a.go sha256:0123456789ab, identical to the copy in turn 1]",
+		"x[1] := [unchanged: a.go sha256:0123456789ab, identical to the copy in turn 1]",
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	found := 0

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Identity and "keep once" (DESIGN §3). A block belongs to a document:
@@ -224,7 +225,21 @@ func refLines(l *lines) iter.Seq[string] {
 			if j < 0 {
 				return
 			}
-			i := lineAt(l, from+j)
+			p := from + j
+			if p > 0 {
+				// A reference line's first '[' follows only white space
+				// on its line (strings.TrimSpace's: ASCII, or a Unicode
+				// space, whose bytes are all non-ASCII). This '[' is the
+				// first of its line at or after from, which starts a
+				// line: after another byte, its line is not one.
+				switch c := text[p-1]; {
+				case c == '\n', c == ' ', c == '\t', c == '\r', c == '\v', c == '\f', c >= utf8.RuneSelf:
+				default:
+					from = p + 1
+					continue
+				}
+			}
+			i := lineAt(l, p)
 			if i >= l.n() {
 				return
 			}
