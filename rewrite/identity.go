@@ -229,9 +229,8 @@ func refLines(l *lines) iter.Seq[string] {
 			if p > 0 {
 				// A reference line's first '[' follows only white space
 				// on its line (strings.TrimSpace's: ASCII, or a Unicode
-				// space, whose bytes are all non-ASCII). This '[' is the
-				// first of its line at or after from, which starts a
-				// line: after another byte, its line is not one.
+				// space, whose bytes are all non-ASCII): a '[' after any
+				// other byte is not the first of a reference line.
 				switch c := text[p-1]; {
 				case c == '\n', c == ' ', c == '\t', c == '\r', c == '\v', c == '\f', c >= utf8.RuneSelf:
 				default:
@@ -239,14 +238,21 @@ func refLines(l *lines) iter.Seq[string] {
 					continue
 				}
 			}
-			i := lineAt(l, p)
-			if i >= l.n() {
+			// The line around p, as l.at gives it (l.nl holds every
+			// "\n"), without a search of the line ends.
+			start := strings.LastIndexByte(text[:p], '\n') + 1
+			end := len(text)
+			if k := strings.IndexByte(text[p:], '\n'); k >= 0 {
+				end = p + k
+			}
+			s := text[start:end]
+			if len(s) > 0 && s[len(s)-1] == '\r' {
+				s = s[:len(s)-1]
+			}
+			if isRefLine(s) && !yield(s) {
 				return
 			}
-			if s := l.at(i); isRefLine(s) && !yield(s) {
-				return
-			}
-			from = l.e(i) + 1
+			from = end + 1
 		}
 	}
 }
