@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Request body buffers are pooled by size class (issue 17 item 2): reading
@@ -168,13 +169,43 @@ func (r *bodyReader) Close() error {
 	}
 }
 
+// holds reports whether b starts inside bb's buffer.
+func (bb *bodyBuf) holds(b []byte) bool {
+	if len(b) == 0 || cap(bb.b) == 0 {
+		return false
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(bb.b)))
+	return p >= start && p < start+uintptr(cap(bb.b))
+}
+
+// outBuffer is rewrite.Options.Buffer for st's rewrites (runRewrite): the
+// rewritten body is written into a pooled buffer, which goes back to its
+// pool as the client body's does (releaseBody), instead of a new one per
+// request (issue 17: the rewriter's output was most of what a rewritten
+// 1 MB request allocated). A buffer larger than maxPooledBody is the
+// request's own, as for client bodies.
+func (st *reqState) outBuffer(n int) []byte {
+	bb := getBodyBuf(n)
+	st.outBufs = append(st.outBufs, bb)
+	return bb.b[:0]
+}
+
 // requestBody returns a body reading b (st.orig, or the body to send) for
-// one upstream attempt: a bodyReader on the pooled buffer when st has one.
+// one upstream attempt: a bodyReader on the pooled buffer that holds b
+// (a rewritten body's, else the client body's) when st has one.
 func (st *reqState) requestBody(b []byte) io.ReadCloser {
-	if st.bodyBuf == nil {
+	bb := st.bodyBuf
+	for _, ob := range st.outBufs {
+		if ob.holds(b) {
+			bb = ob
+			break
+		}
+	}
+	if bb == nil {
 		return io.NopCloser(bytes.NewReader(b))
 	}
-	r := newBodyReader(st.bodyBuf, b)
+	r := newBodyReader(bb, b)
 	st.readers = append(st.readers, r)
 	return r
 }
@@ -184,19 +215,25 @@ func (st *reqState) requestBody(b []byte) io.ReadCloser {
 // the hooks are done. The context cache and the Interactions continuation
 // build requests of their own from st.orig, so a body they saw is left to
 // the collector rather than reused.
+//
+// The buffers of rewritten bodies (outBuffer) are released the same way,
+// after the client body's.
 func (st *reqState) releaseBody() {
-	bb := st.bodyBuf
-	if bb == nil {
-		return
-	}
-	st.bodyBuf = nil
-	if st.cc != nil || st.ix != nil {
-		bb.keep = true
-	}
+	keep := st.cc != nil || st.ix != nil
 	for i, r := range st.readers {
 		r.Close()
 		st.readers[i] = nil
 	}
 	st.readers = st.readers[:0]
-	bb.release()
+	if bb := st.bodyBuf; bb != nil {
+		st.bodyBuf = nil
+		bb.keep = bb.keep || keep
+		bb.release()
+	}
+	for i, ob := range st.outBufs {
+		ob.keep = keep
+		ob.release()
+		st.outBufs[i] = nil
+	}
+	st.outBufs = st.outBufs[:0]
 }

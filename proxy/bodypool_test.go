@@ -46,10 +46,12 @@ func poolID(b []byte) (int, bool) {
 // TestPooledBodiesNeverShared sends many different bodies at once through
 // the proxy, whose request buffers are pooled (issue 17 item 2), and checks
 // that the upstream got each byte for byte: on every other request the
-// rewrite changes the body and the upstream answers 400 INVALID_ARGUMENT
-// after reading only the start of it (while the transport may still be
-// writing the rest), so that the original goes out again from the pooled
-// buffer in the fallback retry. A buffer returned to the pool too early is
+// rewrite changes the body, writing it into a pooled buffer of its own
+// (rewrite.Options.Buffer); on half of those the upstream answers 400
+// INVALID_ARGUMENT after reading only the start of it (while the
+// transport may still be writing the rest), so that the original goes out
+// again from the pooled buffer in the fallback retry, and on the other
+// half it reads the rewritten body slowly and checks it. A buffer returned to the pool too early is
 // overwritten by another request's body: the upstream sees bytes of the
 // wrong request (and the race detector a write racing the transport's
 // read).
@@ -60,7 +62,8 @@ func TestPooledBodiesNeverShared(t *testing.T) {
 		head := make([]byte, 32)
 		n, _ := io.ReadFull(r.Body, head)
 		head = head[:n]
-		if bytes.HasPrefix(head, []byte(`{"rewritten":`)) {
+		rwID, rejected, rewritten := poolRewrittenID(head)
+		if rejected {
 			// Rejected before the body was read in full.
 			w.WriteHeader(http.StatusBadRequest)
 			w.Write([]byte(`{"error":{"code":400,"message":"rejected","status":"INVALID_ARGUMENT"}}`))
@@ -72,6 +75,12 @@ func TestPooledBodiesNeverShared(t *testing.T) {
 		rest, err := io.ReadAll(r.Body)
 		body := append(head, rest...)
 		id, ok := poolID(body)
+		if rewritten {
+			// A rewritten body, from a pooled buffer of its own: the
+			// answer names the client's body, as for the others.
+			id, ok = rwID, bytes.Equal(body, poolRewritten(rwID))
+			body = poolBody(rwID)
+		}
 		if err != nil || !ok || !bytes.Equal(body, poolBody(id)) {
 			bad.Add(1)
 			badMsg.Store(fmt.Sprintf("request %d: %d bytes, read error %v", id, len(body), err))
@@ -118,7 +127,7 @@ func TestPooledBodiesNeverShared(t *testing.T) {
 	if n := bad.Load(); n > 0 {
 		t.Errorf("upstream got %d corrupt bodies; last: %v", n, badMsg.Load())
 	}
-	if got, want := testutil.ToFloat64(f.m.RewriteFallbacks), float64(workers*perWorker/2); got != want {
+	if got, want := testutil.ToFloat64(f.m.RewriteFallbacks), float64(workers*perWorker/4); got != want {
 		t.Errorf("rewrite_fallbacks_total = %v, want %v", got, want)
 	}
 }
@@ -175,9 +184,9 @@ func TestBodyClass(t *testing.T) {
 // lateReader is a RoundTripper that answers at once and reads the request
 // body only afterwards, on a goroutine of its own, then closes it: what
 // net/http's RoundTripper contract allows ("may do so in a separate
-// goroutine even after RoundTrip returns"). Rewritten bodies get 400
-// INVALID_ARGUMENT (so the proxy retries with the original), the others
-// 200. It checks that every byte it reads belongs to its request; a read
+// goroutine even after RoundTrip returns"). Rewritten bodies of ids 1
+// mod 4 get 400 INVALID_ARGUMENT (so the proxy retries with the
+// original), the others 200. It checks that every byte it reads belongs to its request; a read
 // may fail once the body was closed, never return another body's bytes.
 type lateReader struct {
 	wg      sync.WaitGroup
@@ -187,18 +196,18 @@ type lateReader struct {
 }
 
 func (l *lateReader) RoundTrip(req *http.Request) (*http.Response, error) {
-	head := make([]byte, 16)
+	head := make([]byte, 32)
 	n, _ := io.ReadFull(req.Body, head)
 	head = head[:n]
-	rewritten := bytes.HasPrefix(head, []byte(`{"rewritten":`))
-	if rewritten {
+	rwID, rejected, isRW := poolRewrittenID(head)
+	if rejected {
 		// Done with it at once: the retry's body is read late, while
 		// other requests take buffers from the pool.
 		io.Copy(io.Discard, req.Body)
 		req.Body.Close()
 	}
 	l.wg.Go(func() {
-		if rewritten {
+		if rejected {
 			return
 		}
 		defer req.Body.Close()
@@ -207,6 +216,11 @@ func (l *lateReader) RoundTrip(req *http.Request) (*http.Response, error) {
 		body := append(head, rest...)
 		id, ok := poolID(body)
 		want := poolBody(id)
+		if isRW {
+			// A rewritten body the upstream takes, read late from its
+			// own pooled buffer.
+			id, ok, want = rwID, true, poolRewritten(rwID)
+		}
 		switch {
 		case !ok:
 			l.bad.Add(1)
@@ -218,7 +232,7 @@ func (l *lateReader) RoundTrip(req *http.Request) (*http.Response, error) {
 	})
 	res := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}}, Request: req,
 		Body: io.NopCloser(bytes.NewReader([]byte(`{"candidates":[]}`)))}
-	if rewritten {
+	if rejected {
 		l.retried.Add(1)
 		res.StatusCode = http.StatusBadRequest
 		res.Body = io.NopCloser(bytes.NewReader([]byte(`{"error":{"code":400,"message":"rejected","status":"INVALID_ARGUMENT"}}`)))
@@ -262,15 +276,18 @@ func TestPooledBodyOutlivesRoundTrip(t *testing.T) {
 	if n := lr.bad.Load(); n > 0 {
 		t.Errorf("the transport read %d bodies with bytes of another request; last: %v", n, lr.badMsg.Load())
 	}
-	if got := lr.retried.Load(); got != workers*perWorker/2 {
-		t.Errorf("%d rewritten attempts, want %d", got, workers*perWorker/2)
+	if got := lr.retried.Load(); got != workers*perWorker/4 {
+		t.Errorf("%d rewritten attempts rejected, want %d", got, workers*perWorker/4)
 	}
 }
 
 // poolRewrite leaves the bodies of even ids unchanged (the pooled buffer
-// itself goes upstream) and replaces the others by a body the upstream
-// rejects, so that the original goes out again in the fallback retry.
-func poolRewrite(body []byte, _ rewrite.Options, _ rewrite.Verifier) ([]byte, *rewrite.Report, error) {
+// itself goes upstream) and replaces the others by poolRewritten, written
+// into the memory of Options.Buffer as the rewriter does (a pooled buffer
+// of the proxy's): the upstream rejects those of ids 1 mod 4, so that the
+// original goes out again in the fallback retry, and takes those of ids
+// 3 mod 4.
+func poolRewrite(body []byte, opts rewrite.Options, _ rewrite.Verifier) ([]byte, *rewrite.Report, error) {
 	id, ok := poolID(body)
 	if !ok {
 		return nil, nil, fmt.Errorf("no id")
@@ -278,7 +295,80 @@ func poolRewrite(body []byte, _ rewrite.Options, _ rewrite.Verifier) ([]byte, *r
 	if id%2 == 0 {
 		return body, &rewrite.Report{BytesBefore: len(body), BytesAfter: len(body)}, nil
 	}
-	out := []byte(`{"rewritten":` + strconv.Itoa(id) + `,"pad":"` + string(bytes.Repeat([]byte("p"), 64<<10)) + `"}`)
+	want := poolRewritten(id)
+	var out []byte
+	if opts.Buffer != nil {
+		out = opts.Buffer(len(want))[:0]
+	}
+	out = append(out, want...)
 	return out, &rewrite.Report{BytesBefore: len(body), BytesAfter: len(out),
 		Replacements: []rewrite.Replacement{{Rule: rewrite.RuleUnchanged, Bytes: 30, RefBytes: 10}}}, nil
+}
+
+// poolRewritten is poolRewrite's body for id: its size varies over two
+// of the pool's classes, its bytes are a function of id.
+func poolRewritten(id int) []byte {
+	size := 20<<10 + (id*4099)%(40<<10)
+	pad := bytes.Repeat([]byte(fmt.Sprintf("rw %05d ", id)), size/9+1)[:size]
+	return []byte(`{"rewritten":` + strconv.Itoa(id) + `,"pad":"` + string(pad) + `"}`)
+}
+
+// poolRewrittenID reads the id of a poolRewritten body, and whether the
+// upstream rejects it.
+func poolRewrittenID(head []byte) (id int, rejected, ok bool) {
+	rest, ok := bytes.CutPrefix(head, []byte(`{"rewritten":`))
+	if !ok {
+		return 0, false, false
+	}
+	end := bytes.IndexByte(rest, ',')
+	if end < 0 {
+		return 0, false, false
+	}
+	id, err := strconv.Atoi(string(rest[:end]))
+	return id, id%4 == 1, err == nil
+}
+
+// TestOutBufferReleased: a rewritten body in a buffer of outBuffer is read
+// through a bodyReader holding that buffer (not the client body's), and
+// the buffer goes back to its pool only when releaseBody ran and no read
+// of it is in flight; a request whose body the context cache or the
+// Interactions continuation saw leaves it to the collector.
+func TestOutBufferReleased(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		st := &reqState{bodyBuf: getBodyBuf(200)}
+		if keep {
+			st.cc = &ccState{}
+		}
+		orig := st.bodyBuf
+		out := append(st.outBuffer(150), bytes.Repeat([]byte("o"), 150)...)
+		second := append(st.outBuffer(90), bytes.Repeat([]byte("s"), 90)...)
+		if len(st.outBufs) != 2 || &out[0] != &st.outBufs[0].b[:1][0] || &second[0] != &st.outBufs[1].b[:1][0] {
+			t.Fatal("outBuffer did not hand out its buffers' memory")
+		}
+		ob := st.outBufs[0]
+		r := st.requestBody(out[10:]) // inside the buffer, not at its start
+		if r.(*bodyReader).bb != ob || ob.refs.Load() != 2 || orig.refs.Load() != 1 {
+			t.Fatalf("the reader of a rewritten body holds the wrong buffer (refs out %d, orig %d)", ob.refs.Load(), orig.refs.Load())
+		}
+		if r2 := st.requestBody(orig.b); r2.(*bodyReader).bb != orig {
+			t.Fatal("the reader of the client body does not hold its buffer")
+		}
+		if !r.(*bodyReader).enter() { // a read in flight
+			t.Fatal("enter")
+		}
+		st.releaseBody()
+		if got := ob.refs.Load(); got != 1 {
+			t.Fatalf("refs %d with a read in flight after releaseBody, want 1", got)
+		}
+		if st.outBufs[:cap(st.outBufs)][0] != nil || len(st.outBufs) != 0 {
+			t.Error("releaseBody kept its buffers")
+		}
+		r.(*bodyReader).leave()
+		if got := ob.refs.Load(); got != 0 {
+			t.Fatalf("refs %d after the last read, want 0", got)
+		}
+		if ob.keep != keep {
+			t.Errorf("keep %v, want %v", ob.keep, keep)
+		}
+	}
 }

@@ -69,7 +69,8 @@
 // credential (see Options.TenantSecret), computed from pooled keyed HMAC
 // states; no credential is kept after its request.
 //
-// Memory: a body read for rewriting lies in a pooled buffer of its
+// Memory: a body read for rewriting, and the rewritten body sent in its
+// place (rewrite.Options.Buffer), lie in pooled buffers of their
 // power-of-two size class (bodypool.go), reused only once the transport,
 // any fallback retry and every read in flight are done with it (net/http
 // may read a request body after RoundTrip returned). One process-wide

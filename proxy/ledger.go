@@ -1005,7 +1005,7 @@ func keptChain(st *reqState, prev *ledgerState, viaState bool) bool {
 // compacts nothing, most of them, costs no layout or state lookup before
 // it is sent.
 func (h *Handler) rewriteWeighed(st *reqState, body []byte) ([]byte, *rewrite.Report, error) {
-	out, rep, err := h.runRewrite(body, st.tenant, nil)
+	out, rep, err := h.runRewrite(st, body, nil)
 	if err != nil || !rep.Compacted() {
 		return out, rep, err
 	}
@@ -1013,7 +1013,7 @@ func (h *Handler) rewriteWeighed(st *reqState, body []byte) ([]byte, *rewrite.Re
 	if sent == nil {
 		return out, rep, err
 	}
-	if out2, rep2, err2 := h.runRewrite(body, st.tenant, sent); err2 == nil {
+	if out2, rep2, err2 := h.runRewrite(st, body, sent); err2 == nil {
 		return out2, rep2, nil
 	}
 	return out, rep, err

@@ -227,6 +227,7 @@ type reqState struct {
 	bodyBuf *bodyBuf
 	readers []*bodyReader // the bodies made by requestBody, closed by releaseBody
 	reader0 [2]*bodyReader
+	outBufs []*bodyBuf // the pooled buffers of rewritten bodies (outBuffer), released by releaseBody
 
 	// Rewrite.
 	mode      string // metrics.Mode*
@@ -635,9 +636,10 @@ func readBody(body io.Reader, size, limit int64) (buf []byte, bb *bodyBuf, err e
 	}
 }
 
-// runRewrite calls the rewriter with sent as Options.Sent, turning a panic
-// into an error.
-func (h *Handler) runRewrite(body []byte, tenant string, sent *rewrite.SentPrefix) (out []byte, rep *rewrite.Report, err error) {
+// runRewrite calls the rewriter on st's body with sent as Options.Sent,
+// turning a panic into an error. The rewritten body is written into
+// pooled buffers of st (outBuffer).
+func (h *Handler) runRewrite(st *reqState, body []byte, sent *rewrite.SentPrefix) (out []byte, rep *rewrite.Report, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			out, rep, err = nil, nil, errRewritePanic
@@ -645,10 +647,11 @@ func (h *Handler) runRewrite(body []byte, tenant string, sent *rewrite.SentPrefi
 	}()
 	var v rewrite.Verifier
 	if h.opts.Verifier != nil {
-		v = h.opts.Verifier(tenant)
+		v = h.opts.Verifier(st.tenant)
 	}
 	opts := h.rwOpts
 	opts.Sent = sent // what the conversation's previous request sent (ledger.go)
+	opts.Buffer = st.outBuffer
 	out, rep, err = h.rewriteFn(body, opts, v)
 	if err == nil && (out == nil || rep == nil) {
 		err = errRewriteEmpty

@@ -117,6 +117,17 @@ type Options struct {
 	// against the implicit-cache prefix it breaks (compaction.go). Nil
 	// compacts as CompactSuperseded says.
 	Sent *SentPrefix
+	// Buffer, when set, is asked for the memory of the rewritten body:
+	// it returns a slice with a capacity of at least n bytes, which
+	// Request fills from its start, so that the returned body is then
+	// the start of that memory. It lets a caller pool the bodies it
+	// sends instead of collecting one per request (issue 17). Request
+	// (and Elide) calls it only when it changes the body, once per body
+	// it builds (at most twice a request: the body with its references,
+	// then the one with Options.StablePrefix's splits), keeps nothing of
+	// what it returns, and never reads what the slice held before. A
+	// slice with less capacity than asked is not used. Nil allocates.
+	Buffer func(n int) []byte
 }
 
 // DefaultOptions returns the documented defaults (DESIGN §3).

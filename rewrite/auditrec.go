@@ -106,8 +106,7 @@ func (e *engine) auditCuts(reps []*occ) []auditCut {
 			continue
 		}
 		tp := &e.parts[o.tp]
-		offs = [4]int{o.b.start, o.b.cstart, o.b.cend, o.b.end}
-		e.rawOf(tp, offs[:])
+		offs = e.rawBlock(o)
 		c.start, c.cs, c.ce, c.end, c.str = offs[0], offs[1], offs[2], offs[3], tp.p.str
 		c.x = e.auditSubOf(tp)
 		var q *textPart
@@ -126,18 +125,44 @@ func (e *engine) auditCuts(reps []*occ) []auditCut {
 			}
 			ts, te = m.s(ga)+o.b.start-l.s(a), m.e(gz)-(l.e(z)-o.b.end)
 			fs, fe = ts, te
+			offs = [4]int{fs, ts, te, fe}
+			e.rawOf(q, offs[:])
 		} else {
+			// The full copy of many references: its offsets are mapped
+			// once.
 			t := &e.occs[o.tgt]
 			q = &e.parts[t.tp]
-			ts, te, fs, fe = t.b.cstart, t.b.cend, t.b.start, t.b.end
+			offs = e.rawBlock(t)
 		}
-		offs = [4]int{fs, ts, te, fe}
-		e.rawOf(q, offs[:])
 		c.tfull, c.ts, c.te, c.tstr = span{offs[0], offs[3]}, offs[1], offs[2], q.p.str
 		c.tx = e.auditSubOf(q)
 	}
 	return out
 }
+
+// rawBlock returns the raw offsets in the body of the start, content
+// start, content end and end of o's block (rawOf), mapped once per block
+// and kept in the state until the request ends: a block is mapped for its reference's hash, for the
+// output and for the audit's record, and a full copy for every reference
+// to it.
+func (e *engine) rawBlock(o *occ) [4]int {
+	want := [4]int{o.b.start, o.b.cstart, o.b.cend, o.b.end}
+	st := e.st
+	if m, ok := st.rawMemo[o]; ok && m.of == want {
+		return m.raw
+	}
+	raw := want
+	e.rawOf(&e.parts[o.tp], raw[:])
+	if st.rawMemo == nil {
+		st.rawMemo = make(map[*occ]rawMapped)
+	}
+	st.rawMemo[o] = rawMapped{of: want, raw: raw}
+	return raw
+}
+
+// rawMapped is what rawBlock mapped for an occurrence: the raw offsets of
+// the decoded offsets of.
+type rawMapped struct{ of, raw [4]int }
 
 // rawOf maps offsets (ascending) in tp's decoded text to raw offsets in
 // the body, in place.

@@ -70,7 +70,10 @@ func (e *engine) newTurnBlocks() []Block {
 		if len(content) < e.opts.MinBlockBytes {
 			return
 		}
-		h := e.sha(content)
+		h := o.sha // set by reference (or Elide): the SHA-256 of this span
+		if h == "" {
+			h = e.sha(content)
+		}
 		if seen == nil && len(out) >= 16 {
 			seen = make(map[string]bool, 2*len(out))
 			for _, b := range out {

@@ -1,9 +1,10 @@
 // Package rewrite losslessly rewrites naive Gemini generateContent requests
 // into deduplicated contents (DESIGN §3). It is pure: bytes in, bytes and a
 // Report out; no I/O, no clock, no state between calls that an output could
-// depend on. Buffers are pooled between calls, and a caller may pass a Memo
+// depend on. Buffers are pooled between calls, a caller may pass a Memo
 // (through its Verifier) so that the turns a conversation re-sends are not
-// segmented again; neither changes a single output byte.
+// segmented again, and Options.Buffer lets it give the memory of the
+// rewritten body (the proxy pools it); none changes a single output byte.
 //
 // The Memo does not pay today. Its keys are a 128-bit seeded maphash chain
 // (a SHA-256 chain cost more than the whole analysis), yet on

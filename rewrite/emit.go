@@ -94,9 +94,8 @@ func (e *engine) rawSpan(o *occ) span {
 	if o.b.kind == kindImage {
 		return o.img.str
 	}
-	offs := [2]int{o.b.start, o.b.end}
-	e.rawOf(&e.parts[o.tp], offs[:])
-	return span{offs[0], offs[1]}
+	offs := e.rawBlock(o)
+	return span{offs[0], offs[3]}
 }
 
 // refJSONLen returns the length of o.ref escaped as JSON string contents.
@@ -267,14 +266,14 @@ type cut struct {
 
 // emit stitches the unchanged byte ranges of the body around the replaced
 // strings. Text kept in a part keeps its original escaping byte for byte.
-// The output is written once, into a buffer of its exact size.
+// The output is written once, into a buffer of its exact size (or one
+// from Options.Buffer).
 func (e *engine) emit(reps []*occ) []byte {
 	if len(reps) == 0 {
 		return e.body
 	}
 	const textOpen, textClose = `{"text":"`, `"}`
 	cuts := e.st.cuts[:0]
-	offs := e.st.offs[:0]
 	for i := 0; i < len(reps); {
 		o := reps[i]
 		if o.b.kind == kindImage {
@@ -287,22 +286,14 @@ func (e *engine) emit(reps []*occ) []byte {
 			j++
 		}
 		tp := &e.parts[o.tp]
-		raw := e.body[tp.p.str.start:tp.p.str.end]
-		offs = offs[:0]
 		for _, r := range reps[i:j] {
-			offs = append(offs, r.b.start, r.b.end)
-		}
-		e.subOffsets(tp, offs)
-		if tp.p.esc {
-			rawOffsets(raw, offs, tp.marks)
-		}
-		for k, r := range reps[i:j] {
 			ref, esc := subRef(tp, r.ref, r.refEsc)
-			cuts = append(cuts, cut{tp.p.str.start + offs[2*k], tp.p.str.start + offs[2*k+1], ref, false, esc})
+			offs := e.rawBlock(r) // mapped already for the reference's hash
+			cuts = append(cuts, cut{offs[0], offs[3], ref, false, esc})
 		}
 		i = j
 	}
-	e.st.cuts, e.st.offs = cuts, offs
+	e.st.cuts = cuts
 	n := len(e.body)
 	for _, c := range cuts {
 		n += len(c.ref) - (c.end - c.start)
@@ -313,7 +304,7 @@ func (e *engine) emit(reps []*occ) []byte {
 			n += len(textOpen) + len(textClose)
 		}
 	}
-	out := make([]byte, 0, n)
+	out := e.output(n)
 	prev := 0
 	for _, c := range cuts {
 		out = append(out, e.body[prev:c.start]...)
@@ -331,6 +322,17 @@ func (e *engine) emit(reps []*occ) []byte {
 		prev = c.end
 	}
 	return append(out, e.body[prev:]...)
+}
+
+// output returns an empty slice with room for a body of n bytes: from
+// Options.Buffer when it gives enough, else newly allocated.
+func (e *engine) output(n int) []byte {
+	if f := e.opts.Buffer; f != nil {
+		if b := f(n); cap(b) >= n {
+			return b[:0]
+		}
+	}
+	return make([]byte, 0, n)
 }
 
 // escapedLen returns len(appendEscaped(nil, s)).

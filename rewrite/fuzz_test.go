@@ -120,6 +120,7 @@ func fuzzCheck(t *testing.T, body []byte, opts Options) {
 	if !bytes.Equal(out, out2) {
 		t.Fatalf("not deterministic")
 	}
+	checkBuffer(t, body, opts, nil, out)
 	// The path for requests too small to change, and the other shortcuts
 	// (segmentation reuse, run pre-test), must change nothing.
 	slow, slowRep, err := request1(body, opts, nil, false)

@@ -132,6 +132,7 @@ func TestGolden(t *testing.T) {
 					t.Errorf("report: %v", e)
 				}
 				auditGolden(t, filepath.Base(path), in, out, rep)
+				checkBuffer(t, in, opts, v, out)
 				again, rep2, err := Request(out, opts, v)
 				if err != nil {
 					t.Fatalf("second rewrite: %v", err)

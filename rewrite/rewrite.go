@@ -139,17 +139,18 @@ type state struct {
 	hashEnd []int
 	tbl     lineTable
 	// The engine's identity maps and documents, cleared after each
-	// request (engine.ids, versions, byText, byName, shaMemo, docs).
+	// request (engine.ids, versions, byText, byName, shaMemo, docs), and
+	// the raw offsets of blocks (rawBlock).
 	ids      map[string]int32
 	versions map[verKey]int
 	byText   []int32
 	byName   map[string]int
 	shaMemo  map[string]string
+	rawMemo  map[*occ]rawMapped
 	docs     []doc
 	docPtrs  []*doc
 	reps     []*occ
 	cuts     []cut
-	offs     []int
 	// scanned counts the bytes that the identity tests of the last request
 	// read (retrieval-chunk searches, line sets and their similarities):
 	// a measure of work that tests compare across input sizes, which,
@@ -242,6 +243,10 @@ func (st *state) reset() {
 		st.shaMemo = nil
 	}
 	clear(st.shaMemo)
+	if len(st.rawMemo) > maxPooledKeys {
+		st.rawMemo = nil
+	}
+	clear(st.rawMemo)
 	if cap(st.byText) > maxPooledKeys {
 		st.byText = nil
 	}

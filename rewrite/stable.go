@@ -236,7 +236,7 @@ func (e *engine) stabilise(out []byte, reps []*occ) ([]byte, int, []auditSplit) 
 	for _, c := range cuts {
 		n += len(open) + len(mid) + len(end) + len(c.raw) - (c.obj.end - c.obj.start)
 	}
-	res := make([]byte, 0, n)
+	res := e.output(n)
 	prev := 0
 	for _, c := range cuts {
 		res = append(res, out[prev:c.obj.start]...)
