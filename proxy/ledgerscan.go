@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/binary"
 	"slices"
 	"unicode"
 	"unicode/utf16"
@@ -98,7 +99,9 @@ func layoutScan(body []byte, model string) (*layout, bool) {
 		for _, pt := range parts[c.from:c.to] {
 			switch {
 			case pt.esc:
-				b.textEsc(body, pt.off, pt.end)
+				if !b.textEsc(body, pt.off, pt.end) {
+					return nil, false
+				}
 			case pt.isText:
 				b.text(pt.text)
 			default:
@@ -152,6 +155,9 @@ func (s *chunkScanner) ledgerPart() (scannedPart, bool) {
 	onlyText, sawText := true, false
 	var text []byte
 	textOK, textEsc, textOff := false, false, 0
+	// pending is where the last text value with escapes starts, which
+	// textEsc validates only when it is the part's text; -1 for none.
+	pending := -1
 	if s.peek() == '}' {
 		s.i++
 	} else {
@@ -183,13 +189,19 @@ func (s *chunkScanner) ledgerPart() (scannedPart, bool) {
 				}
 			case s.i < len(s.b) && s.b[s.i] == '"':
 				sawText = true
+				if !s.validPending(&pending) {
+					return scannedPart{}, false
+				}
 				off := s.i + 1
-				esc, ok := s.str()
+				esc, ok := s.ledgerText()
 				if !ok {
 					return scannedPart{}, false
 				}
+				if esc {
+					pending = off
+				}
 				text, textOK = s.b[off:s.i-1], true
-				textEsc, textOff = esc || !utf8.Valid(text), off
+				textEsc, textOff = esc, off
 			case bytes.HasPrefix(s.b[s.i:], []byte("null")):
 				sawText = true
 				s.i += 4
@@ -218,8 +230,26 @@ func (s *chunkScanner) ledgerPart() (scannedPart, bool) {
 		if textEsc {
 			p.esc, p.off, p.end = true, textOff, textOff+len(text)
 		}
+		if textEsc && pending == textOff {
+			pending = -1
+		}
+	}
+	if !s.validPending(&pending) {
+		return scannedPart{}, false
 	}
 	return p, true
+}
+
+// validPending validates the string whose inside starts at *pending (a
+// text value ledgerText did not validate) unless it is -1, and clears it.
+func (s *chunkScanner) validPending(pending *int) bool {
+	if *pending < 0 {
+		return true
+	}
+	v := chunkScanner{b: s.b, i: *pending - 1}
+	*pending = -1
+	_, ok := v.str()
+	return ok
 }
 
 // escChunk is a text chunk of an escaped text, which the layout unescapes
@@ -260,10 +290,75 @@ func unquoteStep(b, s []byte, r, room int) ([]byte, int) {
 	return appendUnquoted(b, s[r:r+n]), r + n
 }
 
+// ledgerText skips the string value at s.i, a text part's text, which
+// textEsc validates as it unescapes when esc reports escapes or invalid
+// UTF-8: it finds the closing quote (bytes.IndexByte, past quotes an odd
+// run of backslashes escapes) and checks a text without escapes for
+// control bytes, so the body's largest strings are read once by the
+// scanner rather than twice.
+func (s *chunkScanner) ledgerText() (esc, ok bool) {
+	start := s.i + 1
+	for i := start; ; {
+		k := bytes.IndexByte(s.b[i:], '"')
+		if k < 0 {
+			return false, false
+		}
+		q := i + k
+		n := 0
+		for q-1-n >= start && s.b[q-1-n] == '\\' {
+			n++
+		}
+		if n%2 == 1 {
+			i = q + 1
+			continue
+		}
+		text := s.b[start:q]
+		s.i = q + 1
+		if bytes.IndexByte(text, '\\') >= 0 {
+			return true, true
+		}
+		if hasControl(text) {
+			return false, false
+		}
+		return !utf8.Valid(text), true
+	}
+}
+
+// hasControl reports whether b holds a byte below ' ', eight bytes at a
+// time.
+func hasControl(b []byte) bool {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		if hasLess(binary.LittleEndian.Uint64(b[i:]), ' ') {
+			return true
+		}
+	}
+	for ; i < len(b); i++ {
+		if b[i] < ' ' {
+			return true
+		}
+	}
+	return false
+}
+
+// escRun marks the bytes textEsc copies as they are: printable ASCII but
+// the backslash (a quote cannot occur unescaped between ledgerText's
+// quotes).
+var escRun = func() (t [256]bool) {
+	for c := ' '; c < utf8.RuneSelf; c++ {
+		t[c] = c != '\\' && c != '"'
+	}
+	return t
+}()
+
 // textEsc is text for an escaped text, body[off:end] the inside of its
-// string literal: it unescapes and hashes the chunks through a buffer of
-// one chunk, and keeps where each starts (escChunk) instead of the chunk.
-func (b *layoutBuilder) textEsc(body []byte, off, end int) {
+// string literal (ledgerText): it unescapes the chunks into a buffer of
+// one chunk, as appendUnquoted does, and hashes them, and keeps where
+// each starts (escChunk) instead of the chunk. It validates what
+// ledgerText did not (escapes, control bytes) and reports false for an
+// invalid string. Runs without escapes are found eight bytes at a time
+// and copied at once; an escape is decoded in place.
+func (b *layoutBuilder) textEsc(body []byte, off, end int) bool {
 	p := b.p
 	p.body = body
 	lead := textLeads[1:]
@@ -271,28 +366,97 @@ func (b *layoutBuilder) textEsc(body []byte, off, end int) {
 		lead = textLeads[:]
 	}
 	var buf [ledgerChunk + 2*utf8.UTFMax]byte
-	out := buf[:0]
+	n := 0
 	s := body[:end]
 	start, skip := off, 0 // where the pending chunk's first byte comes from
+	// tok and before are where the last escape or rune began and the
+	// buffer's length then: only such a step ends past a chunk.
+	tok, before := off, 0
 	for r := off; ; {
-		tok, before := r, len(out)
-		if r < end {
-			out, r = unquoteStep(out, s, r, ledgerChunk-len(out))
-			if len(out) < ledgerChunk {
+		for n < ledgerChunk && r < end {
+			c := s[r]
+			if escRun[c] {
+				j, lim := r+1, min(end, r+ledgerChunk-n)
+				for j+8 <= lim {
+					if x := binary.LittleEndian.Uint64(s[j:]); x&msb != 0 || hasByte(x, '\\') || hasByte(x, '"') || hasLess(x, ' ') {
+						break
+					}
+					j += 8
+				}
+				for j < lim && escRun[s[j]] {
+					j++
+				}
+				n += copy(buf[n:], s[r:j])
+				r = j
 				continue
 			}
+			tok, before = r, n
+			switch {
+			case c == '\\':
+				if r+1 >= end {
+					return false
+				}
+				switch e := s[r+1]; e {
+				case '"', '\\', '/':
+					buf[n] = e
+				case 'b':
+					buf[n] = '\b'
+				case 'f':
+					buf[n] = '\f'
+				case 'n':
+					buf[n] = '\n'
+				case 'r':
+					buf[n] = '\r'
+				case 't':
+					buf[n] = '\t'
+				case 'u':
+					if r+6 > end || !hex4Valid(s[r+2:r+6]) {
+						return false
+					}
+					rr := hex4(s[r+2 : r+6])
+					r += 6
+					if utf16.IsSurrogate(rr) {
+						rr1 := rune(-1)
+						if r+6 <= end && s[r] == '\\' && s[r+1] == 'u' && hex4Valid(s[r+2:r+6]) {
+							rr1 = hex4(s[r+2 : r+6])
+						}
+						if dec := utf16.DecodeRune(rr, rr1); dec != unicode.ReplacementChar {
+							r += 6
+							n += utf8.EncodeRune(buf[n:], dec)
+							continue
+						}
+						rr = unicode.ReplacementChar
+					}
+					n += utf8.EncodeRune(buf[n:], rr)
+					continue
+				default:
+					return false
+				}
+				n++
+				r += 2
+			case c < ' ' || c == '"':
+				return false
+			default:
+				rr, size := utf8.DecodeRune(s[r:])
+				if rr == utf8.RuneError && size == 1 {
+					n += utf8.EncodeRune(buf[n:], rr)
+				} else {
+					n += copy(buf[n:], s[r:r+size])
+				}
+				r += size
+			}
 		}
-		n := min(len(out), ledgerChunk)
+		k := min(n, ledgerChunk)
 		b.mark(2)
-		b.write(out[:n])
-		p.esc = append(p.esc, escChunk{i: len(p.sums), off: start, end: end, skip: skip, n: n})
-		b.check(n, 0, nil, lead)
+		b.write(buf[:k])
+		p.esc = append(p.esc, escChunk{i: len(p.sums), off: start, end: end, skip: skip, n: k})
+		b.check(k, 0, nil, lead)
 		lead = textLeads[1:]
-		rest := copy(out, out[n:])
-		out = out[:rest]
+		rest := copy(buf[:], buf[k:n])
+		n = rest
 		if rest > 0 {
 			// The last step's bytes go on into the next chunk.
-			start, skip = tok, n-before
+			start, skip = tok, k-before
 		} else {
 			start, skip = r, 0
 		}
@@ -302,6 +466,12 @@ func (b *layoutBuilder) textEsc(body []byte, off, end int) {
 	}
 	b.mark(3)
 	b.afterText = true
+	return true
+}
+
+// hex4Valid reports whether h is four hex digits.
+func hex4Valid(h []byte) bool {
+	return isHex(h[0]) && isHex(h[1]) && isHex(h[2]) && isHex(h[3])
 }
 
 // text returns the text of checkpoint i: texts[i], or an escaped text's
