@@ -40,6 +40,12 @@ type scannedPart struct {
 type scannedContent struct {
 	role     []byte
 	from, to int
+	// pos and end are where the content's object lies in the body; node
+	// is its memo node when layoutScan found it there (role and parts
+	// are then the node's).
+	pos, end int
+	node     *memoNode
+	hash     *memoHash
 }
 
 // layoutScan is layoutOf without encoding/json. It reports false when the
@@ -47,8 +53,15 @@ type scannedContent struct {
 // encoding/json would refuse, null where a value is read, a duplicate or
 // case-folded member name, an escaped member name where a struct's field
 // is matched, deep nesting.
-func layoutScan(body []byte, model string) (*layout, bool) {
+//
+// With a memo, it lays out the contents the memo remembers from their
+// node rather than the body, and remembers the others.
+func layoutScan(body []byte, model string, memo *layoutMemo) (*layout, bool) {
 	s := chunkScanner{b: body}
+	// scope names the contents read so far in the memo; lost reports
+	// that a content the memo cannot know came before.
+	scope, lost := uint64(0), memo == nil
+	memoParts := 0
 	var raws [6][]byte // the head's members, by ledgerNames index - 1
 	var cached [2]bool
 	var contents []scannedContent
@@ -67,8 +80,26 @@ func layoutScan(body []byte, model string) (*layout, bool) {
 				return true
 			}
 			return s.array(func() bool {
+				pos := s.i
+				if !lost {
+					if n, h := memo.find(scope, body, pos); n != nil {
+						s.i = pos + len(n.raw)
+						contents = append(contents, scannedContent{pos: pos, end: s.i, node: n, hash: h})
+						scope = memo.memoScope(scope, n, nil)
+						memoParts += len(n.parts)
+						return true
+					}
+				}
 				c, ok := s.ledgerContent(&parts)
+				c.pos, c.end = pos, s.i
 				contents = append(contents, c)
+				if !lost {
+					if c.end-c.pos >= memoWindow {
+						lost = true
+					} else {
+						scope = memo.memoScope(scope, nil, body[c.pos:c.end])
+					}
+				}
 				return ok
 			})
 		case 6, 7:
@@ -92,24 +123,78 @@ func layoutScan(body []byte, model string) (*layout, bool) {
 	}
 	// About one checkpoint per part, content and text chunk: the body's
 	// bytes over ledgerChunk bound the chunks.
-	b := newLayoutBuilder(cached[0] || cached[1], 2+len(contents)+len(parts)+len(body)/ledgerChunk)
+	b := newLayoutBuilder(cached[0] || cached[1], 2+len(contents)+len(parts)+memoParts+len(body)/ledgerChunk)
 	b.head(model, firstRaw(raws[0], raws[1]), raws[2], firstRaw(raws[3], raws[4]))
-	for _, c := range contents {
-		b.content(string(c.role))
-		for _, pt := range parts[c.from:c.to] {
-			switch {
-			case pt.esc:
-				if !b.textEsc(body, pt.off, pt.end) {
-					return nil, false
-				}
-			case pt.isText:
-				b.text(pt.text)
-			default:
-				b.other(pt.raw)
+	var entries []memoEntry
+	if memo != nil {
+		entries = make([]memoEntry, len(contents))
+	}
+	for ci, c := range contents {
+		if memo == nil {
+			b.content(string(c.role))
+			if !b.parts(body, parts[c.from:c.to]) {
+				return nil, false
 			}
+			continue
+		}
+		entry, written, keyed := b.entry(), b.written, b.keyed
+		base, escBase, media := len(b.p.sums), len(b.p.esc), b.mediaParts
+		entries[ci].node = c.node
+		if h := c.hash; h != nil && h.entry == entry && h.written == written && h.keyedBefore == keyed && b.replay(h, body, c.pos) {
+			memo.replays.Add(1)
+			continue
+		}
+		pts := parts[c.from:c.to]
+		role := string(c.role)
+		if n := c.node; n != nil {
+			pts, role = n.scanned(body, c.pos), n.role
+		}
+		b.contentBody(role)
+		if !b.parts(body, pts) {
+			return nil, false
+		}
+		entries[ci].hash = b.record(entry, written, keyed, base, escBase, media, body, c.pos)
+	}
+	p := b.done()
+	if memo != nil {
+		memo.remember(body, contents, parts, entries)
+	}
+	return p, true
+}
+
+// parts lays out the parts of a content.
+func (b *layoutBuilder) parts(body []byte, parts []scannedPart) bool {
+	for _, pt := range parts {
+		switch {
+		case pt.esc:
+			if !b.textEsc(body, pt.off, pt.end) {
+				return false
+			}
+		case pt.isText:
+			b.text(pt.text)
+		default:
+			b.other(pt.raw)
 		}
 	}
-	return b.done(), true
+	return true
+}
+
+// scanned returns n's parts as layoutScan read them, n lying at
+// body[pos:].
+func (n *memoNode) scanned(body []byte, pos int) []scannedPart {
+	out := make([]scannedPart, len(n.parts))
+	for i, mp := range n.parts {
+		pt := scannedPart{raw: body[pos+mp.raw0 : pos+mp.raw1], isText: mp.isText, esc: mp.esc}
+		switch {
+		case mp.esc:
+			pt.off, pt.end = pos+mp.text0, pos+mp.text1
+			pt.text = body[pt.off:pt.end]
+		case mp.isText && !mp.textNil:
+			pt.text = body[pos+mp.text0 : pos+mp.text1]
+		}
+		out[i] = pt
+	}
+	return out
 }
 
 // ledgerContent reads one content, appending its parts to parts.
