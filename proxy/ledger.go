@@ -494,8 +494,20 @@ func (p *layout) tailOf() tail {
 	for n := len(text); n > 0 && len(t.ns) < maxTailSums; n-- {
 		if n == len(text) || runClass(text[n-1]) != runClass(text[n]) {
 			t.ns = append(t.ns, n)
-			t.sums = append(t.sums, tailSum(p.leads[i], text[:n]))
 		}
+	}
+	// tailSum of each prefix, the shortest first, with one hash that goes
+	// on from the previous prefix.
+	t.sums = make([]uint64, len(t.ns))
+	h := sha256.New()
+	h.Write(p.leads[i]) //nolint:errcheck // never fails
+	var sum [sha256.Size]byte
+	done := 0
+	for k := len(t.ns) - 1; k >= 0; k-- {
+		n := t.ns[k]
+		h.Write(unsafe.Slice(unsafe.StringData(text[done:n]), n-done)) //nolint:errcheck // never fails
+		done = n
+		t.sums[k] = binary.BigEndian.Uint64(h.Sum(sum[:0]))
 	}
 	return t
 }

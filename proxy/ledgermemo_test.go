@@ -270,3 +270,32 @@ func BenchmarkLayoutMemo(b *testing.B) {
 		})
 	}
 }
+
+// TestTailOfSums checks tailOf's running hash against tailSum of each
+// prefix, for texts that end a layout in a short chunk.
+func TestTailOfSums(t *testing.T) {
+	g := &convGen{rng: rand.New(rand.NewPCG(5, 17))}
+	checked := 0
+	for range 200 {
+		body := fmt.Sprintf(`{"contents":[{"parts":[{"text":"%s"}]}]}`, g.text(1+g.rng.IntN(3000)))
+		p, err := layoutOf([]byte(body), "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tl := p.tailOf()
+		if len(tl.ns) == 0 {
+			continue
+		}
+		last := len(p.sums) - 1
+		text := p.text(last)
+		for k, n := range tl.ns {
+			if want := tailSum(p.leads[last], text[:n]); tl.sums[k] != want {
+				t.Fatalf("%q: tail sum of %d bytes %x, want %x", body, n, tl.sums[k], want)
+			}
+		}
+		checked++
+	}
+	if checked < 100 {
+		t.Fatalf("only %d layouts ended in a short chunk", checked)
+	}
+}
