@@ -221,7 +221,7 @@ type ledgerRequest struct {
 // FuzzLayoutOf). The layout's texts may alias body: a layout must not
 // outlive it (the request's, which holds both).
 func layoutOf(body []byte, model string) (*layout, error) {
-	if p, ok := layoutScan(body, model, nil); ok {
+	if p, ok := layoutScan(body, model, nil, ""); ok {
 		return p, nil
 	}
 	return layoutDecoded(body, model)
@@ -783,7 +783,7 @@ func (l *ledger) holdoutFor(st *reqState, body []byte) bool {
 		return false
 	}
 	if st.naive == nil {
-		p, err := l.layoutOf(body, st.info.model)
+		p, err := l.layoutOf(st.tenant, body, st.info.model)
 		if err != nil || len(p.ends) == 0 {
 			return false
 		}
@@ -811,7 +811,7 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	naive := st.naive
 	if naive == nil {
 		var err error
-		if naive, err = l.layoutOf(st.orig, st.info.model); err != nil {
+		if naive, err = l.layoutOf(st.tenant, st.orig, st.info.model); err != nil {
 			return nil
 		}
 	}
@@ -833,7 +833,7 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	changed = changed || viaState
 	sent := naive
 	if changed && st.rewritten && !st.fallback {
-		if p, err := l.layoutOf(sentBody, st.info.model); err == nil {
+		if p, err := l.layoutOf(st.tenant, sentBody, st.info.model); err == nil {
 			sent = p
 			defer releaseLayout(p)
 		}
@@ -1071,7 +1071,7 @@ func (l *ledger) sentPrefix(st *reqState, body []byte, compact bool) *rewrite.Se
 	if !ok || price.Input <= 0 {
 		return nil
 	}
-	p, err := l.layoutOf(body, st.info.model)
+	p, err := l.layoutOf(st.tenant, body, st.info.model)
 	if err != nil || len(p.ends) == 0 || p.explicit {
 		return nil
 	}

@@ -55,8 +55,8 @@ type layoutMemo struct {
 	replays atomic.Int64
 }
 
-// memoKey names a content: scope identifies the contents before it in
-// the body (memoScope), fp its first memoWindow bytes. Neither is trusted
+// memoKey names a content: scope identifies the tenant and the contents
+// before it in the body (root, memoScope), fp its first memoWindow bytes. Neither is trusted
 // for identity: a node is used only when its bytes are the body's.
 type memoKey struct{ scope, fp uint64 }
 
@@ -116,6 +116,13 @@ type memoCheck struct {
 
 func newLayoutMemo(maxBytes int) *layoutMemo {
 	return &layoutMemo{seed: maphash.MakeSeed(), max: maxBytes, m: make(map[memoKey][]*memoNode)}
+}
+
+// root returns the scope of a body's first content: the tenant's, so
+// that no tenant's layout time tells whether another sent the same
+// contents.
+func (mm *layoutMemo) root(tenant string) uint64 {
+	return maphash.String(mm.seed, tenant)
 }
 
 // memoScope returns the scope after a content: the node's id when the
@@ -194,7 +201,7 @@ type memoEntry struct {
 // remember stores what a successful layout learned: a node for each
 // content not yet remembered (at least memoWindow bytes), and the hash of
 // each remembered content built from another chain state.
-func (mm *layoutMemo) remember(body []byte, contents []scannedContent, parts []scannedPart, entries []memoEntry) {
+func (mm *layoutMemo) remember(root uint64, body []byte, contents []scannedContent, parts []scannedPart, entries []memoEntry) {
 	// The new nodes are made before the lock is taken: their ids come
 	// after it, so scopes are computed under it.
 	type pending struct {
@@ -227,7 +234,7 @@ func (mm *layoutMemo) remember(body []byte, contents []scannedContent, parts []s
 	}
 	mm.mu.Lock()
 	defer mm.mu.Unlock()
-	scope := uint64(0)
+	scope := root
 	f := 0
 	for i, c := range contents {
 		e := entries[i]
@@ -391,9 +398,9 @@ func (b *layoutBuilder) record(entry [sha256.Size]byte, written int, keyed bool,
 	return h
 }
 
-// layoutOf is layoutOf with the ledger's memo.
-func (l *ledger) layoutOf(body []byte, model string) (*layout, error) {
-	if p, ok := layoutScan(body, model, l.memo); ok {
+// layoutOf is layoutOf with the ledger's memo, for a request of tenant.
+func (l *ledger) layoutOf(tenant string, body []byte, model string) (*layout, error) {
+	if p, ok := layoutScan(body, model, l.memo, tenant); ok {
 		return p, nil
 	}
 	return layoutDecoded(body, model)

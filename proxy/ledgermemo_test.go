@@ -18,7 +18,7 @@ import (
 func diffMemo(memo *layoutMemo, body []byte, model string) string {
 	body = bytes.Clone(body)
 	l := &ledger{memo: memo}
-	got, gerr := l.layoutOf(body, model)
+	got, gerr := l.layoutOf("t", body, model)
 	want, werr := refLayoutOf(body, model)
 	if (werr != nil) != (gerr != nil) || werr != nil && strings.ReplaceAll(werr.Error(), "refLedgerRequest", "ledgerRequest") != gerr.Error() {
 		return fmt.Sprintf("error %v, reference %v", gerr, werr)
@@ -26,7 +26,7 @@ func diffMemo(memo *layoutMemo, body []byte, model string) string {
 	if werr != nil {
 		return ""
 	}
-	_, scanned := layoutScan(body, model, nil)
+	_, scanned := layoutScan(body, model, nil, "")
 	for i, t := range got.texts {
 		if t == "" || !scanned {
 			// layoutDecoded's texts are its own.
@@ -255,13 +255,13 @@ func BenchmarkLayoutMemo(b *testing.B) {
 	for _, size := range bench.Sizes() {
 		b.Run(size.Name, func(b *testing.B) {
 			l := &ledger{memo: newLayoutMemo(ledgerMemoBytes)}
-			if _, err := l.layoutOf(size.Body, "gemini-2.5-flash"); err != nil {
+			if _, err := l.layoutOf("t", size.Body, "gemini-2.5-flash"); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
 			b.SetBytes(int64(len(size.Body)))
 			for b.Loop() {
-				p, err := l.layoutOf(size.Body, "gemini-2.5-flash")
+				p, err := l.layoutOf("t", size.Body, "gemini-2.5-flash")
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -297,5 +297,55 @@ func TestTailOfSums(t *testing.T) {
 	}
 	if checked < 100 {
 		t.Fatalf("only %d layouts ended in a short chunk", checked)
+	}
+}
+
+// TestLayoutMemoConcurrent lays out the requests of several
+// conversations at once through one memo (run with -race).
+func TestLayoutMemoConcurrent(t *testing.T) {
+	memo := newLayoutMemo(64 << 10)
+	errs := make(chan string, 4)
+	for w := range 4 {
+		go func() {
+			g := &convGen{rng: rand.New(rand.NewPCG(uint64(w%2), 18)), model: "m"}
+			g.contents = []string{g.content(0)}
+			for range 10 {
+				if d := diffMemo(memo, g.body(), g.model); d != "" {
+					errs <- d
+					return
+				}
+				g.next()
+			}
+			errs <- ""
+		}()
+	}
+	for range 4 {
+		if d := <-errs; d != "" {
+			t.Fatal(d)
+		}
+	}
+}
+
+// TestLayoutMemoTenants checks that a tenant's layouts never come from
+// another tenant's contents.
+func TestLayoutMemoTenants(t *testing.T) {
+	l := &ledger{memo: newLayoutMemo(ledgerMemoBytes)}
+	body := bench.Sizes()[1].Body
+	for _, tc := range []struct {
+		tenant string
+		replay bool
+	}{{"a", false}, {"b", false}, {"a", true}, {"b", true}} {
+		before := l.memo.replays.Load()
+		p, err := l.layoutOf(tc.tenant, body, "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.memo.replays.Load() > before; got != tc.replay {
+			t.Errorf("tenant %s: laid out from the memo %v, want %v", tc.tenant, got, tc.replay)
+		}
+		if d := diffMemo(l.memo, body, "m"); d != "" {
+			t.Fatal(d)
+		}
+		releaseLayout(p)
 	}
 }

@@ -54,13 +54,17 @@ type scannedContent struct {
 // case-folded member name, an escaped member name where a struct's field
 // is matched, deep nesting.
 //
-// With a memo, it lays out the contents the memo remembers from their
-// node rather than the body, and remembers the others.
-func layoutScan(body []byte, model string, memo *layoutMemo) (*layout, bool) {
+// With a memo, it lays out the contents the memo remembers for tenant from
+// their node rather than the body, and remembers the others.
+func layoutScan(body []byte, model string, memo *layoutMemo, tenant string) (*layout, bool) {
 	s := chunkScanner{b: body}
-	// scope names the contents read so far in the memo; lost reports
-	// that a content the memo cannot know came before.
+	// scope names the tenant and the contents read so far in the memo;
+	// lost reports that a content the memo cannot know came before.
 	scope, lost := uint64(0), memo == nil
+	if memo != nil {
+		scope = memo.root(tenant)
+	}
+	root := scope
 	memoParts := 0
 	var raws [6][]byte // the head's members, by ledgerNames index - 1
 	var cached [2]bool
@@ -157,7 +161,7 @@ func layoutScan(body []byte, model string, memo *layoutMemo) (*layout, bool) {
 	}
 	p := b.done()
 	if memo != nil {
-		memo.remember(body, contents, parts, entries)
+		memo.remember(root, body, contents, parts, entries)
 	}
 	return p, true
 }

@@ -130,7 +130,7 @@ func TestLayoutOfReference(t *testing.T) {
 		if d := diffLayout(size.Body, "gemini-2.5-flash"); d != "" {
 			t.Errorf("%s: %s", size.Name, d)
 		}
-		if _, ok := layoutScan(size.Body, "m", nil); !ok {
+		if _, ok := layoutScan(size.Body, "m", nil, ""); !ok {
 			t.Errorf("%s: the scanner gave up on the bench's body", size.Name)
 		}
 	}
@@ -140,7 +140,7 @@ func TestLayoutOfReference(t *testing.T) {
 // the common requests.
 func TestLayoutScanCommon(t *testing.T) {
 	for _, body := range layoutCases[:15] {
-		if _, ok := layoutScan([]byte(body), "m", nil); !ok {
+		if _, ok := layoutScan([]byte(body), "m", nil, ""); !ok {
 			t.Errorf("%q: the scanner gave up", body)
 		}
 	}
