@@ -262,6 +262,10 @@ type layoutBuilder struct {
 	afterText bool
 	// mediaParts counts the media parts so far (layoutMemo).
 	mediaParts int
+	// exit is the chain's digest when exitOK: a content laid out from
+	// the memo leaves it (memoHash.exit), and nothing was written since.
+	exit   [sha256.Size]byte
+	exitOK bool
 }
 
 // textLeads holds the two leads a text chunk can have (layout.leads): 2
@@ -287,6 +291,7 @@ func newLayoutBuilder(explicit bool, n int) *layoutBuilder {
 func (b *layoutBuilder) write(x []byte) {
 	b.h.Write(x) //nolint:errcheck // never fails
 	b.written += len(x)
+	b.exitOK = false
 }
 
 func (b *layoutBuilder) mark(c byte) {
@@ -415,7 +420,11 @@ func (b *layoutBuilder) other(raw []byte) {
 func (b *layoutBuilder) done() *layout {
 	p := b.p
 	var e [ledgerEndBytes]byte
-	copy(e[:], b.h.Sum(b.sum[:0]))
+	if b.exitOK {
+		copy(e[:], b.exit[:])
+	} else {
+		copy(e[:], b.h.Sum(b.sum[:0]))
+	}
 	if !b.keyed {
 		p.key = e
 	}

@@ -93,6 +93,7 @@ type memoHash struct {
 	// state is the chain's state after the content (encoding.BinaryAppender),
 	// writtenAfter the bytes hashed then.
 	state        []byte
+	exit         [sha256.Size]byte // the chain's digest then
 	writtenAfter int
 	afterText    bool
 	media        bool
@@ -211,7 +212,9 @@ func (mm *layoutMemo) remember(root uint64, body []byte, contents []scannedConte
 	var fresh []pending
 	for i, c := range contents {
 		e := entries[i]
-		if e.node != nil || c.end-c.pos < memoWindow || e.hash == nil {
+		if e.node != nil || c.end-c.pos < memoWindow || c.end-c.pos > mm.max/4 || e.hash == nil {
+			// Found, short, too large to keep (it would push out a
+			// quarter of the memo), or not laid out by the scanner.
 			continue
 		}
 		n := &memoNode{raw: bytes.Clone(body[c.pos:c.end]), role: string(c.role), hash: e.hash}
@@ -295,8 +298,10 @@ func offsetIn(body, sub []byte) int {
 // entry starts a content: it appends the chain so far to the layout's
 // content ends (after the first content) and returns it whole.
 func (b *layoutBuilder) entry() [sha256.Size]byte {
-	var s [sha256.Size]byte
-	b.h.Sum(s[:0])
+	s := b.exit
+	if !b.exitOK {
+		b.h.Sum(s[:0])
+	}
 	if len(b.p.sums) > 1 {
 		var e [ledgerEndBytes]byte
 		copy(e[:], s[:])
@@ -350,6 +355,7 @@ func (b *layoutBuilder) replay(h *memoHash, body []byte, pos int) bool {
 	}
 	b.written = h.writtenAfter
 	b.afterText = h.afterText
+	b.exit, b.exitOK = h.exit, true
 	return true
 }
 
@@ -365,6 +371,7 @@ func (b *layoutBuilder) record(entry [sha256.Size]byte, written int, keyed bool,
 		return nil
 	}
 	h.state = state
+	b.h.Sum(h.exit[:0])
 	if !keyed && b.keyed {
 		h.keyed, h.key = true, p.key
 	}
