@@ -268,6 +268,27 @@ func BenchmarkLayoutMemo(b *testing.B) {
 				releaseLayout(p) // as settle does
 			}
 		})
+		// The conversation's next request: the same contents and a new
+		// turn of 4 KB, numbered, the only content the memo does not
+		// know.
+		b.Run(size.Name+"+turn", func(b *testing.B) {
+			l := &ledger{memo: newLayoutMemo(ledgerMemoBytes)}
+			body := append(bytes.Clone(size.Body[:len(size.Body)-2]), `,{"parts":[{"text":"Question 00000000: `...) // without "]}"
+			num := len(body) - 10
+			body = append(body, strings.Repeat(`func f() {\n\treturn \"x\"\n}\n`, 128)+`"}],"role":"user"}]}`...)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			i := 0
+			for b.Loop() {
+				copy(body[num:], fmt.Sprintf("%08d", i))
+				p, err := l.layoutOf("t", body, "gemini-2.5-flash")
+				if err != nil {
+					b.Fatal(err)
+				}
+				releaseLayout(p)
+				i++
+			}
+		})
 	}
 }
 
