@@ -157,7 +157,10 @@ func layoutScan(body []byte, model string, memo *layoutMemo, tenant string) (*la
 		if !b.parts(body, pts) {
 			return nil, false
 		}
-		entries[ci].hash = b.record(entry, written, keyed, base, escBase, media, body, c.pos)
+		if c.node != nil || c.end-c.pos >= memoWindow {
+			// Short contents are not remembered (remember).
+			entries[ci].hash = b.record(entry, written, keyed, base, escBase, media, body, c.pos)
+		}
 	}
 	p := b.done()
 	if memo != nil {
