@@ -40,8 +40,8 @@ const (
 )
 
 // layoutMemo is the memo of recently laid out contents. Safe for
-// concurrent use; its nodes are immutable but for hash and the LRU links,
-// which mu guards.
+// concurrent use; its nodes are immutable but for hash, the LRU links and
+// dropped, which mu guards.
 type layoutMemo struct {
 	seed maphash.Seed
 	mu   sync.Mutex
@@ -72,6 +72,7 @@ type memoNode struct {
 	hash       *memoHash
 	size       int
 	prev, next *memoNode
+	dropped    bool // forgotten: no longer in the map or the LRU list
 }
 
 // memoPart is a scannedPart with offsets from the content's start.
@@ -149,12 +150,24 @@ func (mm *layoutMemo) find(scope uint64, body []byte, pos int) (*memoNode, *memo
 		return nil, nil
 	}
 	k := memoKey{scope, maphash.Bytes(mm.seed, body[pos:pos+memoWindow])}
+	// The candidates are compared without the lock: a content may be
+	// megabytes.
+	var nodes [memoPerKey]*memoNode
+	var hashes [memoPerKey]*memoHash
 	mm.mu.Lock()
-	defer mm.mu.Unlock()
-	for _, n := range mm.m[k] {
+	c := copy(nodes[:], mm.m[k])
+	for i := range c {
+		hashes[i] = nodes[i].hash
+	}
+	mm.mu.Unlock()
+	for i, n := range nodes[:c] {
 		if bytes.HasPrefix(body[pos:], n.raw) {
-			mm.touch(n)
-			return n, n.hash
+			mm.mu.Lock()
+			if !n.dropped {
+				mm.touch(n)
+			}
+			mm.mu.Unlock()
+			return n, hashes[i]
 		}
 	}
 	return nil, nil
@@ -274,6 +287,7 @@ func (mm *layoutMemo) remember(root uint64, body []byte, contents []scannedConte
 
 // drop forgets n. mu held.
 func (mm *layoutMemo) drop(n *memoNode) {
+	n.dropped = true
 	mm.unlink(n)
 	list := mm.m[n.key]
 	for i, x := range list {
