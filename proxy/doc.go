@@ -91,7 +91,9 @@
 // sent, estimates the counterfactual bill of the client's own request with
 // implicit caching, from per-conversation state (prefix hashes and token
 // counts, never text); a holdout of conversations sent unrewritten
-// measures the saving. See package metrics, "The dollar ledger". The same
+// measures the saving. To lay out a request it remembers, in process and
+// per tenant, the contents it laid out recently (at most 32 MiB,
+// ledgermemo.go), so that a turn re-sent is compared, not hashed again. See package metrics, "The dollar ledger". The same
 // state tells the rewrite of a request it compacted what the previous
 // request of the conversation sent (LedgerOptions.WeighCompaction,
 // rewrite.Options.Sent), so that turns already sent are compacted only

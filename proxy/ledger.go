@@ -9,6 +9,7 @@ import (
 	"errors"
 	"hash"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -103,13 +104,15 @@ type ledger struct {
 	now      func() time.Time
 	secret   []byte
 	weigh    bool
+	// memo remembers recently laid out contents (layoutMemo).
+	memo *layoutMemo
 }
 
 func newLedger(o LedgerOptions, m *metrics.Metrics, sav *savings, secret []byte) (*ledger, error) {
 	if o.HoldoutFraction < 0 || o.HoldoutFraction > 1 || math.IsNaN(o.HoldoutFraction) {
 		return nil, errors.New("proxy: holdout fraction must be in [0, 1]")
 	}
-	l := &ledger{m: m, sav: sav, store: o.Store, holdout: o.HoldoutFraction, window: o.ImplicitCacheWindow, now: o.Now, secret: secret, weigh: o.WeighCompaction}
+	l := &ledger{m: m, sav: sav, store: o.Store, holdout: o.HoldoutFraction, window: o.ImplicitCacheWindow, now: o.Now, secret: secret, weigh: o.WeighCompaction, memo: newLayoutMemo(ledgerMemoBytes)}
 	if l.store == nil {
 		l.store = newLocalStore(localLedgerConversations)
 	}
@@ -218,7 +221,7 @@ type ledgerRequest struct {
 // FuzzLayoutOf). The layout's texts may alias body: a layout must not
 // outlive it (the request's, which holds both).
 func layoutOf(body []byte, model string) (*layout, error) {
-	if p, ok := layoutScan(body, model); ok {
+	if p, ok := layoutScan(body, model, nil, ""); ok {
 		return p, nil
 	}
 	return layoutDecoded(body, model)
@@ -257,6 +260,12 @@ type layoutBuilder struct {
 	// afterText reports that the last unit hashed was a text part, whose
 	// end marker is the lead of the next text chunk.
 	afterText bool
+	// mediaParts counts the media parts so far (layoutMemo).
+	mediaParts int
+	// exit is the chain's digest when exitOK: a content laid out from
+	// the memo leaves it (memoHash.exit), and nothing was written since.
+	exit   [sha256.Size]byte
+	exitOK bool
 }
 
 // textLeads holds the two leads a text chunk can have (layout.leads): 2
@@ -267,10 +276,14 @@ var textLeads = [2]byte{3, 2}
 // newLayoutBuilder returns a builder whose layout has room for about n
 // checkpoints.
 func newLayoutBuilder(explicit bool, n int) *layoutBuilder {
-	p := &layout{explicit: explicit}
+	p, _ := layoutPool.Get().(*layout)
+	if p == nil {
+		p = &layout{}
+	}
+	p.explicit = explicit
 	if n > 0 {
-		p.sums, p.bytes, p.fixed = make([]uint64, 0, n), make([]int, 0, n), make([]float64, 0, n)
-		p.leads, p.texts = make([][]byte, 0, n), make([]string, 0, n)
+		p.sums, p.bytes, p.fixed = slices.Grow(p.sums, n), slices.Grow(p.bytes, n), slices.Grow(p.fixed, n)
+		p.leads, p.texts = slices.Grow(p.leads, n), slices.Grow(p.texts, n)
 	}
 	return &layoutBuilder{p: p, h: sha256.New()}
 }
@@ -278,6 +291,7 @@ func newLayoutBuilder(explicit bool, n int) *layoutBuilder {
 func (b *layoutBuilder) write(x []byte) {
 	b.h.Write(x) //nolint:errcheck // never fails
 	b.written += len(x)
+	b.exitOK = false
 }
 
 func (b *layoutBuilder) mark(c byte) {
@@ -356,6 +370,14 @@ func (b *layoutBuilder) content(role string) {
 		copy(e[:], b.h.Sum(b.sum[:0]))
 		b.p.ends = append(b.p.ends, e)
 	}
+	b.contentBody(role)
+}
+
+// contentBody is content after the content end: it hashes the role.
+func (b *layoutBuilder) contentBody(role string) {
+	if role == "" {
+		role = "user"
+	}
 	b.mark(1)
 	b.write(unsafe.Slice(unsafe.StringData(role), len(role)))
 	b.mark(0)
@@ -388,6 +410,7 @@ func (b *layoutBuilder) other(raw []byte) {
 		bytes.Contains(raw, []byte(`"fileData"`)) || bytes.Contains(raw, []byte(`"file_data"`)) {
 		b.check(0, ImageTokens, nil, nil)
 		b.p.media = true
+		b.mediaParts++
 		return
 	}
 	b.check(len(raw), 0, nil, nil)
@@ -397,7 +420,11 @@ func (b *layoutBuilder) other(raw []byte) {
 func (b *layoutBuilder) done() *layout {
 	p := b.p
 	var e [ledgerEndBytes]byte
-	copy(e[:], b.h.Sum(b.sum[:0]))
+	if b.exitOK {
+		copy(e[:], b.exit[:])
+	} else {
+		copy(e[:], b.h.Sum(b.sum[:0]))
+	}
 	if !b.keyed {
 		p.key = e
 	}
@@ -476,8 +503,20 @@ func (p *layout) tailOf() tail {
 	for n := len(text); n > 0 && len(t.ns) < maxTailSums; n-- {
 		if n == len(text) || runClass(text[n-1]) != runClass(text[n]) {
 			t.ns = append(t.ns, n)
-			t.sums = append(t.sums, tailSum(p.leads[i], text[:n]))
 		}
+	}
+	// tailSum of each prefix, the shortest first, with one hash that goes
+	// on from the previous prefix.
+	t.sums = make([]uint64, len(t.ns))
+	h := sha256.New()
+	h.Write(p.leads[i]) //nolint:errcheck // never fails
+	var sum [sha256.Size]byte
+	done := 0
+	for k := len(t.ns) - 1; k >= 0; k-- {
+		n := t.ns[k]
+		h.Write(unsafe.Slice(unsafe.StringData(text[done:n]), n-done)) //nolint:errcheck // never fails
+		done = n
+		t.sums[k] = binary.BigEndian.Uint64(h.Sum(sum[:0]))
 	}
 	return t
 }
@@ -753,7 +792,7 @@ func (l *ledger) holdoutFor(st *reqState, body []byte) bool {
 		return false
 	}
 	if st.naive == nil {
-		p, err := layoutOf(body, st.info.model)
+		p, err := l.layoutOf(st.tenant, body, st.info.model)
 		if err != nil || len(p.ends) == 0 {
 			return false
 		}
@@ -781,10 +820,14 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	naive := st.naive
 	if naive == nil {
 		var err error
-		if naive, err = layoutOf(st.orig, st.info.model); err != nil {
+		if naive, err = l.layoutOf(st.tenant, st.orig, st.info.model); err != nil {
 			return nil
 		}
 	}
+	// The layouts go back to the pool when the request is settled.
+	laidOut := st.naive != nil
+	st.naive = nil
+	defer releaseLayout(naive)
 	if naive.explicit || len(naive.ends) == 0 {
 		return nil
 	}
@@ -799,8 +842,9 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	changed = changed || viaState
 	sent := naive
 	if changed && st.rewritten && !st.fallback {
-		if p, err := layoutOf(sentBody, st.info.model); err == nil {
+		if p, err := l.layoutOf(st.tenant, sentBody, st.info.model); err == nil {
 			sent = p
+			defer releaseLayout(p)
 		}
 	}
 	ratio := l.sav.ratioFor(label)
@@ -815,7 +859,7 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	}
 	now := l.now()
 	prev := st.prev
-	if st.naive == nil {
+	if !laidOut {
 		prev = l.lookup(st.tenant, naive)
 	}
 	turn := 1
@@ -1036,7 +1080,7 @@ func (l *ledger) sentPrefix(st *reqState, body []byte, compact bool) *rewrite.Se
 	if !ok || price.Input <= 0 {
 		return nil
 	}
-	p, err := layoutOf(body, st.info.model)
+	p, err := l.layoutOf(st.tenant, body, st.info.model)
 	if err != nil || len(p.ends) == 0 || p.explicit {
 		return nil
 	}

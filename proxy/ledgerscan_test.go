@@ -87,6 +87,14 @@ var layoutCases = []string{
 	`{"contents":[{"parts":[{"text":"x"}]}]} trailing`,
 	`{"contents":[{"parts":[{"text":"bad escape \q"}]}]}`,
 	`{"contents":[{"parts":[{"text":"bad \u12"}]}]}`,
+	`{"contents":[{"parts":[{"text":"bad \q","text":null}]}]}`,
+	`{"contents":[{"parts":[{"text":"bad \q","text":"good"}]}]}`,
+	`{"contents":[{"parts":[{"text":"bad \q","thought":true}]}]}`,
+	`{"contents":[{"parts":[{"text":"bad \q","text":5}]}]}`,
+	`{"contents":[{"parts":[{"text":"bad \u00zz \ud83d\udezz"}]}]}`,
+	`{"contents":[{"parts":[{"text":"pair \ud83d\ude0"}]}]}`,
+	"{\"contents\":[{\"parts\":[{\"text\":\"esc \\n then control \x1f\"}]}]}",
+	"{\"contents\":[{\"parts\":[{\"text\":\"\\\\\\\\\\\"\\\\\"}]}]}",
 	"{\"contents\":[{\"parts\":[{\"text\":\"control \x01 byte\"}]}]}",
 	`{"contents":[{"parts":[{"text":"x"}],}]}`,
 	`{"contents":[{"parts":[{"text":"x"},]}]}`,
@@ -122,7 +130,7 @@ func TestLayoutOfReference(t *testing.T) {
 		if d := diffLayout(size.Body, "gemini-2.5-flash"); d != "" {
 			t.Errorf("%s: %s", size.Name, d)
 		}
-		if _, ok := layoutScan(size.Body, "m"); !ok {
+		if _, ok := layoutScan(size.Body, "m", nil, ""); !ok {
 			t.Errorf("%s: the scanner gave up on the bench's body", size.Name)
 		}
 	}
@@ -132,7 +140,7 @@ func TestLayoutOfReference(t *testing.T) {
 // the common requests.
 func TestLayoutScanCommon(t *testing.T) {
 	for _, body := range layoutCases[:15] {
-		if _, ok := layoutScan([]byte(body), "m"); !ok {
+		if _, ok := layoutScan([]byte(body), "m", nil, ""); !ok {
 			t.Errorf("%q: the scanner gave up", body)
 		}
 	}

@@ -1,0 +1,446 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// The ledger lays out the client's body, and the body sent when the
+// rewrite changed it, on every generate request: hashing and unescaping a
+// 1 MB body is about a millisecond even when every byte of it went by in
+// the previous request of the conversation, which is the common case (a
+// conversation's next request re-sends all of it and adds a turn). A
+// layoutMemo remembers the contents it laid out: a content's bytes, its
+// parts, and, for the chain state it started from, its checkpoints and
+// the chain state after it. layoutScan looks each content of a body up
+// before it scans it and, when the bytes there are the remembered
+// content's (compared in full) and the chain before it is the one
+// remembered (its whole SHA-256 digest), appends the remembered
+// checkpoints instead of reading and hashing the content. The layout is
+// the same either way (TestLayoutMemoReference, FuzzLayoutMemo); the
+// memo is in-process only, so shared mode's state (hashes and counts) is
+// untouched, and a miss costs the layout it would have cost anyway.
+
+const (
+	// ledgerMemoBytes bounds what a ledger's memo holds: the contents'
+	// bytes and their checkpoints. The least recently used go first.
+	ledgerMemoBytes = 32 << 20
+	// memoWindow is how much of a content's start names it in the memo
+	// (with the contents before it): shorter contents are not
+	// remembered, as they cost little to lay out.
+	memoWindow = 256
+	// memoPerKey bounds the contents remembered under one name
+	// (contents that start alike after the same contents).
+	memoPerKey = 4
+)
+
+// layoutMemo is the memo of recently laid out contents. Safe for
+// concurrent use; its nodes are immutable but for hash, the LRU links and
+// dropped, which mu guards.
+type layoutMemo struct {
+	seed maphash.Seed
+	mu   sync.Mutex
+	max  int
+	used int
+	id   uint64
+	m    map[memoKey][]*memoNode
+	// head is the most recently used node, tail the least.
+	head, tail *memoNode
+	// replays counts the contents laid out from the memo.
+	replays atomic.Int64
+}
+
+// memoKey names a content: scope identifies the tenant and the contents
+// before it in the body (root, memoScope), fp its first memoWindow bytes. Neither is trusted
+// for identity: a node is used only when its bytes are the body's.
+type memoKey struct{ scope, fp uint64 }
+
+// memoNode is one remembered content.
+type memoNode struct {
+	key   memoKey
+	id    uint64
+	raw   []byte // the content's JSON object, a copy
+	role  string
+	parts []memoPart
+	// hash is the content's layout from one chain state; nil until one
+	// is known. Guarded by layoutMemo.mu.
+	hash       *memoHash
+	size       int
+	prev, next *memoNode
+	dropped    bool // forgotten: no longer in the map or the LRU list
+}
+
+// memoPart is a scannedPart with offsets from the content's start.
+type memoPart struct {
+	raw0, raw1, text0, text1 int
+	isText, esc, textNil     bool
+}
+
+// memoHash is a content's layout after the chain state named by entry
+// (its whole digest) and written (the bytes hashed before it).
+type memoHash struct {
+	entry       [sha256.Size]byte
+	written     int
+	keyedBefore bool
+	checks      []memoCheck
+	// esc are the content's escaped chunks, i relative to its first
+	// checkpoint, off and end to its start.
+	esc []escChunk
+	// state is the chain's state after the content (encoding.BinaryAppender),
+	// writtenAfter the bytes hashed then.
+	state        []byte
+	exit         [sha256.Size]byte // the chain's digest then
+	writtenAfter int
+	afterText    bool
+	media        bool
+	// key is the layout's key when the content holds the checkpoint that
+	// set it (keyed).
+	keyed bool
+	key   [ledgerEndBytes]byte
+}
+
+// memoCheck is one checkpoint of a content: its sum, its own bytes and
+// fixed tokens, its lead (0 none, 1 textLeads[1:], 2 textLeads[:]) and
+// its text chunk's offsets from the content's start (text0 == text1 for
+// none or an escaped chunk).
+type memoCheck struct {
+	sum          uint64
+	nbytes       int
+	fixed        float64
+	lead         uint8
+	text0, text1 int
+}
+
+func newLayoutMemo(maxBytes int) *layoutMemo {
+	return &layoutMemo{seed: maphash.MakeSeed(), max: maxBytes, m: make(map[memoKey][]*memoNode)}
+}
+
+// root returns the scope of a body's first content: the tenant's, so
+// that no tenant's layout time tells whether another sent the same
+// contents.
+func (mm *layoutMemo) root(tenant string) uint64 {
+	return maphash.String(mm.seed, tenant)
+}
+
+// memoScope returns the scope after a content: the node's id when the
+// content is remembered, else a hash of its bytes (a short content).
+func (mm *layoutMemo) memoScope(scope uint64, n *memoNode, raw []byte) uint64 {
+	x := uint64(0)
+	if n != nil {
+		x = n.id
+	} else {
+		x = maphash.Bytes(mm.seed, raw) | 1<<63
+	}
+	// splitmix64 of the pair.
+	z := scope*0x9e3779b97f4a7c15 ^ x
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// find returns the node remembered for the content at body[pos:] after
+// scope, and its hash, or nil.
+func (mm *layoutMemo) find(scope uint64, body []byte, pos int) (*memoNode, *memoHash) {
+	if len(body)-pos < memoWindow || body[pos] != '{' {
+		return nil, nil
+	}
+	k := memoKey{scope, maphash.Bytes(mm.seed, body[pos:pos+memoWindow])}
+	// The candidates are compared without the lock: a content may be
+	// megabytes.
+	var nodes [memoPerKey]*memoNode
+	var hashes [memoPerKey]*memoHash
+	mm.mu.Lock()
+	c := copy(nodes[:], mm.m[k])
+	for i := range c {
+		hashes[i] = nodes[i].hash
+	}
+	mm.mu.Unlock()
+	for i, n := range nodes[:c] {
+		if bytes.HasPrefix(body[pos:], n.raw) {
+			mm.mu.Lock()
+			if !n.dropped {
+				mm.touch(n)
+			}
+			mm.mu.Unlock()
+			return n, hashes[i]
+		}
+	}
+	return nil, nil
+}
+
+// touch makes n the most recently used node. mu held.
+func (mm *layoutMemo) touch(n *memoNode) {
+	if mm.head == n {
+		return
+	}
+	mm.unlink(n)
+	n.next = mm.head
+	if mm.head != nil {
+		mm.head.prev = n
+	}
+	mm.head = n
+	if mm.tail == nil {
+		mm.tail = n
+	}
+}
+
+func (mm *layoutMemo) unlink(n *memoNode) {
+	if n.prev != nil {
+		n.prev.next = n.next
+	} else if mm.head == n {
+		mm.head = n.next
+	}
+	if n.next != nil {
+		n.next.prev = n.prev
+	} else if mm.tail == n {
+		mm.tail = n.prev
+	}
+	n.prev, n.next = nil, nil
+}
+
+// memoEntry is what layoutScan records of one content as it builds the
+// layout, for the memo.
+type memoEntry struct {
+	// node is the content's node when the scan found it; hash is the
+	// content's layout when it was built rather than replayed.
+	node *memoNode
+	hash *memoHash
+}
+
+// remember stores what a successful layout learned: a node for each
+// content not yet remembered (at least memoWindow bytes), and the hash of
+// each remembered content built from another chain state.
+func (mm *layoutMemo) remember(root uint64, body []byte, contents []scannedContent, parts []scannedPart, entries []memoEntry) {
+	// The new nodes are made before the lock is taken: their ids come
+	// after it, so scopes are computed under it.
+	type pending struct {
+		i int
+		n *memoNode
+	}
+	var fresh []pending
+	for i, c := range contents {
+		e := entries[i]
+		if e.node != nil || c.end-c.pos < memoWindow || c.end-c.pos > mm.max/4 || e.hash == nil {
+			// Found, short, too large to keep (it would push out a
+			// quarter of the memo), or not laid out by the scanner.
+			continue
+		}
+		n := &memoNode{raw: bytes.Clone(body[c.pos:c.end]), role: string(c.role), hash: e.hash}
+		for _, pt := range parts[c.from:c.to] {
+			mp := memoPart{raw0: offsetIn(body, pt.raw) - c.pos, isText: pt.isText, esc: pt.esc}
+			mp.raw1 = mp.raw0 + len(pt.raw)
+			switch {
+			case pt.esc:
+				mp.text0, mp.text1 = pt.off-c.pos, pt.end-c.pos
+			case pt.isText && pt.text == nil:
+				mp.textNil = true
+			case pt.isText:
+				mp.text0 = offsetIn(body, pt.text) - c.pos
+				mp.text1 = mp.text0 + len(pt.text)
+			}
+			n.parts = append(n.parts, mp)
+		}
+		n.size = len(n.raw) + 64*len(n.parts) + 64*len(e.hash.checks) + 48*len(e.hash.esc) + len(e.hash.state) + 256
+		fresh = append(fresh, pending{i, n})
+	}
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	scope := root
+	f := 0
+	for i, c := range contents {
+		e := entries[i]
+		n := e.node
+		switch {
+		case n != nil:
+			if e.hash != nil {
+				n.hash = e.hash
+			}
+		case f < len(fresh) && fresh[f].i == i:
+			n = fresh[f].n
+			f++
+			mm.id++
+			n.id = mm.id
+			n.key = memoKey{scope, maphash.Bytes(mm.seed, n.raw[:memoWindow])}
+			list := mm.m[n.key]
+			if len(list) >= memoPerKey {
+				mm.drop(list[len(list)-1])
+				list = mm.m[n.key]
+			}
+			mm.m[n.key] = append([]*memoNode{n}, list...)
+			mm.used += n.size
+			mm.touch(n)
+		case c.end-c.pos >= memoWindow:
+			// Not remembered: the contents after it cannot be found.
+			return
+		}
+		scope = mm.memoScope(scope, n, body[c.pos:c.end])
+	}
+	for mm.used > mm.max && mm.tail != nil {
+		mm.drop(mm.tail)
+	}
+}
+
+// drop forgets n. mu held.
+func (mm *layoutMemo) drop(n *memoNode) {
+	n.dropped = true
+	mm.unlink(n)
+	list := mm.m[n.key]
+	for i, x := range list {
+		if x == n {
+			list = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(mm.m, n.key)
+	} else {
+		mm.m[n.key] = list
+	}
+	mm.used -= n.size
+}
+
+// offsetIn returns the offset of sub, a slice of body, in body.
+func offsetIn(body, sub []byte) int {
+	return int(uintptr(unsafe.Pointer(unsafe.SliceData(sub))) - uintptr(unsafe.Pointer(unsafe.SliceData(body))))
+}
+
+// entry starts a content: it appends the chain so far to the layout's
+// content ends (after the first content) and returns it whole.
+func (b *layoutBuilder) entry() [sha256.Size]byte {
+	s := b.exit
+	if !b.exitOK {
+		b.h.Sum(s[:0])
+	}
+	if len(b.p.sums) > 1 {
+		var e [ledgerEndBytes]byte
+		copy(e[:], s[:])
+		b.p.ends = append(b.p.ends, e)
+	}
+	return s
+}
+
+// replay appends the checkpoints of a content remembered from the same
+// chain state, the content lying at body[pos:].
+func (b *layoutBuilder) replay(h *memoHash, body []byte, pos int) bool {
+	if err := b.h.(encoding.BinaryUnmarshaler).UnmarshalBinary(h.state); err != nil {
+		return false
+	}
+	p := b.p
+	base := len(p.sums)
+	for _, c := range h.checks {
+		b.bytesSoFar += c.nbytes
+		b.fixedSoFar += c.fixed
+		p.sums = append(p.sums, c.sum)
+		p.bytes = append(p.bytes, b.bytesSoFar)
+		p.fixed = append(p.fixed, b.fixedSoFar)
+		var lead []byte
+		switch c.lead {
+		case 1:
+			lead = textLeads[1:]
+		case 2:
+			lead = textLeads[:]
+		}
+		p.leads = append(p.leads, lead)
+		text := ""
+		if c.text1 > c.text0 {
+			text = unsafe.String(&body[pos+c.text0], c.text1-c.text0)
+		}
+		p.texts = append(p.texts, text)
+	}
+	for _, e := range h.esc {
+		e.i += base
+		e.off += pos
+		e.end += pos
+		p.esc = append(p.esc, e)
+	}
+	if len(h.esc) > 0 {
+		p.body = body
+	}
+	if h.media {
+		p.media = true
+	}
+	if h.keyed {
+		p.key, b.keyed = h.key, true
+	}
+	b.written = h.writtenAfter
+	b.afterText = h.afterText
+	b.exit, b.exitOK = h.exit, true
+	return true
+}
+
+// record returns the memoHash of the content just built, whose entry
+// chain was entry, written and keyed as given, its first checkpoint base
+// and its first escaped chunk escBase, the content lying at body[pos:].
+func (b *layoutBuilder) record(entry [sha256.Size]byte, written int, keyed bool, base, escBase, mediaBefore int, body []byte, pos int) *memoHash {
+	p := b.p
+	h := &memoHash{entry: entry, written: written, keyedBefore: keyed, writtenAfter: b.written, afterText: b.afterText,
+		media: b.mediaParts > mediaBefore}
+	state, err := b.h.(encoding.BinaryAppender).AppendBinary(nil)
+	if err != nil {
+		return nil
+	}
+	h.state = state
+	b.h.Sum(h.exit[:0])
+	if !keyed && b.keyed {
+		h.keyed, h.key = true, p.key
+	}
+	h.checks = make([]memoCheck, 0, len(p.sums)-base)
+	prevBytes, prevFixed := 0, 0.0
+	if base > 0 {
+		prevBytes, prevFixed = p.bytes[base-1], p.fixed[base-1]
+	}
+	for i := base; i < len(p.sums); i++ {
+		c := memoCheck{sum: p.sums[i], nbytes: p.bytes[i] - prevBytes, fixed: p.fixed[i] - prevFixed}
+		prevBytes, prevFixed = p.bytes[i], p.fixed[i]
+		switch {
+		case p.leads[i] == nil:
+		case len(p.leads[i]) == 1:
+			c.lead = 1
+		default:
+			c.lead = 2
+		}
+		if t := p.texts[i]; len(t) > 0 {
+			c.text0 = offsetIn(body, unsafe.Slice(unsafe.StringData(t), len(t))) - pos
+			c.text1 = c.text0 + len(t)
+		}
+		h.checks = append(h.checks, c)
+	}
+	for _, e := range p.esc[escBase:] {
+		e.i -= base
+		e.off -= pos
+		e.end -= pos
+		h.esc = append(h.esc, e)
+	}
+	return h
+}
+
+// layoutOf is layoutOf with the ledger's memo, for a request of tenant.
+func (l *ledger) layoutOf(tenant string, body []byte, model string) (*layout, error) {
+	if p, ok := layoutScan(body, model, l.memo, tenant); ok {
+		return p, nil
+	}
+	return layoutDecoded(body, model)
+}
+
+// layoutPool holds layouts whose request was settled, so that the
+// checkpoints of the next are not allocated (about 64 bytes a 512-byte
+// chunk).
+var layoutPool sync.Pool
+
+// releaseLayout puts p in layoutPool; p must not be used after.
+func releaseLayout(p *layout) {
+	if p == nil {
+		return
+	}
+	// Drop the references to the request's body.
+	clear(p.leads)
+	clear(p.texts)
+	*p = layout{sums: p.sums[:0], bytes: p.bytes[:0], fixed: p.fixed[:0], leads: p.leads[:0], texts: p.texts[:0],
+		ends: p.ends[:0], esc: p.esc[:0]}
+	layoutPool.Put(p)
+}
