@@ -303,7 +303,8 @@ type Memory struct {
 	// runtime's soft limit (debug.SetMemoryLimit) and, minus
 	// cache.max_bytes and MemoryReserve, the budget of the buffers that
 	// grow with traffic (response taps, request bodies being rewritten,
-	// buffered chunked bodies; see proxy.Options.MemoryBudgetBytes). The
+	// buffered chunked bodies) and of the ledger's layout memo; see
+	// proxy.Options.MemoryBudgetBytes. The
 	// default, 448MiB, fits a 512 MiB container with the default cache.
 	// Zero means no limit and no budget.
 	LimitBytes ByteSize `mapstructure:"limit_bytes"`

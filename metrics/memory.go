@@ -23,7 +23,7 @@ var BudgetConsumers = []string{BudgetTap, BudgetRewrite, BudgetChunkedBody}
 func (m *Metrics) newMemory(f promauto.Factory) {
 	m.MemoryBudgetLimit = f.NewGauge(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "memory_budget_bytes",
-		Help: "The process-wide byte budget of the buffers that grow with traffic (tap, rewrite, chunked bodies): memory.limit_bytes minus cache.max_bytes and the runtime's reserve; 0 when there is no limit.",
+		Help: "The process-wide byte budget of the buffers that grow with traffic (tap, rewrite, chunked bodies): memory.limit_bytes minus cache.max_bytes, the runtime's reserve and the ledger's layout memo (at most 32 MiB, a quarter of what is left); 0 when there is no limit.",
 	})
 	m.MemoryBudgetUsed = f.NewGauge(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "memory_budget_used_bytes",

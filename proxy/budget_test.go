@@ -170,3 +170,27 @@ func TestMemoryBudgetChunkedBody(t *testing.T) {
 	}
 	waitFor(t, "budget free", func() bool { return f.h.budget.usedBytes() == 0 })
 }
+
+// TestMemoryBudgetHoldsLedgerMemo: the ledger's layout memo is inside
+// the process-wide budget, at most a quarter of it, so that what it keeps
+// never takes memory.limit_bytes past the runtime's soft limit; without
+// a budget it keeps its own bound.
+func TestMemoryBudgetHoldsLedgerMemo(t *testing.T) {
+	be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {})
+	for _, tc := range []struct {
+		budget, wantTraffic int64
+		wantMemo            int
+	}{
+		{0, 0, ledgerMemoBytes},
+		{144 << 20, 112 << 20, 32 << 20},
+		{16 << 20, 12 << 20, 4 << 20},
+	} {
+		f := newFixture(t, be.URL, Options{MemoryBudgetBytes: tc.budget})
+		if got := f.h.ledger.memo.max; got != tc.wantMemo {
+			t.Errorf("budget %d: the memo holds up to %d bytes, want %d", tc.budget, got, tc.wantMemo)
+		}
+		if got := int64(testutil.ToFloat64(f.m.MemoryBudgetLimit)); got != tc.wantTraffic {
+			t.Errorf("budget %d: memory_budget_bytes = %d, want %d", tc.budget, got, tc.wantTraffic)
+		}
+	}
+}

@@ -108,11 +108,11 @@ type ledger struct {
 	memo *layoutMemo
 }
 
-func newLedger(o LedgerOptions, m *metrics.Metrics, sav *savings, secret []byte) (*ledger, error) {
+func newLedger(o LedgerOptions, m *metrics.Metrics, sav *savings, secret []byte, memoBytes int) (*ledger, error) {
 	if o.HoldoutFraction < 0 || o.HoldoutFraction > 1 || math.IsNaN(o.HoldoutFraction) {
 		return nil, errors.New("proxy: holdout fraction must be in [0, 1]")
 	}
-	l := &ledger{m: m, sav: sav, store: o.Store, holdout: o.HoldoutFraction, window: o.ImplicitCacheWindow, now: o.Now, secret: secret, weigh: o.WeighCompaction, memo: newLayoutMemo(ledgerMemoBytes)}
+	l := &ledger{m: m, sav: sav, store: o.Store, holdout: o.HoldoutFraction, window: o.ImplicitCacheWindow, now: o.Now, secret: secret, weigh: o.WeighCompaction, memo: newLayoutMemo(memoBytes)}
 	if l.store == nil {
 		l.store = newLocalStore(localLedgerConversations)
 	}

@@ -39,6 +39,19 @@ const (
 	memoPerKey = 4
 )
 
+// splitMemoryBudget takes the ledger's memo out of the process-wide
+// memory budget b (Options.MemoryBudgetBytes): the memo may hold
+// ledgerMemoBytes, at most a quarter of b, and the traffic buffers get
+// the rest, so that what the memo keeps is inside memory.limit_bytes.
+// Without a budget (b ≤ 0) the memo holds ledgerMemoBytes.
+func splitMemoryBudget(b int64) (traffic int64, memo int) {
+	if b <= 0 {
+		return b, ledgerMemoBytes
+	}
+	m := min(int64(ledgerMemoBytes), b/4)
+	return b - m, int(m)
+}
+
 // layoutMemo is the memo of recently laid out contents. Safe for
 // concurrent use; its nodes are immutable but for hash, the LRU links and
 // dropped, which mu guards.

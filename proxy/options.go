@@ -130,6 +130,8 @@ type Options struct {
 	// buffered before they are forwarded. When it is spent the tap skips
 	// the event (text marked truncated), the rewrite is skipped
 	// (rewrite_skipped=memory) and a chunked body gets 503; nothing waits.
+	// The ledger's layout memo takes its share first (splitMemoryBudget:
+	// at most 32 MiB, a quarter of the budget).
 	// serve sizes it from memory.limit_bytes. Zero means no budget.
 	MemoryBudgetBytes int64
 	// Interactions configures continuing conversations server-side through

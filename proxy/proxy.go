@@ -108,8 +108,9 @@ func New(opts Options, logger *slog.Logger, m *metrics.Metrics) (*Handler, error
 		rewriteFn: rewrite.Request,
 		auditFn:   rewrite.Audit,
 		hot:       hotMetrics{m: m},
-		budget:    newMemBudget(opts.MemoryBudgetBytes, m),
 	}
+	traffic, memoBytes := splitMemoryBudget(opts.MemoryBudgetBytes)
+	h.budget = newMemBudget(traffic, m)
 	if h.basePath != "" && !strings.HasPrefix(h.basePath, "/") {
 		h.basePath = "/" + h.basePath
 	}
@@ -146,7 +147,7 @@ func New(opts Options, logger *slog.Logger, m *metrics.Metrics) (*Handler, error
 	}
 	sav.countTokens = func(ctx context.Context, s *sample) (int64, error) { return callCountTokens(ctx, base, s) }
 	h.sav = sav
-	if h.ledger, err = newLedger(opts.Ledger, m, sav, h.secret); err != nil {
+	if h.ledger, err = newLedger(opts.Ledger, m, sav, h.secret, memoBytes); err != nil {
 		return nil, err
 	}
 	h.ix = newInteractions(opts.Interactions, h.rwOpts, m)
