@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"strconv"
 	"unicode"
 	"unicode/utf16"
@@ -359,9 +360,11 @@ func (s *chunkScanner) text() ([]byte, bool) {
 	if !esc && utf8.Valid(raw) {
 		return raw, true
 	}
-	// Unescaped into the scratch buffer the scanner keeps between scans.
+	// Unescaped into the scratch buffer the scanner keeps between scans,
+	// grown once to what the text needs at most (but for invalid UTF-8):
+	// appending a 256 KB text grew it by doubling, a megabyte in all.
 	start = len(s.scratch)
-	s.scratch = appendUnquoted(s.scratch, raw)
+	s.scratch = appendUnquoted(slices.Grow(s.scratch, len(raw)), raw)
 	return s.scratch[start:len(s.scratch):len(s.scratch)], true
 }
 
