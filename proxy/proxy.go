@@ -741,11 +741,10 @@ func (h *Handler) modifyResponse(res *http.Response) error {
 			}
 			res.Header.Set(HeaderReport, v)
 		}
-		if t := newTap(res.Header.Get("Content-Encoding"), h.opts.OnExchange != nil || h.opts.OnServed != nil); t != nil {
-			t.budget = h.budget
+		if t := h.newTap(res, st); t != nil {
 			st.tb = &tapBody{rc: res.Body, t: t, left: res.ContentLength}
-			if h.opts.OnServed != nil && st.upStatus == http.StatusOK {
-				st.tb.complete = func() { h.served(st) }
+			if st.upStatus == http.StatusOK && (h.opts.OnServed != nil || h.opts.ServedText != nil) {
+				st.tb.h, st.tb.st = h, st
 			}
 			res.Body = st.tb
 		}

@@ -74,7 +74,7 @@ type tap struct {
 	finished      bool
 	usage         *Usage
 	modelVersion  string
-	text          strings.Builder
+	text          tapText
 	textTruncated bool
 	events        int
 	sc            chunkScanner
@@ -122,12 +122,61 @@ func (t *tap) release() {
 func newTap(contentEncoding string, needText bool) *tap {
 	switch strings.ToLower(strings.TrimSpace(contentEncoding)) {
 	case "", "identity":
-		return &tap{needText: needText}
+		return &tap{needText: needText, text: tapText{keep: true}}
 	case "gzip", "x-gzip":
-		return &tap{gzipped: true, needText: needText}
+		return &tap{gzipped: true, needText: needText, text: tapText{keep: true}}
 	}
 	return nil
 }
+
+// tapText is the model's text as the tap reads it: kept whole for
+// Exchange.Text when keep is set, and written on to w (Options.ServedText)
+// when there is one, so that recording the served answer needs no copy of
+// it.
+type tapText struct {
+	b    strings.Builder
+	keep bool
+	n    int
+	w    ServedWriter
+}
+
+// Len returns the bytes of text read so far.
+func (x *tapText) Len() int { return x.n }
+
+// Grow makes room for n more bytes.
+func (x *tapText) Grow(n int) {
+	if x.keep {
+		x.b.Grow(n)
+	}
+	if x.w != nil {
+		x.w.Grow(n)
+	}
+}
+
+// Write adds p to the text.
+func (x *tapText) Write(p []byte) {
+	x.n += len(p)
+	if x.keep {
+		x.b.Write(p)
+	}
+	if x.w != nil {
+		x.w.Write(p) //nolint:errcheck // a ServedWriter never fails
+	}
+}
+
+// WriteString adds s to the text.
+func (x *tapText) WriteString(s string) {
+	x.n += len(s)
+	if x.keep {
+		x.b.WriteString(s)
+	}
+	if x.w != nil {
+		x.w.WriteString(s) //nolint:errcheck // a ServedWriter never fails
+	}
+}
+
+// String returns the text kept ("" without keep).
+func (x *tapText) String() string { return x.b.String() }
 
 // Write feeds body bytes to the tap. It always reports len(p), nil.
 func (t *tap) Write(p []byte) (int, error) {
@@ -598,11 +647,12 @@ type tapBody struct {
 	t   *tap
 	eof bool // the whole body was read
 	// left is what the Content-Length says remains to be read, -1 when
-	// unknown. complete, when set, is called once, as soon as the whole
-	// body was read: before Read returns its last bytes, so before the
-	// client can have them (issue 13, defect 4).
-	left     int64
-	complete func()
+	// unknown. When h is set, h.served(st) is called once, as soon as the
+	// whole body was read: before Read returns its last bytes, so before
+	// the client can have them (issue 13, defect 4).
+	left int64
+	h    *Handler
+	st   *reqState
 }
 
 func (b *tapBody) Read(p []byte) (int, error) {
@@ -618,10 +668,10 @@ func (b *tapBody) Read(p []byte) (int, error) {
 	if err == io.EOF {
 		b.eof = true
 	}
-	if b.eof && b.complete != nil {
-		f := b.complete
-		b.complete = nil
-		f()
+	if b.eof && b.h != nil {
+		h := b.h
+		b.h = nil
+		h.served(b.st)
 	}
 	return n, err
 }
