@@ -47,7 +47,8 @@ func (s *Store) ServedRecorder(tenant string) *ServedRecorder {
 // Grow makes room for n more bytes of text.
 func (r *ServedRecorder) Grow(n int) {
 	if cap(r.buf)-len(r.buf) < n {
-		b := make([]byte, len(r.buf), len(r.buf)+n)
+		// Doubling, as append would: a stream grows it event by event.
+		b := make([]byte, len(r.buf), max(len(r.buf)+n, 2*cap(r.buf)))
 		copy(b, r.buf)
 		r.buf = b
 	}

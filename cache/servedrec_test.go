@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -160,4 +161,35 @@ func FuzzServedRecorder(f *testing.F) {
 		rng := rand.New(rand.NewPCG(seed, seed>>7))
 		checkRecorder(t, text, randomCuts(rng, len(text), 16), truncated)
 	})
+}
+
+// BenchmarkServedRecorder records a 256 KB answer (Markdown prose with
+// code and new lines, as bench.LongAnswers serves) with the recorder, in
+// one write and in 100 writes (a stream), next to the one-pass record it
+// replaced.
+//
+//	go test ./cache -run '^$' -bench ServedRecorder -benchmem
+func BenchmarkServedRecorder(b *testing.B) {
+	para := "The difference is ownership of the backing storage.\n\nAn **array** in Go has a fixed length that is part of its type: `[4]int` and `[5]int` are different types.\n\n```go\na := [4]int{1, 2, 3, 4}\ns := a[1:3] // len 2, cap 3\n```\n\n"
+	text := strings.Repeat(para, 256<<10/len(para))
+	b.Run("one-pass", func(b *testing.B) {
+		b.SetBytes(int64(len(text)))
+		for b.Loop() {
+			servedRecordRef(text, false)
+		}
+	})
+	for _, pieces := range []int{1, 100} {
+		b.Run("recorder/"+strconv.Itoa(pieces), func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			step := len(text)/pieces + 1
+			for b.Loop() {
+				r := (&Store{}).ServedRecorder("t")
+				for i := 0; i < len(text); i += step {
+					r.Grow(min(step, len(text)-i))
+					r.WriteString(text[i:min(i+step, len(text))]) //nolint:errcheck // never fails
+				}
+				r.record(false)
+			}
+		})
+	}
 }

@@ -583,8 +583,11 @@ func (t *tap) apply(sc *chunkScanner) {
 	}
 	clear(sc.texts) // drop references to the body
 	sc.texts, sc.b, sc.modelVersion = sc.texts[:0], nil, nil
-	if cap(sc.scratch) > 64<<10 {
-		sc.scratch = nil // a large text's buffer is not kept for the next event
+	if cap(sc.scratch) > minPooledScratch {
+		// A large text's buffer is not kept for the next event: it goes
+		// back to the pool, its texts copied out above.
+		putScratch(sc.scratch)
+		sc.scratch = nil
 	}
 }
 
