@@ -202,11 +202,14 @@ func TestServedTextAsOnServed(t *testing.T) {
 				defer mu.Unlock()
 				exchanges = append(exchanges, ex)
 			}})
+			report := ""
 			for _, f := range []*fixture{a, b} {
 				req, _ := http.NewRequest("POST", f.front.URL+"/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(`{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`))
-				if res, _ := do(t, rawClient(), req); res.StatusCode != max(tc.status, 200) {
+				res, _ := do(t, rawClient(), req)
+				if res.StatusCode != max(tc.status, 200) {
 					t.Fatalf("status %d", res.StatusCode)
 				}
+				report = res.Header.Get(HeaderReport)
 			}
 			// OnExchange runs after the client has its answer.
 			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
@@ -230,6 +233,8 @@ func TestServedTextAsOnServed(t *testing.T) {
 			}
 			if len(exchanges) != 1 || exchanges[0].Text != "" || exchanges[0].Usage == nil || exchanges[0].Usage.PromptTokens != 3 {
 				t.Errorf("exchanges %+v, want one without text, with usage", exchanges)
+			} else if exchanges[0].ReportHeader != report || report == "" {
+				t.Errorf("Exchange.ReportHeader %q, want the response's %s %q", exchanges[0].ReportHeader, HeaderReport, report)
 			}
 		})
 	}

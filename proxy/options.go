@@ -225,6 +225,10 @@ type Exchange struct {
 	Request []byte
 	// Report is the rewrite report; nil when no rewrite ran.
 	Report *rewrite.Report
+	// ReportHeader is the X-Gemini-Proxy-Report value the client got,
+	// without "; fallback": Report.Header() and the proxy's own notes
+	// ("; holdout", "; mode=dry-run"), formatted once per request.
+	ReportHeader string
 	// RewriteMode is the metrics mode: on, dry-run, off or disabled.
 	RewriteMode string
 	// Fallback reports whether the rewritten request was retried with the

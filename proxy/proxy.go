@@ -992,17 +992,18 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 
 	if h.opts.OnExchange != nil && st.info.route.isGenerate() && st.upStatus != 0 {
 		ex := Exchange{
-			Tenant:      st.tenant,
-			Route:       st.info.route,
-			Model:       st.info.model,
-			Stream:      st.stream,
-			Status:      code,
-			Complete:    !aborted && st.tb != nil && st.tb.eof,
-			Request:     st.orig,
-			Report:      st.report,
-			RewriteMode: st.mode,
-			Fallback:    st.fallback,
-			Ledger:      led,
+			Tenant:       st.tenant,
+			Route:        st.info.route,
+			Model:        st.info.model,
+			Stream:       st.stream,
+			Status:       code,
+			Complete:     !aborted && st.tb != nil && st.tb.eof,
+			Request:      st.orig,
+			Report:       st.report,
+			ReportHeader: st.repHeader,
+			RewriteMode:  st.mode,
+			Fallback:     st.fallback,
+			Ledger:       led,
 		}
 		if t != nil {
 			ex.Usage, ex.ModelVersion = t.usage, t.modelVersion
@@ -1277,7 +1278,10 @@ func (b *countingBody) read(p []byte) (int, error) {
 	if err != nil {
 		b.done = err
 		if err != io.EOF {
-			b.err.CompareAndSwap(nil, &err)
+			// A copy: taking err's address would move it to the heap on
+			// every read, not only on this path.
+			e := err
+			b.err.CompareAndSwap(nil, &e)
 		}
 	}
 	return n, err

@@ -73,6 +73,7 @@ type tap struct {
 	ix            bool
 	finished      bool
 	usage         *Usage
+	usageBuf      Usage // what usage points to when the scanner read it
 	modelVersion  string
 	text          tapText
 	textTruncated bool
@@ -557,8 +558,11 @@ func (t *tap) decode(b []byte, tail bool) {
 // apply records what chunkScanner read, as decode does for encoding/json.
 func (t *tap) apply(sc *chunkScanner) {
 	if sc.hasUsage && (t.usage == nil || *t.usage != sc.usage) {
-		u := sc.usage
-		t.usage = &u
+		// Into the tap's own value, not a new one per event: a stream
+		// repeats its cumulative usage in every event. The tap is not
+		// reused, so t.usage holds still once the response is over.
+		t.usageBuf = sc.usage
+		t.usage = &t.usageBuf
 	}
 	if len(sc.modelVersion) > 0 && string(sc.modelVersion) != t.modelVersion {
 		t.modelVersion = string(sc.modelVersion)

@@ -125,7 +125,7 @@ func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, co
 			hook(ex)
 		}
 		if ex.Report != nil {
-			page.Record(savingspage.Report{At: time.Now(), Model: ex.Model, Status: ex.Status, Header: ex.Report.Header(),
+			page.Record(savingspage.Report{At: time.Now(), Model: ex.Model, Status: ex.Status, Header: ex.ReportHeader,
 				BytesBefore: ex.Report.BytesBefore, BytesAfter: ex.Report.BytesAfter})
 		}
 		// Only what the client received in full counts.
