@@ -1201,7 +1201,15 @@ type countingBody struct {
 	// response that follows.
 	idle     time.Duration
 	deadline readDeadliner
+	armed    time.Time // when the deadline was last set
 }
+
+// idleRearm is the share of the idle timeout that must have passed since
+// the deadline was set before a read sets it again: setting a deadline
+// updates a runtime timer, and a body read in a few reads right after its
+// headers need not pay that once per read. A client still has at least
+// 63/64 of the idle timeout after each read.
+const idleRearm = 64
 
 // readDeadliner is what sets a connection's read deadline: the server's
 // ResponseWriter, or an http.ResponseController on a wrapped one.
@@ -1221,10 +1229,11 @@ func (b *countingBody) startIdle(idle time.Duration, w http.ResponseWriter) bool
 	if !ok {
 		d = http.NewResponseController(w)
 	}
-	if d.SetReadDeadline(time.Now().Add(idle)) != nil {
+	now := time.Now()
+	if d.SetReadDeadline(now.Add(idle)) != nil {
 		return false
 	}
-	b.idle, b.deadline = idle, d
+	b.idle, b.deadline, b.armed = idle, d, now
 	return true
 }
 
@@ -1233,9 +1242,13 @@ func (b *countingBody) Read(p []byte) (int, error) {
 		return 0, b.done
 	}
 	if b.deadline != nil {
-		// Measured from each read, so that time the proxy spends writing
-		// to a slow upstream between reads never counts against the client.
-		b.deadline.SetReadDeadline(time.Now().Add(b.idle)) //nolint:errcheck // armed once already
+		// Measured from each read (within idle/idleRearm), so that time
+		// the proxy spends writing to a slow upstream between reads never
+		// counts against the client.
+		if now := time.Now(); now.Sub(b.armed) >= b.idle/idleRearm {
+			b.deadline.SetReadDeadline(now.Add(b.idle)) //nolint:errcheck // armed once already
+			b.armed = now
+		}
 	}
 	n, err := b.read(p)
 	if b.deadline != nil {
