@@ -3,6 +3,7 @@ package cache
 import (
 	"crypto/sha256"
 	"hash"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -18,8 +19,7 @@ import (
 type ServedRecorder struct {
 	s      *Store
 	tenant string
-	// buf is recHead bytes of room for the record's flag and trail, then
-	// the normalised text.
+	// buf is the normalised text, in a buffer from recorderBuffers.
 	buf   []byte
 	space bool // white space since the last byte of text written
 	// carry holds the start of a rune cut between two writes.
@@ -34,14 +34,17 @@ type ServedRecorder struct {
 	pref   [len(prefixCuts)]digest
 }
 
-// recHead is the room a ServedRecorder keeps before the normalised text
-// for the record's flag and a trail of up to recHead-2 bytes; a longer
-// trail moves the text once.
-const recHead = 2 + 14
+// recorderBuffers recycles the recorders' buffers (up to
+// maxRecorderBuffer bytes): the record itself is made at its exact size
+// once the response is over, so a stream's text, whose size is not known
+// in advance, grows in a buffer that serves again.
+var recorderBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+const maxRecorderBuffer = 1 << 20
 
 // ServedRecorder returns a recorder of one response served to tenant.
 func (s *Store) ServedRecorder(tenant string) *ServedRecorder {
-	return &ServedRecorder{s: s, tenant: tenant, buf: make([]byte, recHead, recHead+512), h: sha256.New()}
+	return &ServedRecorder{s: s, tenant: tenant, buf: (*recorderBuffers.Get().(*[]byte))[:0], h: sha256.New()}
 }
 
 // Grow makes room for n more bytes of text.
@@ -50,8 +53,18 @@ func (r *ServedRecorder) Grow(n int) {
 		// Doubling, as append would: a stream grows it event by event.
 		b := make([]byte, len(r.buf), max(len(r.buf)+n, 2*cap(r.buf)))
 		copy(b, r.buf)
+		r.putBuf()
 		r.buf = b
 	}
+}
+
+// putBuf returns the recorder's buffer to recorderBuffers.
+func (r *ServedRecorder) putBuf() {
+	if cap(r.buf) <= maxRecorderBuffer {
+		b := r.buf[:0]
+		recorderBuffers.Put(&b)
+	}
+	r.buf = nil
 }
 
 // Write adds p to the response's text. It never fails.
@@ -177,7 +190,7 @@ func textTo[T string | []byte](r *ServedRecorder, p T) {
 
 // whiteTo notes white space.
 func whiteTo[T string | []byte](r *ServedRecorder, p T) {
-	r.space = len(r.buf) > recHead
+	r.space = len(r.buf) > 0
 	if r.nt+len(p) <= maxTrail {
 		copy(r.trail[r.nt:], p)
 	}
@@ -187,7 +200,7 @@ func whiteTo[T string | []byte](r *ServedRecorder, p T) {
 // hashOn hashes the text written so far, taking the prefix digests as
 // their cuts are passed; what the next cut may still need stays unhashed.
 func (r *ServedRecorder) hashOn() {
-	n := r.buf[recHead:]
+	n := r.buf
 	for r.cut < len(prefixCuts) && prefixCuts[r.cut] < len(n) {
 		r.prefix(n)
 	}
@@ -233,8 +246,9 @@ func (r *ServedRecorder) record(truncated bool) (id digest, rec []byte, prefixes
 		normalizeTo(r, r.carry[:r.nc], true)
 		r.nc = 0
 	}
-	n := r.buf[recHead:]
+	n := r.buf
 	if len(n) == 0 {
+		r.putBuf()
 		return id, nil, nil, false
 	}
 	if r.rehash {
@@ -263,23 +277,19 @@ func (r *ServedRecorder) record(truncated bool) (id digest, rec []byte, prefixes
 	if flag&flagTrail != 0 {
 		hl += 1 + r.nt
 	}
-	switch {
-	case len(n) < MinPrefixBytes:
+	// Made at its exact size: the entry's cost counts only its length.
+	size := hl
+	if len(n) >= MinPrefixBytes {
 		// Shorter responses match only in full, which the key proves.
-		rec = make([]byte, hl)
-	case hl > recHead, cap(r.buf)-len(r.buf)+recHead-hl > (hl+len(n))/8:
-		// Stored as an exact copy: the entry's cost counts only its
-		// length, not what the buffer holds beyond it.
-		rec = make([]byte, hl+len(n))
-		copy(rec[hl:], n)
-	default:
-		rec = r.buf[recHead-hl:]
+		size += len(n)
 	}
+	rec = make([]byte, size)
+	copy(rec[hl:], n)
 	rec[0] = flag
 	if flag&flagTrail != 0 {
 		rec[1] = byte(r.nt)
 		copy(rec[2:], r.trail[:r.nt])
 	}
-	r.buf = nil
+	r.putBuf()
 	return id, rec, r.pref[:r.cut], true
 }
