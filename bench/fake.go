@@ -2,6 +2,7 @@ package bench
 
 import (
 	_ "embed"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -28,7 +29,14 @@ var (
 // the configurations' own; the emulator, which parses, validates and
 // tokenizes every body, would dominate medium and large requests.
 func FakeGemini() http.Handler {
-	events := strings.SplitAfter(string(fakeStream), "\r\n\r\n")
+	return FakeGeminiWith(fakeUnary, fakeStream)
+}
+
+// FakeGeminiWith is FakeGemini answering with unary and with stream (SSE
+// events, each ended by a blank line) instead: LongAnswers gives the
+// long answers of issue 17's per-chunk and large-answer figures.
+func FakeGeminiWith(unary, stream []byte) http.Handler {
+	events := strings.SplitAfter(string(stream), "\r\n\r\n")
 	events = events[:len(events)-1] // the empty tail after the last separator
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -40,7 +48,7 @@ func FakeGemini() http.Handler {
 			http.Error(w, `{"error":{"code":405,"message":"method not allowed","status":"INVALID_ARGUMENT"}}`, http.StatusMethodNotAllowed)
 		case strings.HasSuffix(r.URL.Path, ":generateContent"):
 			h.Set("Content-Type", "application/json; charset=UTF-8")
-			_, _ = w.Write(fakeUnary)
+			_, _ = w.Write(unary)
 		case strings.HasSuffix(r.URL.Path, ":streamGenerateContent") && r.URL.Query().Get("alt") == "sse":
 			h.Set("Content-Type", "text/event-stream")
 			h.Set("Content-Disposition", "attachment")
@@ -59,4 +67,36 @@ func FakeGemini() http.Handler {
 			_, _ = io.WriteString(w, `{"error":{"code":404,"message":"the bench's fake upstream serves only generateContent and streamGenerateContent?alt=sse","status":"NOT_FOUND"}}`)
 		}
 	})
+}
+
+// LongAnswers returns a unary answer of about unaryBytes, the fake's
+// answer with its text repeated (escaped new lines, Markdown, code), and a
+// stream of events SSE events cycling through the fake's own (the last
+// one's finishReason and usage on the last), for measuring what the proxy
+// costs per byte and per chunk of an answer.
+func LongAnswers(unaryBytes, events int) (unary, stream []byte) {
+	var doc map[string]any
+	if err := json.Unmarshal(fakeUnary, &doc); err != nil {
+		panic(err)
+	}
+	part := doc["candidates"].([]any)[0].(map[string]any)["content"].(map[string]any)["parts"].([]any)[0].(map[string]any)
+	text := part["text"].(string)
+	var b strings.Builder
+	for b.Len() < unaryBytes-len(fakeUnary) {
+		b.WriteString(text)
+		b.WriteString("\n\n")
+	}
+	part["text"] = b.String()
+	unary, err := json.Marshal(doc)
+	if err != nil {
+		panic(err)
+	}
+	all := strings.SplitAfter(string(fakeStream), "\r\n\r\n")
+	all = all[:len(all)-1]
+	var s strings.Builder
+	for i := range events - 1 {
+		s.WriteString(all[i%(len(all)-1)])
+	}
+	s.WriteString(all[len(all)-1])
+	return unary, []byte(s.String())
 }

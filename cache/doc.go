@@ -32,7 +32,10 @@
 // normalised text (only from 64 bytes on); each prefix entry holds up to
 // eight response ids. Verifier.ServedTrail gives that trailing white space
 // for a full match, so that an un-flattened model turn is byte for byte
-// the served answer (rewrite.TrailVerifier).
+// the served answer (rewrite.TrailVerifier). Store.ServedRecorder makes the
+// same entries from a response whose text arrives in pieces (the events
+// of a stream), normalising and hashing each piece as it is written, eight
+// bytes at a time over plain text; RecordServed is one write to it.
 //
 // Verifier.Served(text) normalises text and says true when
 //   - its hash is a served response's (a full match, any length), or

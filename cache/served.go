@@ -3,10 +3,8 @@ package cache
 import (
 	"bytes"
 	"crypto/sha256"
-	"strings"
 	"sync/atomic"
 	"time"
-	"unicode"
 )
 
 // Long-prefix rule of Verifier.Served (see the package doc).
@@ -77,62 +75,23 @@ const (
 // one SHA-256 pass over the normalised text (the prefix hashes are taken
 // on the way) and never waits for Redis.
 func (s *Store) RecordServed(tenant, text string, truncated bool) {
-	// The record is the flag byte, the trail and the normalised text,
-	// built in place so that the text is copied once.
-	flag := byte(0)
-	trail := text[len(strings.TrimRightFunc(text, unicode.IsSpace)):]
-	switch {
-	case truncated:
-		flag = flagTruncated
-	case trail == "":
-		flag = flagEnd
-	case len(trail) <= maxTrail:
-		flag = flagEnd | flagTrail
-	}
-	rec := make([]byte, 1, 2+len(trail)+len(text))
-	rec[0] = flag
-	if flag&flagTrail != 0 {
-		rec = append(append(rec, byte(len(trail))), trail...)
-	}
-	head := len(rec)
-	rec = appendNormalized(rec, text)
-	n := rec[head:]
-	if len(n) == 0 {
-		return
-	}
+	r := s.ServedRecorder(tenant)
+	r.Grow(len(text))
+	r.WriteString(text) //nolint:errcheck // never fails
+	r.Served(truncated)
+}
+
+// storeServed stores the record rec of response id and indexes its
+// prefixes.
+func (s *Store) storeServed(tenant string, id digest, rec []byte, prefixes []digest) {
 	s.recorded.Add(1)
-	var prefixes [len(prefixCuts)]digest
-	np := 0
-	h := sha256.New()
-	done := 0
-	for _, c := range prefixCuts {
-		if c >= len(n) {
-			break
-		}
-		cut := cutAt(n, c)
-		h.Write(n[done:cut])
-		done = cut
-		h.Sum(prefixes[np][:0]) // Sum leaves the running hash as it was
-		np++
-	}
-	h.Write(n[done:])
-	var id digest
-	h.Sum(id[:0])
-	switch {
-	case len(n) < MinPrefixBytes:
-		rec = append(make([]byte, 0, head), rec[:head]...)
-	case cap(rec)-len(rec) > len(rec)/8:
-		// Normalising removed much white space: store an exact copy, as
-		// the entry's cost counts only its length.
-		rec = append(make([]byte, 0, len(rec)), rec...)
-	}
 	a := s.areas[AreaServed]
 	a.set(idKey(tenant, kindRecord, id), rec, s.opts.TTL)
-	for _, p := range prefixes[:np] {
+	for _, p := range prefixes {
 		s.addCandidate(tenant, p, id, nil)
 	}
 	if s.redis != nil {
-		s.redis.enqueue(servedWrite{tenant: tenant, id: id, rec: rec, prefixes: append([]digest(nil), prefixes[:np]...)})
+		s.redis.enqueue(servedWrite{tenant: tenant, id: id, rec: rec, prefixes: append([]digest(nil), prefixes...)})
 	}
 }
 

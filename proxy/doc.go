@@ -62,7 +62,10 @@
 // client creates itself); Options.OnServed gets the text of a 200
 // response as soon as its body was read, before its last bytes reach the
 // client, so that an answer is recorded as served before the client can
-// quote it (TestServedRecordedBeforeClientHasIt). A validating scanner
+// quote it (TestServedRecordedBeforeClientHasIt). Options.ServedText
+// instead receives that text piece by piece as the tap reads it, and with
+// Options.ExchangeWithoutText the tap keeps no copy of the text at all
+// (TestServedTextAsOnServed). A validating scanner
 // reads each response object, and hands what it is not sure of to
 // encoding/json. Each request produces one access log line with no
 // prompt, response or credential in it. Tenants are HMACs of the caller's

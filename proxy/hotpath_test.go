@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -188,4 +189,64 @@ func BenchmarkTenant(b *testing.B) {
 			th.tenant("", r)
 		}
 	})
+}
+
+// deadlineLog is a readDeadliner that keeps the deadlines set.
+type deadlineLog struct{ set []time.Time }
+
+func (d *deadlineLog) SetReadDeadline(t time.Time) error {
+	d.set = append(d.set, t)
+	return nil
+}
+
+// TestBodyIdleRearm checks when countingBody sets the connection's read
+// deadline: once when armed, again before a read only when idle/idleRearm
+// has passed since it was last set (then at least idle after the read),
+// and cleared at the end of the body.
+func TestBodyIdleRearm(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		idle  time.Duration
+		pause time.Duration // between reads
+		want  int           // deadlines set before the clear
+	}{
+		// Reads within idle/idleRearm (about a minute) of the arming: no
+		// timer update per read.
+		{"quick reads", time.Hour, 0, 1},
+		// Reads 2 ms apart with idle/idleRearm = 1 ms: set before each.
+		{"spaced reads", 64 * time.Millisecond, 2 * time.Millisecond, 1 + 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &deadlineLog{}
+			b := &countingBody{rc: io.NopCloser(iotest.OneByteReader(strings.NewReader("01234"))), size: 5}
+			w := &struct {
+				http.ResponseWriter
+				*deadlineLog
+			}{nil, d}
+			if !b.startIdle(tc.idle, w) {
+				t.Fatal("startIdle: no deadline")
+			}
+			var buf [8]byte
+			for {
+				time.Sleep(tc.pause)
+				before := time.Now()
+				n0 := len(d.set)
+				_, err := b.Read(buf[:])
+				if len(d.set) > n0 && err == nil {
+					if got := d.set[n0]; got.Before(before.Add(tc.idle)) {
+						t.Errorf("deadline %v after a read at %v, want at least idle %v later", got, before, tc.idle)
+					}
+				}
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(d.set) != tc.want+1 || !d.set[len(d.set)-1].IsZero() {
+				t.Errorf("deadlines set %v, want %d and then the zero time", d.set, tc.want)
+			}
+		})
+	}
 }

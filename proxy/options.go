@@ -123,6 +123,19 @@ type Options struct {
 	// for a response cut short.
 	OnServed   func(tenant, text string, truncated bool)
 	OnExchange func(Exchange)
+	// ServedText, when set, is used instead of OnServed: called when the
+	// headers of a generate response with status 200 arrive, it returns
+	// the writer that receives the text OnServed would get, in pieces as
+	// the tap reads them (each event of a stream), so that the answer is
+	// normalised and hashed as it passes, with no copy of it made for the
+	// purpose (cache.Store.ServedRecorder). Served is called where OnServed
+	// would be, with a non-empty text; for a response cut short it is not
+	// called and the writer is dropped.
+	ServedText func(tenant string) ServedWriter
+	// ExchangeWithoutText says that OnExchange does not read Exchange.Text
+	// (nor TextTruncated): the tap keeps no copy of the model's text for
+	// it, and Text is empty.
+	ExchangeWithoutText bool
 	// MemoryBudgetBytes is the process-wide budget (budget.go) of the
 	// buffers that grow with traffic: the response taps' event and object
 	// buffers past 64 KiB each, request bodies being rewritten (four times
@@ -214,6 +227,10 @@ type Exchange struct {
 	Request []byte
 	// Report is the rewrite report; nil when no rewrite ran.
 	Report *rewrite.Report
+	// ReportHeader is the X-Gemini-Proxy-Report value the client got,
+	// without "; fallback": Report.Header() and the proxy's own notes
+	// ("; holdout", "; mode=dry-run"), formatted once per request.
+	ReportHeader string
 	// RewriteMode is the metrics mode: on, dry-run, off or disabled.
 	RewriteMode string
 	// Fallback reports whether the rewritten request was retried with the
@@ -223,4 +240,16 @@ type Exchange struct {
 	// accounted (not answered 2xx with usage, not read for rewriting, or a
 	// model without a price).
 	Ledger *Ledger
+}
+
+// ServedWriter receives the model's text of one served response
+// (Options.ServedText). Its writes never fail.
+type ServedWriter interface {
+	// Grow says that about n more bytes follow.
+	Grow(n int)
+	Write(p []byte) (int, error)
+	WriteString(s string) (int, error)
+	// Served records the text written; truncated reports that it is only
+	// the first part of the response.
+	Served(truncated bool)
 }

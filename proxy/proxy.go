@@ -742,11 +742,10 @@ func (h *Handler) modifyResponse(res *http.Response) error {
 			}
 			res.Header.Set(HeaderReport, v)
 		}
-		if t := newTap(res.Header.Get("Content-Encoding"), h.opts.OnExchange != nil || h.opts.OnServed != nil); t != nil {
-			t.budget = h.budget
+		if t := h.newTap(res, st); t != nil {
 			st.tb = &tapBody{rc: res.Body, t: t, left: res.ContentLength}
-			if h.opts.OnServed != nil && st.upStatus == http.StatusOK {
-				st.tb.complete = func() { h.served(st) }
+			if st.upStatus == http.StatusOK && (h.opts.OnServed != nil || h.opts.ServedText != nil) {
+				st.tb.h, st.tb.st = h, st
 			}
 			res.Body = st.tb
 		}
@@ -994,17 +993,18 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 
 	if h.opts.OnExchange != nil && st.info.route.isGenerate() && st.upStatus != 0 {
 		ex := Exchange{
-			Tenant:      st.tenant,
-			Route:       st.info.route,
-			Model:       st.info.model,
-			Stream:      st.stream,
-			Status:      code,
-			Complete:    !aborted && st.tb != nil && st.tb.eof,
-			Request:     st.orig,
-			Report:      st.report,
-			RewriteMode: st.mode,
-			Fallback:    st.fallback,
-			Ledger:      led,
+			Tenant:       st.tenant,
+			Route:        st.info.route,
+			Model:        st.info.model,
+			Stream:       st.stream,
+			Status:       code,
+			Complete:     !aborted && st.tb != nil && st.tb.eof,
+			Request:      st.orig,
+			Report:       st.report,
+			ReportHeader: st.repHeader,
+			RewriteMode:  st.mode,
+			Fallback:     st.fallback,
+			Ledger:       led,
 		}
 		if t != nil {
 			ex.Usage, ex.ModelVersion = t.usage, t.modelVersion
@@ -1202,7 +1202,15 @@ type countingBody struct {
 	// response that follows.
 	idle     time.Duration
 	deadline readDeadliner
+	armed    time.Time // when the deadline was last set
 }
+
+// idleRearm is the share of the idle timeout that must have passed since
+// the deadline was set before a read sets it again: setting a deadline
+// updates a runtime timer, and a body read in a few reads right after its
+// headers need not pay that once per read. A client still has at least
+// 63/64 of the idle timeout after each read.
+const idleRearm = 64
 
 // readDeadliner is what sets a connection's read deadline: the server's
 // ResponseWriter, or an http.ResponseController on a wrapped one.
@@ -1222,10 +1230,11 @@ func (b *countingBody) startIdle(idle time.Duration, w http.ResponseWriter) bool
 	if !ok {
 		d = http.NewResponseController(w)
 	}
-	if d.SetReadDeadline(time.Now().Add(idle)) != nil {
+	now := time.Now()
+	if d.SetReadDeadline(now.Add(idle)) != nil {
 		return false
 	}
-	b.idle, b.deadline = idle, d
+	b.idle, b.deadline, b.armed = idle, d, now
 	return true
 }
 
@@ -1234,9 +1243,13 @@ func (b *countingBody) Read(p []byte) (int, error) {
 		return 0, b.done
 	}
 	if b.deadline != nil {
-		// Measured from each read, so that time the proxy spends writing
-		// to a slow upstream between reads never counts against the client.
-		b.deadline.SetReadDeadline(time.Now().Add(b.idle)) //nolint:errcheck // armed once already
+		// Measured from each read (within idle/idleRearm), so that time
+		// the proxy spends writing to a slow upstream between reads never
+		// counts against the client.
+		if now := time.Now(); now.Sub(b.armed) >= b.idle/idleRearm {
+			b.deadline.SetReadDeadline(now.Add(b.idle)) //nolint:errcheck // armed once already
+			b.armed = now
+		}
 	}
 	n, err := b.read(p)
 	if b.deadline != nil {
@@ -1279,7 +1292,10 @@ func (b *countingBody) read(p []byte) (int, error) {
 	if err != nil {
 		b.done = err
 		if err != io.EOF {
-			b.err.CompareAndSwap(nil, &err)
+			// A copy: taking err's address would move it to the heap on
+			// every read, not only on this path.
+			e := err
+			b.err.CompareAndSwap(nil, &e)
 		}
 	}
 	return n, err

@@ -53,7 +53,13 @@ func isVersion(seg string) bool {
 // classify maps a request path (BasePath already removed) to its route,
 // model and backend. It never fails: unknown shapes are RouteOther.
 func classify(path string) routeInfo {
-	segs := strings.Split(strings.Trim(path, "/"), "/")
+	// Split into an array on the stack: strings.Split allocated the slice
+	// of every request.
+	var buf [16]string
+	segs := buf[:0]
+	for seg := range strings.SplitSeq(strings.Trim(path, "/"), "/") {
+		segs = append(segs, seg)
+	}
 	v := -1
 	for i, s := range segs {
 		if isVersion(s) {

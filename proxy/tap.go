@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"strings"
@@ -72,8 +73,9 @@ type tap struct {
 	ix            bool
 	finished      bool
 	usage         *Usage
+	usageBuf      Usage // what usage points to when the scanner read it
 	modelVersion  string
-	text          strings.Builder
+	text          tapText
 	textTruncated bool
 	events        int
 	sc            chunkScanner
@@ -121,12 +123,61 @@ func (t *tap) release() {
 func newTap(contentEncoding string, needText bool) *tap {
 	switch strings.ToLower(strings.TrimSpace(contentEncoding)) {
 	case "", "identity":
-		return &tap{needText: needText}
+		return &tap{needText: needText, text: tapText{keep: true}}
 	case "gzip", "x-gzip":
-		return &tap{gzipped: true, needText: needText}
+		return &tap{gzipped: true, needText: needText, text: tapText{keep: true}}
 	}
 	return nil
 }
+
+// tapText is the model's text as the tap reads it: kept whole for
+// Exchange.Text when keep is set, and written on to w (Options.ServedText)
+// when there is one, so that recording the served answer needs no copy of
+// it.
+type tapText struct {
+	b    strings.Builder
+	keep bool
+	n    int
+	w    ServedWriter
+}
+
+// Len returns the bytes of text read so far.
+func (x *tapText) Len() int { return x.n }
+
+// Grow makes room for n more bytes.
+func (x *tapText) Grow(n int) {
+	if x.keep {
+		x.b.Grow(n)
+	}
+	if x.w != nil {
+		x.w.Grow(n)
+	}
+}
+
+// Write adds p to the text.
+func (x *tapText) Write(p []byte) {
+	x.n += len(p)
+	if x.keep {
+		x.b.Write(p)
+	}
+	if x.w != nil {
+		x.w.Write(p) //nolint:errcheck // a ServedWriter never fails
+	}
+}
+
+// WriteString adds s to the text.
+func (x *tapText) WriteString(s string) {
+	x.n += len(s)
+	if x.keep {
+		x.b.WriteString(s)
+	}
+	if x.w != nil {
+		x.w.WriteString(s) //nolint:errcheck // a ServedWriter never fails
+	}
+}
+
+// String returns the text kept ("" without keep).
+func (x *tapText) String() string { return x.b.String() }
 
 // Write feeds body bytes to the tap. It always reports len(p), nil.
 func (t *tap) Write(p []byte) (int, error) {
@@ -292,21 +343,16 @@ func (t *tap) objects(p []byte) {
 				t.esc = false // c is the escaped byte
 				continue
 			}
-			// Skip to the next quote or backslash; IndexByte is vectorised.
-			q := bytes.IndexByte(p[i:], '"')
-			var j int
-			if q < 0 {
-				j = bytes.IndexByte(p[i:], '\\')
-			} else {
-				j = bytes.IndexByte(p[i:i+q], '\\')
-			}
-			if j < 0 {
-				j = q
-			}
-			if j < 0 {
+			// Skip to the next quote or backslash, eight bytes at a time.
+			// (Looking for the quote first and then for a backslash before
+			// it read the rest of p again after every escape: a 256 KB
+			// answer with a new line every few words was scanned hundreds
+			// of times.)
+			j := quoteOrBackslash(p, i)
+			if j == len(p) {
 				break
 			}
-			i += j
+			i = j
 			if p[i] == '\\' {
 				t.esc = true
 			} else {
@@ -345,6 +391,23 @@ func (t *tap) objects(p []byte) {
 	if t.capturing && start >= 0 {
 		t.appendObj(p[start:])
 	}
+}
+
+// quoteOrBackslash returns the index of the first quote or backslash in p
+// from i, or len(p).
+func quoteOrBackslash(p []byte, i int) int {
+	for ; i+8 <= len(p); i += 8 {
+		x := binary.LittleEndian.Uint64(p[i:])
+		if hasByte(x, '"') || hasByte(x, '\\') {
+			break
+		}
+	}
+	for ; i < len(p); i++ {
+		if p[i] == '"' || p[i] == '\\' {
+			return i
+		}
+	}
+	return i
 }
 
 // objBuffers recycles the tap's object buffers between responses.
@@ -495,8 +558,11 @@ func (t *tap) decode(b []byte, tail bool) {
 // apply records what chunkScanner read, as decode does for encoding/json.
 func (t *tap) apply(sc *chunkScanner) {
 	if sc.hasUsage && (t.usage == nil || *t.usage != sc.usage) {
-		u := sc.usage
-		t.usage = &u
+		// Into the tap's own value, not a new one per event: a stream
+		// repeats its cumulative usage in every event. The tap is not
+		// reused, so t.usage holds still once the response is over.
+		t.usageBuf = sc.usage
+		t.usage = &t.usageBuf
 	}
 	if len(sc.modelVersion) > 0 && string(sc.modelVersion) != t.modelVersion {
 		t.modelVersion = string(sc.modelVersion)
@@ -521,8 +587,11 @@ func (t *tap) apply(sc *chunkScanner) {
 	}
 	clear(sc.texts) // drop references to the body
 	sc.texts, sc.b, sc.modelVersion = sc.texts[:0], nil, nil
-	if cap(sc.scratch) > 64<<10 {
-		sc.scratch = nil // a large text's buffer is not kept for the next event
+	if cap(sc.scratch) > minPooledScratch {
+		// A large text's buffer is not kept for the next event: it goes
+		// back to the pool, its texts copied out above.
+		putScratch(sc.scratch)
+		sc.scratch = nil
 	}
 }
 
@@ -585,11 +654,12 @@ type tapBody struct {
 	t   *tap
 	eof bool // the whole body was read
 	// left is what the Content-Length says remains to be read, -1 when
-	// unknown. complete, when set, is called once, as soon as the whole
-	// body was read: before Read returns its last bytes, so before the
-	// client can have them (issue 13, defect 4).
-	left     int64
-	complete func()
+	// unknown. When h is set, h.served(st) is called once, as soon as the
+	// whole body was read: before Read returns its last bytes, so before
+	// the client can have them (issue 13, defect 4).
+	left int64
+	h    *Handler
+	st   *reqState
 }
 
 func (b *tapBody) Read(p []byte) (int, error) {
@@ -605,10 +675,10 @@ func (b *tapBody) Read(p []byte) (int, error) {
 	if err == io.EOF {
 		b.eof = true
 	}
-	if b.eof && b.complete != nil {
-		f := b.complete
-		b.complete = nil
-		f()
+	if b.eof && b.h != nil {
+		h := b.h
+		b.h = nil
+		h.served(b.st)
 	}
 	return n, err
 }

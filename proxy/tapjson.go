@@ -3,7 +3,9 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"strconv"
+	"sync"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -359,10 +361,47 @@ func (s *chunkScanner) text() ([]byte, bool) {
 	if !esc && utf8.Valid(raw) {
 		return raw, true
 	}
-	// Unescaped into the scratch buffer the scanner keeps between scans.
+	// Unescaped into the scratch buffer the scanner keeps between scans,
+	// grown once to what the text needs at most (but for invalid UTF-8):
+	// appending a 256 KB text grew it by doubling, a megabyte in all.
 	start = len(s.scratch)
-	s.scratch = appendUnquoted(s.scratch, raw)
+	s.scratch = appendUnquoted(growScratch(s.scratch, len(raw)), raw)
 	return s.scratch[start:len(s.scratch):len(s.scratch)], true
+}
+
+// scratchBuffers recycles the scanner's scratch buffers of more than
+// minPooledScratch bytes (up to maxPooledObj) between responses: a large
+// answer's text, unescaped, is a large buffer each time, and fresh memory
+// costs its page faults as well as its zeroing.
+var scratchBuffers sync.Pool
+
+const minPooledScratch = 64 << 10
+
+// growScratch returns b with room for n more bytes, from scratchBuffers
+// when it must grow past minPooledScratch. b itself is not recycled: the
+// texts of the scan may point into it.
+func growScratch(b []byte, n int) []byte {
+	need := len(b) + n
+	if cap(b) >= need {
+		return b
+	}
+	if need > minPooledScratch && need <= maxPooledObj {
+		if p, ok := scratchBuffers.Get().(*[]byte); ok {
+			if cap(*p) >= need {
+				return append((*p)[:0], b...)
+			}
+			scratchBuffers.Put(p)
+		}
+	}
+	return slices.Grow(b, n)
+}
+
+// putScratch recycles a large scratch buffer whose texts were copied out.
+func putScratch(b []byte) {
+	if cap(b) > minPooledScratch && cap(b) <= maxPooledObj {
+		b = b[:0]
+		scratchBuffers.Put(&b)
+	}
 }
 
 // str skips the string that starts at s.i, validating it; esc reports

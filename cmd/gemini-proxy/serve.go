@@ -115,13 +115,17 @@ func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, co
 	// A served answer is recorded as soon as the upstream's body was read,
 	// before the client has its last bytes: a client that sends its next
 	// turn at once finds it verified (issue 13, defect 4).
-	opts.OnServed = store.RecordServed
+	// The answer's text is normalised and hashed as the tap reads it
+	// (cache.ServedRecorder), event by event, and no copy of it is kept:
+	// OnExchange below reads no Exchange.Text.
+	opts.ServedText = func(tenant string) proxy.ServedWriter { return store.ServedRecorder(tenant) }
+	opts.ExchangeWithoutText = true
 	opts.OnExchange = func(ex proxy.Exchange) {
 		if hook != nil {
 			hook(ex)
 		}
 		if ex.Report != nil {
-			page.Record(savingspage.Report{At: time.Now(), Model: ex.Model, Status: ex.Status, Header: ex.Report.Header(),
+			page.Record(savingspage.Report{At: time.Now(), Model: ex.Model, Status: ex.Status, Header: ex.ReportHeader,
 				BytesBefore: ex.Report.BytesBefore, BytesAfter: ex.Report.BytesAfter})
 		}
 		// Only what the client received in full counts.

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -60,6 +61,51 @@ func BenchmarkServe(b *testing.B) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkServeAnswers is BenchmarkServe's small request at concurrency
+// 1 with long answers (bench.LongAnswers): a 256 KB unary answer and a
+// 100-event SSE stream, next to the fake's own 6-event stream, so that
+// the proxy's cost per chunk above the plain proxy is
+// ((sse100 - plain sse100) - (sse6 - plain sse6)) / 94, all from one run.
+//
+//	go test ./cmd/gemini-proxy -run '^$' -bench ServeAnswers -benchmem -count 5
+func BenchmarkServeAnswers(b *testing.B) {
+	unary, stream := bench.LongAnswers(256<<10, 100)
+	small := bench.Sizes()[0].Body
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost, tr.DisableCompression = 256, true
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	for _, set := range []struct {
+		name     string
+		upstream http.Handler
+		answers  []string
+	}{
+		{"short", bench.FakeGemini(), []string{"sse6"}},
+		{"long", bench.FakeGeminiWith(unary, stream), []string{"unary256K", "sse100"}},
+	} {
+		up := httptest.NewServer(set.upstream)
+		upURL, _ := url.Parse(up.URL)
+		plain := httptest.NewServer(bench.PlainProxy(upURL))
+		targets := []struct{ name, url string }{
+			{"plain", plain.URL},
+			{"off", startServe(b, up.URL, false)},
+			{"on", startServe(b, up.URL, true)},
+		}
+		for _, a := range set.answers {
+			path := "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+			if a == "unary256K" {
+				path = "/v1beta/models/gemini-2.5-flash:generateContent"
+			}
+			for _, t := range targets {
+				b.Run(a+"/c1/"+t.name, func(b *testing.B) {
+					benchServe(b, client, t.url+path, small, 1, t.name == "plain")
+				})
+			}
+		}
+		b.Cleanup(func() { plain.Close(); up.Close() })
 	}
 }
 
@@ -118,7 +164,7 @@ func benchServe(b *testing.B, c *http.Client, url string, body []byte, conc int,
 		do() // warm the connection pools
 	}
 	b.ReportAllocs()
-	cpu0 := cpuTime()
+	cpu0, sw0, g0 := cpuTime(), contextSwitches(), goroutinesCreated()
 	b.ResetTimer()
 	if conc == 1 {
 		for b.Loop() {
@@ -134,9 +180,34 @@ func benchServe(b *testing.B, c *http.Client, url string, body []byte, conc int,
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(cpuTime()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64(contextSwitches()-sw0)/float64(b.N), "ctxsw/op")
+	b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
 	if plain {
 		b.ReportMetric(float64(cuts.Load())/float64(b.N), "cuts/op")
 	}
+}
+
+// contextSwitches is the number of voluntary and involuntary context
+// switches of this process's threads so far: a hand-off from one goroutine
+// to another that finds no other work to run parks a thread, and waking
+// it costs a switch.
+func contextSwitches() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Nvcsw + ru.Nivcsw
+}
+
+// goroutinesCreated is the number of goroutines this process created so
+// far (runtime/metrics).
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
 
 // cpuTime is the user+system CPU time of this process.

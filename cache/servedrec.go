@@ -1,0 +1,295 @@
+package cache
+
+import (
+	"crypto/sha256"
+	"hash"
+	"sync"
+	"unicode"
+	"unicode/utf8"
+)
+
+// ServedRecorder records one served response whose text arrives in pieces
+// (the events of a stream, the parts of an answer): each piece is
+// normalised and hashed as it is written, so that recording the response
+// once it is complete costs no pass over its text, and no copy of the
+// text is kept but the normalised one the record stores. The record is
+// exactly the one RecordServed makes of the pieces joined, however the
+// text is cut (FuzzServedRecorder). Build one with Store.ServedRecorder;
+// not safe for concurrent use.
+type ServedRecorder struct {
+	s      *Store
+	tenant string
+	// buf is the normalised text, in a buffer from recorderBuffers.
+	buf   []byte
+	space bool // white space since the last byte of text written
+	// carry holds the start of a rune cut between two writes.
+	carry  [utf8.UTFMax]byte
+	nc     int
+	trail  [maxTrail]byte // the white space the text ends with, so far
+	nt     int            // its length; past maxTrail it is only counted
+	h      hash.Hash
+	done   int // bytes of the normalised text hashed
+	cut    int // prefix cuts taken
+	rehash bool
+	pref   [len(prefixCuts)]digest
+}
+
+// recorderBuffers recycles the recorders' buffers (up to
+// maxRecorderBuffer bytes): the record itself is made at its exact size
+// once the response is over, so a stream's text, whose size is not known
+// in advance, grows in a buffer that serves again.
+var recorderBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+const maxRecorderBuffer = 1 << 20
+
+// ServedRecorder returns a recorder of one response served to tenant.
+func (s *Store) ServedRecorder(tenant string) *ServedRecorder {
+	return &ServedRecorder{s: s, tenant: tenant, buf: (*recorderBuffers.Get().(*[]byte))[:0], h: sha256.New()}
+}
+
+// Grow makes room for n more bytes of text.
+func (r *ServedRecorder) Grow(n int) {
+	if cap(r.buf)-len(r.buf) < n {
+		// Doubling, as append would: a stream grows it event by event.
+		b := make([]byte, len(r.buf), max(len(r.buf)+n, 2*cap(r.buf)))
+		copy(b, r.buf)
+		r.putBuf()
+		r.buf = b
+	}
+}
+
+// putBuf returns the recorder's buffer to recorderBuffers.
+func (r *ServedRecorder) putBuf() {
+	if cap(r.buf) <= maxRecorderBuffer {
+		b := r.buf[:0]
+		recorderBuffers.Put(&b)
+	}
+	r.buf = nil
+}
+
+// Write adds p to the response's text. It never fails.
+func (r *ServedRecorder) Write(p []byte) (int, error) {
+	writeServed(r, p)
+	return len(p), nil
+}
+
+// WriteString adds s to the response's text.
+func (r *ServedRecorder) WriteString(s string) (int, error) {
+	writeServed(r, s)
+	return len(s), nil
+}
+
+func writeServed[T string | []byte](r *ServedRecorder, p T) {
+	if r.nc > 0 {
+		// Finish the rune cut by the previous write: the carry and the
+		// first bytes of p, read together.
+		var tmp [2 * utf8.UTFMax]byte
+		n := copy(tmp[:], r.carry[:r.nc])
+		k := copy(tmp[n:], p)
+		left := normalizeTo(r, tmp[:n+k], false)
+		used := n + k - left
+		if used < n {
+			// Still not a whole rune: p was all taken.
+			r.nc = copy(r.carry[:], tmp[used:n+k])
+			return
+		}
+		r.nc = 0
+		p = p[used-n:]
+	}
+	if left := normalizeTo(r, p, false); left > 0 {
+		r.nc = copy(r.carry[:], p[len(p)-left:])
+	}
+	r.hashOn()
+}
+
+// le64 reads eight bytes of p, little-endian.
+func le64[T string | []byte](p T) uint64 {
+	_ = p[7]
+	return uint64(p[0]) | uint64(p[1])<<8 | uint64(p[2])<<16 | uint64(p[3])<<24 |
+		uint64(p[4])<<32 | uint64(p[5])<<40 | uint64(p[6])<<48 | uint64(p[7])<<56
+}
+
+// spaceMask has 0x80 in each byte of x that is an ASCII space, and only
+// there (Hacker's Delight 6-1, exact form).
+func spaceMask(x uint64) uint64 {
+	const lo7, sp = 0x7f7f7f7f7f7f7f7f, 0x2020202020202020
+	v := x ^ sp
+	return ^((v&lo7 + lo7) | v | lo7)
+}
+
+// normalizeTo appends the normalisation of p to the text, as appendNormalized
+// does for the whole text, and keeps the trail. Unless final, a rune cut
+// at the end of p is left for the next write: it returns its length.
+func normalizeTo[T string | []byte](r *ServedRecorder, p T, final bool) int {
+	const msb = 0x8080808080808080
+	for i := 0; i < len(p); {
+		c := p[i]
+		if c < utf8.RuneSelf && !asciiSpace[c] {
+			// A run of ASCII text with single spaces between words.
+			j := i + 1
+			for {
+				for j+8 <= len(p) {
+					x := le64(p[j:])
+					m := spaceMask(x)
+					// No byte >= 0x80 or < ' ', no two spaces in a row,
+					// and no space last (what follows it decides).
+					if x&msb != 0 || (x-0x2020202020202020)&^x&msb != 0 || m&(m<<8) != 0 || m>>63 != 0 {
+						break
+					}
+					j += 8
+				}
+				if j >= len(p) {
+					break
+				}
+				d := p[j]
+				if d >= utf8.RuneSelf {
+					break
+				}
+				if asciiSpace[d] {
+					if d != ' ' || j+1 >= len(p) || p[j+1] >= utf8.RuneSelf || asciiSpace[p[j+1]] {
+						break
+					}
+					j++
+				}
+				j++
+			}
+			textTo(r, p[i:j])
+			i = j
+			continue
+		}
+		if c < utf8.RuneSelf {
+			whiteTo(r, p[i:i+1])
+			i++
+			continue
+		}
+		var q [utf8.UTFMax]byte
+		k := copy(q[:], p[i:])
+		if !final && !utf8.FullRune(q[:k]) {
+			return len(p) - i
+		}
+		ru, n := utf8.DecodeRune(q[:k])
+		if unicode.IsSpace(ru) {
+			whiteTo(r, p[i:i+n])
+		} else {
+			textTo(r, p[i:i+n])
+		}
+		i += n
+	}
+	return 0
+}
+
+// textTo appends bytes that are not white space.
+func textTo[T string | []byte](r *ServedRecorder, p T) {
+	if r.space {
+		r.space = false
+		r.buf = append(r.buf, ' ')
+	}
+	r.buf = append(r.buf, p...)
+	r.nt = 0
+}
+
+// whiteTo notes white space.
+func whiteTo[T string | []byte](r *ServedRecorder, p T) {
+	r.space = len(r.buf) > 0
+	if r.nt+len(p) <= maxTrail {
+		copy(r.trail[r.nt:], p)
+	}
+	r.nt += len(p)
+}
+
+// hashOn hashes the text written so far, taking the prefix digests as
+// their cuts are passed; what the next cut may still need stays unhashed.
+func (r *ServedRecorder) hashOn() {
+	n := r.buf
+	for r.cut < len(prefixCuts) && prefixCuts[r.cut] < len(n) {
+		r.prefix(n)
+	}
+	limit := len(n)
+	if r.cut < len(prefixCuts) {
+		limit = min(limit, prefixCuts[r.cut]-utf8.UTFMax)
+	}
+	if !r.rehash && limit > r.done {
+		r.h.Write(n[r.done:limit])
+		r.done = limit
+	}
+}
+
+// prefix takes the digest of the next prefix cut of n.
+func (r *ServedRecorder) prefix(n []byte) {
+	cut := cutAt(n, prefixCuts[r.cut])
+	if cut < r.done {
+		// A run of invalid UTF-8 moved the cut back over text already
+		// hashed: hash the whole text again when the record is made.
+		r.rehash = true
+	}
+	if !r.rehash {
+		r.h.Write(n[r.done:cut])
+		r.done = cut
+		r.h.Sum(r.pref[r.cut][:0])
+	}
+	r.cut++
+}
+
+// Served records the response: RecordServed of the text written.
+// truncated reports that the text is only the first part of the response.
+// The recorder is spent.
+func (r *ServedRecorder) Served(truncated bool) {
+	if id, rec, prefixes, ok := r.record(truncated); ok {
+		r.s.storeServed(r.tenant, id, rec, prefixes)
+	}
+}
+
+// record returns the response's digest, its record and its prefixes'
+// digests; ok is false for a text that normalises to nothing.
+func (r *ServedRecorder) record(truncated bool) (id digest, rec []byte, prefixes []digest, ok bool) {
+	if r.nc > 0 {
+		normalizeTo(r, r.carry[:r.nc], true)
+		r.nc = 0
+	}
+	n := r.buf
+	if len(n) == 0 {
+		r.putBuf()
+		return id, nil, nil, false
+	}
+	if r.rehash {
+		r.h.Reset()
+		r.done, r.cut = 0, 0
+		r.rehash = false
+		for r.cut < len(prefixCuts) && prefixCuts[r.cut] < len(n) {
+			r.prefix(n)
+		}
+	} else {
+		r.hashOn()
+	}
+	r.h.Write(n[r.done:])
+	r.h.Sum(id[:0])
+
+	flag := byte(0)
+	switch {
+	case truncated:
+		flag = flagTruncated
+	case r.nt == 0:
+		flag = flagEnd
+	case r.nt <= maxTrail:
+		flag = flagEnd | flagTrail
+	}
+	hl := 1
+	if flag&flagTrail != 0 {
+		hl += 1 + r.nt
+	}
+	// Made at its exact size: the entry's cost counts only its length.
+	size := hl
+	if len(n) >= MinPrefixBytes {
+		// Shorter responses match only in full, which the key proves.
+		size += len(n)
+	}
+	rec = make([]byte, size)
+	copy(rec[hl:], n)
+	rec[0] = flag
+	if flag&flagTrail != 0 {
+		rec[1] = byte(r.nt)
+		copy(rec[2:], r.trail[:r.nt])
+	}
+	r.putBuf()
+	return id, rec, r.pref[:r.cut], true
+}
