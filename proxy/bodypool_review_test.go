@@ -1,0 +1,184 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
+	tu "github.com/gemini-proxy/gemini-proxy/internal/testutil"
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
+)
+
+// poisonReleased makes every pooled body buffer that goes back to its pool
+// be overwritten with 'X' until the test ends: a read of a body after its
+// buffer was released then sees X's instead of the request's bytes, as it
+// would see another request's (another tenant's) once the buffer is
+// reused. Tests that call it must not run in parallel.
+func poisonReleased(t *testing.T) {
+	t.Helper()
+	releasedHook = func(b []byte) {
+		for i := range b {
+			b[i] = 'X'
+		}
+	}
+	t.Cleanup(func() { releasedHook = nil })
+}
+
+// poisoned reports whether b holds a run of the bytes poisonReleased
+// writes.
+func poisoned(b []byte) bool { return bytes.Contains(b, []byte("XXXXXXXXXXXXXXXX")) }
+
+// memShared is an in-memory contextcache.Shared for one test. Its Lock
+// waits (bounded) until no request is inside the proxy's ServeHTTP
+// (inflight): the shared registry's round trips make the Manager settle a
+// request on a goroutine of its own (contextcache.Manager.Settle), which
+// may run only once the request is over, and the test makes it do so.
+type memShared struct {
+	inflight *atomic.Int32
+
+	mu     sync.Mutex
+	states map[string][]byte
+	leases map[string][]byte
+}
+
+func (s *memShared) key(tenant, scope string) string { return tenant + "\x00" + scope }
+
+func (s *memShared) Load(tenant, scope string) ([]byte, bool, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.states[s.key(tenant, scope)]
+	return bytes.Clone(v), ok, true
+}
+
+func (s *memShared) Lock(tenant, scope string, _ time.Duration) ([]byte, string, bool) {
+	for deadline := time.Now().Add(5 * time.Second); s.inflight.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.states[s.key(tenant, scope)]), "token", true
+}
+
+func (s *memShared) Unlock(tenant, scope, _ string, state []byte, _ time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.states[s.key(tenant, scope)] = bytes.Clone(state)
+	return true
+}
+
+func (s *memShared) Claim(tenant, scope string, key [sha256.Size]byte, _ time.Duration) (bool, []byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.key(tenant, scope) + hex.EncodeToString(key[:])
+	if v, ok := s.leases[k]; ok {
+		return false, bytes.Clone(v), true
+	}
+	s.leases[k] = nil
+	return true, nil, true
+}
+
+func (s *memShared) Publish(tenant, scope string, key [sha256.Size]byte, val []byte, _ time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leases[s.key(tenant, scope)+hex.EncodeToString(key[:])] = bytes.Clone(val)
+	return true
+}
+
+// spacedInto is spaced written into the memory of Options.Buffer, as the
+// rewriter writes a changed body: the body sent lies in a pooled buffer
+// of the proxy's (outBuffer).
+func spacedInto(body []byte, opts rewrite.Options, _ rewrite.Verifier) ([]byte, *rewrite.Report, error) {
+	var out []byte
+	if opts.Buffer != nil {
+		out = opts.Buffer(len(body) + 1)[:0]
+	}
+	out = append(append(out, body...), ' ')
+	return out, &rewrite.Report{BytesBefore: len(body), BytesAfter: len(out)}, nil
+}
+
+// TestReviewContextCacheSharedSettleAfterRelease: in shared mode
+// (ContextCacheOptions.Shared) the Manager settles a request on a
+// goroutine of its own, and the cache it decides to create is built from
+// the body it planned (contextcache.Request keeps that body, not a copy):
+// the body sent, which lies in a pooled buffer (the client body's, or the
+// rewritten body's from outBuffer). That goroutine may run after
+// ServeHTTP returned; the buffer must not be back in its pool by then, or
+// the cachedContents create carries whatever the buffer holds next:
+// another request's, another tenant's, bytes, stored upstream as this
+// tenant's cache. With released buffers poisoned, every create the
+// upstream gets must hold the conversation's document and no poison.
+func TestReviewContextCacheSharedSettleAfterRelease(t *testing.T) {
+	for _, rewritten := range []bool{false, true} {
+		name := "client body"
+		if rewritten {
+			name = "rewritten body"
+		}
+		t.Run(name, func(t *testing.T) {
+			poisonReleased(t)
+			var (
+				mu      sync.Mutex
+				creates [][]byte
+			)
+			capture := func(next http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/cachedContents") {
+						b, _ := io.ReadAll(r.Body)
+						mu.Lock()
+						creates = append(creates, b)
+						mu.Unlock()
+						r.Body = io.NopCloser(bytes.NewReader(b))
+					}
+					next.ServeHTTP(w, r)
+				})
+			}
+			_, up := tu.StartEmulator(t, emulator.Options{ImplicitCacheMinTokens: 1 << 30}, capture)
+			var inflight atomic.Int32
+			var opts Options
+			opts.Rewrite.Enabled = true
+			opts.Prices = map[string]Price{"gemini-2.5-flash": {Input: 0.30, CachedInput: 0.03, Output: 2.5, Storage: 1}}
+			opts.ContextCache = &ContextCacheOptions{Shared: &memShared{inflight: &inflight, states: map[string][]byte{}, leases: map[string][]byte{}}}
+			f := newFixture(t, up.URL, opts)
+			if rewritten {
+				f.h.rewriteFn = spacedInto
+				f.h.auditFn = noAudit // a fake rewrite keeps no records
+			}
+			front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				inflight.Add(1)
+				defer inflight.Add(-1)
+				f.h.ServeHTTP(w, r)
+			}))
+			t.Cleanup(front.Close)
+			for turn := range 6 {
+				before := counterTotal(f.m)
+				req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, front.URL+genPath, strings.NewReader(ccBody(turn)))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Goog-Api-Key", "k")
+				if res, raw := do(t, rawClient(), req); res.StatusCode != 200 {
+					t.Fatalf("turn %d: %d %s", turn, res.StatusCode, raw)
+				}
+				waitFor(t, "settle", func() bool { return counterTotal(f.m) > before })
+				f.h.WaitContextCache()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(creates) == 0 {
+				t.Fatal("no cache was created in 6 turns: the test shows nothing")
+			}
+			doc := "Every line of this document is the same so that it is large."
+			for i, b := range creates {
+				if poisoned(b) || !bytes.Contains(b, []byte(doc)) {
+					t.Errorf("create %d of %d holds bytes that are not the request's (a body read after its buffer went back to the pool): %.120q", i+1, len(creates), b)
+				}
+			}
+		})
+	}
+}
