@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
 	tu "github.com/gemini-proxy/gemini-proxy/internal/testutil"
@@ -180,5 +185,153 @@ func TestReviewContextCacheSharedSettleAfterRelease(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// reviewTenantBody is request id of TestReviewPoisonedTenants: a session
+// whose file, a function of id (its tenant's), is sent again in the last
+// turn, so that the real rewriter replaces the copy by a reference; its
+// size varies over several of the pool's classes.
+func reviewTenantBody(id int) []byte {
+	var file strings.Builder
+	fmt.Fprintf(&file, "```go t%d.go\n", id)
+	for i := range 60 + (id*37)%900 {
+		fmt.Fprintf(&file, "\tx%d := tenant%d(%d) // only tenant %d has this line\n", i, id, i, id)
+	}
+	file.WriteString("```\n")
+	turn := func(role, text string) string {
+		q, _ := json.Marshal(text)
+		return `{"role":"` + role + `","parts":[{"text":` + string(q) + `}]}`
+	}
+	return []byte(`{"contents":[` + turn("user", file.String()+"What does it do?") + "," + turn("model", "It calls tenant functions.") + "," +
+		turn("user", file.String()+fmt.Sprintf("And now, for request %d?", id)) + `]}`)
+}
+
+// reviewIDOf returns the id of a reviewTenantBody, rewritten or not.
+func reviewIDOf(b []byte) (int, bool) {
+	_, rest, ok := bytes.Cut(b, []byte("```go t"))
+	if !ok {
+		return 0, false
+	}
+	end := bytes.IndexByte(rest, '.')
+	if end < 0 {
+		return 0, false
+	}
+	id, err := strconv.Atoi(string(rest[:end]))
+	return id, err == nil
+}
+
+// TestReviewPoisonedTenants sends sessions of distinct tenants at once
+// through the proxy with the real rewriter, every released buffer
+// poisoned (poisonReleased), and checks every byte that leaves the
+// request: each upstream attempt carries exactly the rewritten body of
+// its own request (in a pooled buffer of outBuffer) or, after the
+// upstream rejected that body with 400 INVALID_ARGUMENT having read only
+// its start, the client's own body (the fallback retry); the body
+// OnExchange gets is the client's; the savings and the ledger, which read
+// the bodies in finish, run on all of them. A buffer released while any
+// of these still reads it, or shared by two requests, shows as poison or
+// as another request's bytes (and to the race detector as a race).
+func TestReviewPoisonedTenants(t *testing.T) {
+	poisonReleased(t)
+	const workers, perWorker = 6, 8
+	n := workers * perWorker
+	origs, rewrites := make([][]byte, n), make([][]byte, n)
+	attempts := make([]atomic.Int32, n)
+	var bad atomic.Int32
+	var badMsg atomic.Value
+	fail := func(format string, args ...any) {
+		bad.Add(1)
+		badMsg.Store(fmt.Sprintf(format, args...))
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		head := make([]byte, 4<<10)
+		k, _ := io.ReadFull(r.Body, head)
+		head = head[:k]
+		id, ok := reviewIDOf(head)
+		if !ok || id >= n {
+			fail("upstream: a body of no request: %.80q", head)
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if r.Header.Get("X-Review-Id") != strconv.Itoa(id) {
+			fail("upstream: request %s carries the body of request %d", r.Header.Get("X-Review-Id"), id)
+		}
+		attempt := attempts[id].Add(1)
+		if id%2 == 1 && attempt == 1 {
+			// The rewritten body, rejected before it was read in full.
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte(`{"error":{"code":400,"message":"rejected","status":"INVALID_ARGUMENT"}}`))
+			return
+		}
+		rest, err := io.ReadAll(r.Body)
+		body := append(head, rest...)
+		want := rewrites[id]
+		if id%2 == 1 {
+			want = origs[id] // the retry
+		}
+		if attempt > 2 || id%2 == 0 && attempt > 1 {
+			fail("upstream: request %d: attempt %d", id, attempt)
+		}
+		if err != nil || !bytes.Equal(body, want) {
+			fail("upstream: request %d: %d bytes (want %d), poisoned %v, read error %v", id, len(body), len(want), poisoned(body), err)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"candidates":[{"content":{"role":"model","parts":[{"text":"ok"}]},"finishReason":"STOP"}],` +
+			`"usageMetadata":{"promptTokenCount":3000,"candidatesTokenCount":1,"totalTokenCount":3001},"modelVersion":"gemini-2.5-flash"}`))
+	}))
+	t.Cleanup(up.Close)
+	var exchanges atomic.Int32
+	var opts Options
+	opts.Rewrite.Enabled = true
+	opts.TenantHeader = "X-Tenant"
+	opts.Prices = map[string]Price{"gemini-2.5-flash": {Input: 0.30, CachedInput: 0.03, Output: 2.5}}
+	opts.OnExchange = func(ex Exchange) {
+		exchanges.Add(1)
+		id, ok := reviewIDOf(ex.Request)
+		if !ok || id >= n || !bytes.Equal(ex.Request, origs[id]) || ex.Tenant == "" {
+			fail("OnExchange: Request of %d bytes is not its client's (poisoned %v)", len(ex.Request), poisoned(ex.Request))
+		}
+	}
+	f := newFixture(t, up.URL, opts)
+	for id := range n {
+		origs[id] = reviewTenantBody(id)
+		out, rep, err := rewrite.Request(origs[id], f.h.rwOpts, nil)
+		if err != nil || len(rep.Replacements) == 0 || bytes.Equal(out, origs[id]) {
+			t.Fatalf("request %d: the rewriter does not change it (%v)", id, err)
+		}
+		rewrites[id] = out
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			c := rawClient()
+			defer c.CloseIdleConnections()
+			for i := range perWorker {
+				id := w*perWorker + i
+				req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, f.front.URL+genPath, bytes.NewReader(origs[id]))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Tenant", fmt.Sprintf("tenant-%d", id))
+				req.Header.Set("X-Review-Id", strconv.Itoa(id))
+				res, err := c.Do(req)
+				if err != nil {
+					fail("client: request %d: %v", id, err)
+					continue
+				}
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != 200 {
+					fail("client: request %d: status %d", id, res.StatusCode)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	waitFor(t, "every exchange", func() bool { return exchanges.Load() == int32(n) })
+	if k := bad.Load(); k > 0 {
+		t.Errorf("%d bodies were not their request's; last: %v", k, badMsg.Load())
+	}
+	if got, want := testutil.ToFloat64(f.m.RewriteFallbacks), float64(n/2); got != want {
+		t.Errorf("rewrite_fallbacks_total = %v, want %v", got, want)
 	}
 }
