@@ -91,16 +91,16 @@ func (bb *bodyBuf) release() {
 		return
 	}
 	bb.b = bb.b[:cap(bb.b)]
-	if releasedHook != nil {
-		releasedHook(bb.b)
+	if f := releasedHook.Load(); f != nil {
+		(*f)(bb.b)
 	}
 	bodyPools[bb.class].Put(bb)
 }
 
-// releasedHook, set by tests only (before any request), sees the memory
-// of each buffer as it goes back to its pool: a test overwrites it, so
-// that a read after the release sees that instead of the request's bytes.
-var releasedHook func([]byte)
+// releasedHook, set by tests only, sees the memory of each buffer as it
+// goes back to its pool: a test overwrites it, so that a read after the
+// release sees that instead of the request's bytes.
+var releasedHook atomic.Pointer[func([]byte)]
 
 // errBodyClosed is what a bodyReader's Read returns after Close while
 // bytes were left: the transport gave the body up.

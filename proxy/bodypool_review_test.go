@@ -30,12 +30,13 @@ import (
 // reused. Tests that call it must not run in parallel.
 func poisonReleased(t *testing.T) {
 	t.Helper()
-	releasedHook = func(b []byte) {
+	poison := func(b []byte) {
 		for i := range b {
 			b[i] = 'X'
 		}
 	}
-	t.Cleanup(func() { releasedHook = nil })
+	releasedHook.Store(&poison)
+	t.Cleanup(func() { releasedHook.Store(nil) })
 }
 
 // poisoned reports whether b holds a run of the bytes poisonReleased
