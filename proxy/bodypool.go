@@ -91,8 +91,16 @@ func (bb *bodyBuf) release() {
 		return
 	}
 	bb.b = bb.b[:cap(bb.b)]
+	if f := releasedHook.Load(); f != nil {
+		(*f)(bb.b)
+	}
 	bodyPools[bb.class].Put(bb)
 }
+
+// releasedHook, set by tests only, sees the memory of each buffer as it
+// goes back to its pool: a test overwrites it, so that a read after the
+// release sees that instead of the request's bytes.
+var releasedHook atomic.Pointer[func([]byte)]
 
 // errBodyClosed is what a bodyReader's Read returns after Close while
 // bytes were left: the transport gave the body up.
@@ -231,9 +239,22 @@ func (st *reqState) releaseBody() {
 		bb.release()
 	}
 	for i, ob := range st.outBufs {
-		ob.keep = keep
+		ob.keep = ob.keep || keep
 		ob.release()
 		st.outBufs[i] = nil
 	}
 	st.outBufs = st.outBufs[:0]
+}
+
+// keepBodies leaves st's pooled bodies, the client's and the rewritten
+// ones, to the collector instead of their pools: something that may
+// outlive the request holds them (the context cache's plan, see
+// contextCacheRequest).
+func (st *reqState) keepBodies() {
+	if st.bodyBuf != nil {
+		st.bodyBuf.keep = true
+	}
+	for _, ob := range st.outBufs {
+		ob.keep = true
+	}
 }

@@ -138,6 +138,10 @@ func (h *Handler) contextCacheRequest(req *http.Request, st *reqState) *http.Req
 		return req
 	}
 	st.cc = &ccState{use: use}
+	// use keeps body, not a copy, and in shared mode Settle reads it on a
+	// goroutine that may run after the request (contextCacheSettle clears
+	// st.cc before releaseBody could see it).
+	st.keepBodies()
 	cached := use.Body()
 	if cached == nil {
 		return req
