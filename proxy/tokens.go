@@ -41,13 +41,25 @@ func textTokens(text string) int {
 			for j < len(text) && asciiClass[text[j]] == classWord {
 				j++
 			}
-			i = wordEnd(text, j, j-i, &n)
+			if j < len(text) && (text[j] == '\'' || text[j] >= utf8.RuneSelf) {
+				i = wordEnd(text, j, j-i, &n)
+				continue
+			}
+			n += wordTokens(j - i)
+			i = j
 		case classSpace:
 			j := i + 1
 			for j < len(text) && asciiClass[text[j]] == classSpace {
 				j++
 			}
-			i = spaceEnd(text, j, j-i, c == ' ', &n)
+			if j < len(text) && text[j] >= utf8.RuneSelf {
+				i = spaceEnd(text, j, j-i, c == ' ', &n)
+				continue
+			}
+			if j-i > 1 || c != ' ' {
+				n++
+			}
+			i = j
 		case classPunct:
 			j := i + 1
 			// '_' starts a word but goes on a run of punctuation.
@@ -102,7 +114,15 @@ func wordEnd(text string, j, runes int, n *int) int {
 // n: none for a single space.
 func spaceEnd(text string, j, runes int, single bool, n *int) int {
 	for j < len(text) {
-		r, size := runeAt(text, j)
+		if c := asciiClass[text[j]]; c != classMulti {
+			if c != classSpace {
+				break
+			}
+			runes++
+			j++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(text[j:])
 		if classOf(r) != classSpace {
 			break
 		}
