@@ -355,10 +355,11 @@ func promptBytes(x rewrite.Replacement) int {
 
 // unflattenedTokens returns the tokens un-flattening removed, as
 // rewrite.Options.CountTokens (textTokens, runRewrite) counted them, less
-// the role token of each content it made, and whether rep has that count.
+// the role token of each content it made, and whether rep has that count
+// (a count of 0 reads as none: a rewrite without CountTokens).
 // Its JSON syntax and escapes tokenise three times denser than the text
-// around them (`":"` is two tokens of the model, `\n` two where a newline
-// is one), so at the request's tokens per byte the bench's flat-json-array
+// around them (`":"` is two tokens of the model, each escape's backslash
+// one), so at the request's tokens per byte the bench's flat-json-array
 // session's counterfactual missed two thirds of them.
 func unflattenedTokens(rep *rewrite.Report) (float64, bool) {
 	if rep.UnflattenedTokens == 0 {
