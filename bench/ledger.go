@@ -71,12 +71,10 @@ const ledgerRounding = 1e-12
 // (PendingLedgerMisses) without failing, and fails once such a session's
 // ledger is within MaxLedgerError, so that the entry goes with the fix.
 var pendingLedger = map[string]string{
-	// Un-flattening a JSON history removes the JSON syntax and the escapes
-	// of every message (a third of this session's naive tokens). The
-	// ledger prices them (Report.UnflattenedBytes) at the request's own
-	// tokens per byte, but punctuation and escapes tokenise denser than
-	// the messages' text, so the counterfactual is still too small.
-	"flat-json-array": "un-flattening's removed JSON syntax is priced at the text's tokens per byte",
+	// None: flat-json-array was 50.1% low until un-flattening's removed
+	// JSON syntax and escapes were counted by runs
+	// (rewrite.Report.UnflattenedTokens) instead of priced at the text's
+	// tokens per byte.
 }
 
 // CheckLedger returns an error naming every session whose ledger differs

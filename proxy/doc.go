@@ -84,10 +84,13 @@
 //
 // Savings are counted only for a rewritten body the upstream accepted
 // with a 2xx (never after a fallback): bytes removed per rule, and tokens
-// saved estimated as bytes removed × the model's tokens per byte, a ratio
+// saved estimated as bytes removed (as the model reads them, escaped in a
+// JSON string) × the model's tokens per byte, a ratio
 // calibrated from the usageMetadata of rewritten requests, or from exact
 // countTokens samples of the original request (Options.CountTokensSampleRate,
-// rate-limited, off the request path). Dollars come from Options.Prices,
+// rate-limited, off the request path); references and what un-flattening
+// removed are counted by tokenizer runs instead (tokens.go,
+// rewrite.Options.CountTokens). Dollars come from Options.Prices,
 // by the response's modelVersion when the path names an alias or an
 // unpriced model. The ledger (ledger.go, Options.Ledger) bills each
 // answered request from its usage and, where the proxy changed what was

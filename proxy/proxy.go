@@ -653,6 +653,8 @@ func (h *Handler) runRewrite(st *reqState, body []byte, sent *rewrite.SentPrefix
 	opts := h.rwOpts
 	opts.Sent = sent // what the conversation's previous request sent (ledger.go)
 	opts.Buffer = st.outBuffer
+	// The ledger prices what un-flattening removed by this count (savings.go).
+	opts.CountTokens = textTokens
 	out, rep, err = h.rewriteFn(body, opts, v)
 	if err == nil && (out == nil || rep == nil) {
 		err = errRewriteEmpty

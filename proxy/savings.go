@@ -285,8 +285,9 @@ func (s *savings) estimate(j *savingsJob) float64 {
 }
 
 // estimateTokens estimates the prompt tokens each rule removed: text bytes
-// removed times ratio, and for an image ImageTokens minus its reference's
-// tokens (refTokens).
+// removed, as the model read them (promptBytes), times ratio; for an image
+// ImageTokens minus its reference's tokens (refTokens); for un-flattening
+// the tokens it counted (unflattenedTokens).
 // Savings can be negative (a reference longer than what it replaced is
 // never produced, but un-flattening adds role tokens); they are floored at
 // zero per rule because counters only grow.
@@ -300,9 +301,11 @@ func estimateTokens(rep *rewrite.Report, ratio float64) map[rewrite.Rule]float64
 			out[x.Rule] += ImageTokens - refTokens(x.Reference)
 			continue
 		}
-		out[x.Rule] += float64(x.Bytes-x.RefBytes) * ratio
+		out[x.Rule] += float64(promptBytes(x)) * ratio
 	}
-	if rep.UnflattenedBytes > 0 {
+	if tokens, ok := unflattenedTokens(rep); ok {
+		out[rewrite.RuleUnflatten] += tokens
+	} else if rep.UnflattenedBytes > 0 {
 		out[rewrite.RuleUnflatten] += float64(rep.UnflattenedBytes) * ratio
 	}
 	for rule, v := range out {
@@ -313,21 +316,56 @@ func estimateTokens(rep *rewrite.Report, ratio float64) map[rewrite.Rule]float64
 	return out
 }
 
-// textRemoved returns the text bytes removed by rules other than image, and
-// the estimated tokens of the replaced images (ImageTokens minus their
-// references' refTokens).
-func textRemoved(rep *rewrite.Report, ratio float64) (textBytes int, imageTokens float64) {
+// textRemoved returns the text bytes removed by rules other than image, as
+// the model read them (promptBytes), and the tokens removed that do not
+// follow from bytes: the replaced images' (ImageTokens minus their
+// references' refTokens) and what un-flattening counted
+// (unflattenedTokens).
+func textRemoved(rep *rewrite.Report, ratio float64) (textBytes int, fixedTokens float64) {
 	for _, x := range rep.Replacements {
 		if x.Rule == rewrite.RuleImage {
-			imageTokens += ImageTokens - refTokens(x.Reference)
+			fixedTokens += ImageTokens - refTokens(x.Reference)
 			continue
 		}
-		textBytes += x.Bytes - x.RefBytes
+		textBytes += promptBytes(x)
 	}
 	// Un-flattening removes labels, and a JSON history's syntax and
 	// escapes, that no replacement records.
-	textBytes += rep.UnflattenedBytes
-	return textBytes, imageTokens
+	if tokens, ok := unflattenedTokens(rep); ok {
+		fixedTokens += tokens
+	} else {
+		textBytes += rep.UnflattenedBytes
+	}
+	return textBytes, fixedTokens
+}
+
+// promptBytes returns the bytes a text replacement took out of the prompt
+// as the model reads it: a file in a JSON string (an editor's JSON text, a
+// tool result) is read escaped, a newline as `\n`, so its decoded bytes
+// came out 7% to 10% below what the emulator counted on the bench's
+// editor-json and agent-read-file sessions, at the request's own tokens
+// per byte. A Replacement without PromptBytes (not made by
+// rewrite.Request) counts Bytes.
+func promptBytes(x rewrite.Replacement) int {
+	if x.PromptBytes == 0 {
+		return x.Bytes - x.RefBytes
+	}
+	return x.PromptBytes - x.PromptRefBytes
+}
+
+// unflattenedTokens returns the tokens un-flattening removed, as
+// rewrite.Options.CountTokens (textTokens, runRewrite) counted them, less
+// the role token of each content it made, and whether rep has that count
+// (a count of 0 reads as none: a rewrite without CountTokens).
+// Its JSON syntax and escapes tokenise three times denser than the text
+// around them (`":"` is two tokens of the model, each escape's backslash
+// one), so at the request's tokens per byte the bench's flat-json-array
+// session's counterfactual missed two thirds of them.
+func unflattenedTokens(rep *rewrite.Report) (float64, bool) {
+	if rep.UnflattenedTokens == 0 {
+		return 0, false
+	}
+	return float64(rep.UnflattenedTokens - rep.UnflattenedTurns), true
 }
 
 // exact asks countTokens for the original request's token count, exports
@@ -346,8 +384,8 @@ func (s *savings) exact(j *savingsJob, estimated float64) {
 	s.m.SampledTokens.WithLabelValues(j.label, metrics.SampledOriginalExact).Add(float64(orig))
 	s.m.SampledTokens.WithLabelValues(j.label, metrics.SampledOriginalEstimated).Add(float64(sent) + estimated)
 	s.m.SampledTokens.WithLabelValues(j.label, metrics.SampledSent).Add(float64(sent))
-	textBytes, imageTokens := textRemoved(j.report, s.ratioFor(j.label))
-	s.calibrate(j.label, metrics.SourceCountTokens, float64(orig-sent)-imageTokens, float64(textBytes))
+	textBytes, fixedTokens := textRemoved(j.report, s.ratioFor(j.label))
+	s.calibrate(j.label, metrics.SourceCountTokens, float64(orig-sent)-fixedTokens, float64(textBytes))
 }
 
 // spend records the estimated dollars of one response from its usage, or
@@ -494,53 +532,5 @@ func statusLabel(code int) string {
 // which, where an image reference replaces an image of 258 tokens and
 // implicit caching already bills most of the naive prompt at the cached
 // rate, is most of the net saving (the bench's images session). So it is
-// priced by runs, as tokenizers split text: each digit one token; a word
-// (letters and '_') one token up to 6 bytes and one more per started 4
-// bytes beyond; a run of ASCII punctuation one token per 2 bytes; a single
-// space nothing, other white space one token; any other byte of a
-// non-ASCII rune one token per rune. The emulator's tokenizer prices text
-// by the same runs, so the bench cannot say how close this is on Gemini.
-func refTokens(ref string) float64 {
-	n := 0
-	for i := 0; i < len(ref); {
-		c := ref[i]
-		j := i + 1
-		switch {
-		case c >= '0' && c <= '9':
-			n++
-		case c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
-			for j < len(ref) && (ref[j] == '_' || ref[j] >= 'a' && ref[j] <= 'z' || ref[j] >= 'A' && ref[j] <= 'Z') {
-				j++
-			}
-			n++
-			if w := j - i; w > 6 {
-				n += (w - 6 + 3) / 4
-			}
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-			for j < len(ref) && (ref[j] == ' ' || ref[j] == '\t' || ref[j] == '\n' || ref[j] == '\r') {
-				j++
-			}
-			if j-i > 1 || c != ' ' {
-				n++
-			}
-		case c < 0x80:
-			for j < len(ref) && ref[j] < 0x80 && !isRefRunStart(ref[j]) {
-				j++
-			}
-			n += (j - i + 1) / 2
-		default:
-			// One token per non-ASCII rune: skip its continuation bytes.
-			for j < len(ref) && ref[j]&0xC0 == 0x80 {
-				j++
-			}
-			n++
-		}
-		i = j
-	}
-	return float64(n)
-}
-
-// isRefRunStart reports whether c starts a run other than punctuation.
-func isRefRunStart(c byte) bool {
-	return c >= '0' && c <= '9' || c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == ' ' || c == '\t' || c == '\n' || c == '\r'
-}
+// priced by runs, as tokenizers split text (textTokens).
+func refTokens(ref string) float64 { return float64(textTokens(ref)) }

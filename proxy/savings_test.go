@@ -47,6 +47,15 @@ func TestEstimateTokens(t *testing.T) {
 			{Rule: rewrite.RuleImage, Bytes: 400000, RefBytes: 62, Reference: "[same image/png sha256:1a2b3c4d5e6f as in turn 1]"},
 		}}, 0.25, map[rewrite.Rule]float64{rewrite.RuleImage: ImageTokens - 27}},
 		{"unflatten removes nothing", &rewrite.Report{UnflattenedTurns: 3}, 0.25, map[rewrite.Rule]float64{}},
+		// A file in a JSON string is read escaped: PromptBytes, not Bytes.
+		{"json string", &rewrite.Report{Replacements: []rewrite.Replacement{
+			{Rule: rewrite.RuleUnchanged, Bytes: 1000, RefBytes: 100, PromptBytes: 1100, PromptRefBytes: 110},
+		}}, 0.25, map[rewrite.Rule]float64{rewrite.RuleUnchanged: 247.5}},
+		// Un-flattening's count less one role token per content made.
+		{"unflatten counted", &rewrite.Report{UnflattenedTurns: 2, UnflattenedBytes: 100, UnflattenedTokens: 90}, 0.25,
+			map[rewrite.Rule]float64{rewrite.RuleUnflatten: 88}},
+		{"unflatten not counted", &rewrite.Report{UnflattenedTurns: 2, UnflattenedBytes: 100}, 0.25,
+			map[rewrite.Rule]float64{rewrite.RuleUnflatten: 25}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -128,6 +128,15 @@ type Options struct {
 	// what it returns, and never reads what the slice held before. A
 	// slice with less capacity than asked is not used. Nil allocates.
 	Buffer func(n int) []byte
+	// CountTokens, when set, counts the tokens of a text the way the
+	// caller prices prompts (the proxy's ledger passes its tokenizer
+	// model), so that Report.UnflattenedTokens says what un-flattening
+	// removed in that unit: its JSON syntax and escapes tokenise far
+	// denser than the text around them. It must be pure and safe for
+	// concurrent use; Request calls it only on a request it un-flattens,
+	// once on the flattened text and once per turn made of it. Nil leaves
+	// UnflattenedTokens 0.
+	CountTokens func(text string) int
 }
 
 // DefaultOptions returns the documented defaults (DESIGN §3).
@@ -208,6 +217,14 @@ type Replacement struct {
 	// reference that replaced it. For text, both count bytes of the decoded
 	// string; for an inlineData part, bytes of the JSON part.
 	Bytes, RefBytes int
+	// PromptBytes and PromptRefBytes are Bytes and RefBytes as the model
+	// reads them, in the units of Report.TextBytes and OtherBytes: for a
+	// span of a JSON text's string value, its escaped bytes in the part's
+	// decoded text; for a tool result's value, its raw JSON string in the
+	// body; elsewhere Bytes and RefBytes. A file pasted into a JSON string
+	// is read with its escapes (a newline is `\n`), which tokenise apart
+	// from the text around them.
+	PromptBytes, PromptRefBytes int
 	// Target is the index into contents of the turn that holds the full
 	// copy (the identical copy, or the active version for RuleSuperseded).
 	Target int
@@ -231,6 +248,11 @@ type Report struct {
 	// and a JSON history's syntax and escapes), which the model no longer
 	// reads. It is not in Replacements.
 	UnflattenedBytes int
+	// UnflattenedTokens is Options.CountTokens of the flattened text minus
+	// that of each turn made of it (0 without CountTokens): what
+	// un-flattening removed, counted where UnflattenedBytes is measured,
+	// not counting the role of each content it made.
+	UnflattenedTokens int
 	// Reordered is the number of text parts split by Options.StablePrefix
 	// into their trailing blocks followed by the text before them.
 	Reordered int

@@ -249,9 +249,49 @@ func checkDescription(in, out []byte, rep *Report) error {
 	if got := rep.ConversationID(); got != wantConv {
 		return fmt.Errorf("ConversationID %q, want %q", got, wantConv)
 	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(out, &top); err != nil {
+	want, err := describeWire(out)
+	if err != nil {
 		return err
+	}
+	if rep.TextBytes != want.TextBytes || rep.OtherBytes != want.OtherBytes || rep.Contents != want.Contents || rep.Media != want.Media {
+		return fmt.Errorf("description: text %d, other %d, contents %d, media %v; want %d, %d, %d, %v",
+			rep.TextBytes, rep.OtherBytes, rep.Contents, rep.Media, want.TextBytes, want.OtherBytes, want.Contents, want.Media)
+	}
+	// The replacements' PromptBytes are what they took out of the
+	// prompt's text and other bytes (the ledger prices them so), where
+	// no turn was un-flattened and no image replaced.
+	if rep.UnflattenedTurns > 0 || !utf8.Valid(in) {
+		return nil
+	}
+	removed := 0
+	for _, x := range rep.Replacements {
+		if x.Rule == RuleImage {
+			return nil
+		}
+		removed += x.PromptBytes - x.PromptRefBytes
+	}
+	before, err := describeWire(in)
+	if err != nil {
+		return err
+	}
+	if got := before.TextBytes + before.OtherBytes - want.TextBytes - want.OtherBytes; got != removed {
+		return fmt.Errorf("replacements' PromptBytes - PromptRefBytes add up to %d, the prompt lost %d bytes", removed, got)
+	}
+	return nil
+}
+
+// describeWire returns the description of a request (Report.TextBytes,
+// OtherBytes, Contents and Media) from a decoding of body.
+func describeWire(body []byte) (Report, error) {
+	var bo struct {
+		Contents []json.RawMessage `json:"contents"`
+	}
+	if err := json.Unmarshal(body, &bo); err != nil {
+		return Report{}, fmt.Errorf("decoding contents: %v", err)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		return Report{}, err
 	}
 	var want Report
 	want.Contents = len(bo.Contents)
@@ -264,12 +304,12 @@ func checkDescription(in, out []byte, rep *Report) error {
 			Parts []json.RawMessage `json:"parts"`
 		}
 		if err := json.Unmarshal(raw, &c); err != nil {
-			return err
+			return Report{}, err
 		}
 		for _, p := range c.Parts {
 			var m map[string]json.RawMessage
 			if err := json.Unmarshal(p, &m); err != nil {
-				return err
+				return Report{}, err
 			}
 			var text string
 			if _, ok := m["text"]; ok && len(m) == 1 && json.Unmarshal(m["text"], &text) == nil {
@@ -284,9 +324,5 @@ func checkDescription(in, out []byte, rep *Report) error {
 			}
 		}
 	}
-	if rep.TextBytes != want.TextBytes || rep.OtherBytes != want.OtherBytes || rep.Contents != want.Contents || rep.Media != want.Media {
-		return fmt.Errorf("description: text %d, other %d, contents %d, media %v; want %d, %d, %d, %v",
-			rep.TextBytes, rep.OtherBytes, rep.Contents, rep.Media, want.TextBytes, want.OtherBytes, want.Contents, want.Media)
-	}
-	return nil
+	return want, nil
 }

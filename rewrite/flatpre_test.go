@@ -49,7 +49,7 @@ func TestUnflattenPrecheckAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 		var v Verifier = servedSet{}
-		if _, n, _, _ := unflattenRequest(body, req, &opts, v); n != 0 {
+		if _, n, _, _, _ := unflattenRequest(body, req, &opts, v); n != 0 {
 			t.Fatalf("%s: un-flattened %d turns", name, n)
 		}
 		if n := testing.AllocsPerRun(20, func() { unflattenRequest(body, req, &opts, v) }); n != 0 {

@@ -155,6 +155,7 @@ func checkJSONHistRequest(t *testing.T, text string, v Verifier, wantTurns int) 
 	if want := len(text) - kept; len(rep.Replacements) == 0 && rep.UnflattenedBytes != want {
 		t.Errorf("UnflattenedBytes = %d, want %d (text %d bytes, turns %d)", rep.UnflattenedBytes, want, len(text), kept)
 	}
+	checkUnflattenedTokens(t, body, out, v)
 	if err := checkInvariants(body, out, rep, DefaultOptions(), v); err != nil {
 		t.Fatalf("invariants: %v", err)
 	}

@@ -491,10 +491,12 @@ func textReps(reps []*occ, q int) []*occ {
 
 // subSizes returns what the replacements reps in sub-texts add to the
 // decoded size of the text parts (JSON texts) and to the raw size of the
-// other parts (tool results) of the request.
-func (e *engine) subSizes(reps []*occ) (text, other int) {
+// other parts (tool results) of the request, and sets the PromptBytes and
+// PromptRefBytes of out, their Replacements (e.report(reps)).
+func (e *engine) subSizes(reps []*occ, out []Replacement) (text, other int) {
 	var offs [2]int
-	for _, o := range reps {
+	for i, o := range reps {
+		out[i].PromptBytes, out[i].PromptRefBytes = out[i].Bytes, out[i].RefBytes
 		if o.tp < 0 || e.parts[o.tp].val == nil {
 			continue
 		}
@@ -507,10 +509,12 @@ func (e *engine) subSizes(reps []*occ) (text, other int) {
 		if tp.val.nested {
 			e.subOffsets(tp, offs[:])
 			text -= offs[1] - offs[0] - refLen
+			out[i].PromptBytes, out[i].PromptRefBytes = offs[1]-offs[0], refLen
 			continue
 		}
 		e.rawOf(tp, offs[:])
 		other -= offs[1] - offs[0] - refLen
+		out[i].PromptBytes, out[i].PromptRefBytes = offs[1]-offs[0], refLen
 	}
 	return text, other
 }

@@ -56,8 +56,8 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 	}
 	var uf *auditUnflat
 	if opts.Unflatten == UnflattenVerified && v != nil {
-		if nb, turns, removed, rec := unflattenRequest(body, req, &opts, v); turns > 0 {
-			rep.UnflattenedTurns, rep.UnflattenedBytes = turns, removed
+		if nb, turns, removed, tokens, rec := unflattenRequest(body, req, &opts, v); turns > 0 {
+			rep.UnflattenedTurns, rep.UnflattenedBytes, rep.UnflattenedTokens = turns, removed, tokens
 			body, uf = nb, rec
 			if req, err = scanWith(body, st, small, limitsOf(&opts)); err != nil {
 				return nil, nil, err
@@ -99,7 +99,7 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 		}
 	}
 	rep.Replacements = e.report(reps)
-	rep.subText, rep.subOther = e.subSizes(reps)
+	rep.subText, rep.subOther = e.subSizes(reps, rep.Replacements)
 	rep.BytesAfter = len(out)
 	e.req.describe(rep)
 	rep.Blocks = e.newTurnBlocks()

@@ -8,21 +8,22 @@ import (
 // content is a user turn with a single text part that holds a flattened
 // transcript, that content is replaced by real alternating turns. It returns
 // the new body and the number of turns created, or 0 to leave the request
-// as is, with the audit's record of what it did.
-func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]byte, int, int, *auditUnflat) {
+// as is, the decoded bytes and the tokens (Options.CountTokens) it removed,
+// and the audit's record of what it did.
+func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]byte, int, int, int, *auditUnflat) {
 	n := len(req.contents)
 	if n == 0 {
-		return nil, 0, 0, nil
+		return nil, 0, 0, 0, nil
 	}
 	c := &req.contents[n-1]
 	// The content is replaced as a whole, so it must hold nothing but its
 	// role and one text part (an unknown member would be lost).
 	if (c.role != "" && c.role != "user") || c.extra || len(c.parts) != 1 || c.parts[0].kind != partText {
-		return nil, 0, 0, nil
+		return nil, 0, 0, 0, nil
 	}
 	p := &c.parts[0]
 	if v == nil || p.dec.size < 8 {
-		return nil, 0, 0, nil
+		return nil, 0, 0, 0, nil
 	}
 	lx := opts.Lexicon
 	if lx == nil {
@@ -36,7 +37,7 @@ func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]b
 	pre := flatText(body, p, buf[:])
 	flat := flatMaybe(pre, lx)
 	if !flat && !(p.dec.size >= 16 && jsonHistMaybe(pre)) || sideTaskHint(body, req) {
-		return nil, 0, 0, nil
+		return nil, 0, 0, 0, nil
 	}
 	text := decodedText(body, p)
 	// A history serialised as JSON (jsonhist.go) comes first.
@@ -45,7 +46,7 @@ func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]b
 		turns, spans, ok = unflattenScanned(text, lx, v)
 	}
 	if !ok || len(turns) < 3 || turns[len(turns)-1].Role != "user" {
-		return nil, 0, 0, nil
+		return nil, 0, 0, 0, nil
 	}
 	rec := &auditUnflat{obj: c.obj, str: p.str, esc: p.esc, turns: make([]auditTurn, len(turns))}
 	for i, t := range turns {
@@ -56,9 +57,15 @@ func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]b
 	}
 	out := make([]byte, 0, len(body)+64*len(turns))
 	out = append(out, body[:c.obj.start]...)
-	removed := len(text)
+	removed, tokens := len(text), 0
+	if opts.CountTokens != nil {
+		tokens = opts.CountTokens(text)
+	}
 	for i, t := range turns {
 		removed -= len(t.Text)
+		if opts.CountTokens != nil {
+			tokens -= opts.CountTokens(t.Text)
+		}
 		if i > 0 {
 			out = append(out, ',')
 		}
@@ -69,7 +76,7 @@ func unflattenRequest(body []byte, req *request, opts *Options, v Verifier) ([]b
 		out = append(out, `"}]}`...)
 	}
 	out = append(out, body[c.obj.end:]...)
-	return out, len(turns) - 1, max(removed, 0), rec
+	return out, len(turns) - 1, max(removed, 0), tokens, rec
 }
 
 // sideTaskHint reports whether generationConfig asks for structured or very
