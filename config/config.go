@@ -174,6 +174,13 @@ type Cache struct {
 	// RedisPoolSize bounds the connections per Redis node (0: go-redis's
 	// default, 10 per CPU).
 	RedisPoolSize int `mapstructure:"redis_pool_size"`
+	// RedisTimeout bounds each Redis call; a call that takes longer is
+	// an error, and the replica uses its local cache only for a second.
+	RedisTimeout time.Duration `mapstructure:"redis_timeout"`
+	// RedisBudget bounds the Redis time one request spends verifying
+	// earlier answers, so that a slow Redis adds at most about this much
+	// to a request.
+	RedisBudget time.Duration `mapstructure:"redis_budget"`
 	// TenantSecret keys the tenant hash (HMAC of the caller's credential).
 	// Replicas that share state must share it. Empty means a random key per
 	// process. Secret: never logged or printed. At least 16 bytes.
@@ -378,7 +385,7 @@ func Default() Config {
 			// Weighs compaction against the sent prefix (BENCHMARKS.md).
 			CacheAwareCompaction: true,
 		},
-		Cache: Cache{Backend: "local", MaxBytes: 256 << 20, TTL: time.Hour},
+		Cache: Cache{Backend: "local", MaxBytes: 256 << 20, TTL: time.Hour, RedisTimeout: 50 * time.Millisecond, RedisBudget: 100 * time.Millisecond},
 		Metrics: Metrics{
 			Models:               append([]string(nil), DefaultModels...),
 			CountTokensPerSecond: 1,

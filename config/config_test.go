@@ -140,6 +140,11 @@ cache:
 			want: []string{"cache.redis_url", "cache.tenant_secret: must be set", "metrics.count_tokens_sample_rate", "prices must not be negative", `model "m" is listed twice`, "YYYY-MM-DD"},
 		},
 		{
+			name: "redis timeouts out of range",
+			file: "cache:\n  backend: redis\n  redis_url: redis://127.0.0.1:6379/0\n  tenant_secret: a-secret-of-at-least-16-bytes\n  redis_timeout: 0s\n  redis_budget: 2m\n",
+			want: []string{"cache.redis_timeout: must be between 1ms and 10s", "cache.redis_budget: must be at least cache.redis_timeout and at most 1m"},
+		},
+		{
 			name: "holdout fraction above 1",
 			env:  map[string]string{"GEMINI_PROXY_METRICS_HOLDOUT_FRACTION": "1.5"},
 			want: []string{"metrics.holdout_fraction: 1.5 must be in [0, 1]"},

@@ -580,6 +580,12 @@ func (c Config) Validate() error {
 		if c.Cache.RedisPoolSize < 0 || c.Cache.RedisPoolSize > 10_000 {
 			bad("cache.redis_pool_size", "must be 0 (go-redis default) up to 10000")
 		}
+		if c.Cache.RedisTimeout < time.Millisecond || c.Cache.RedisTimeout > 10*time.Second {
+			bad("cache.redis_timeout", "must be between 1ms and 10s")
+		}
+		if c.Cache.RedisBudget < c.Cache.RedisTimeout || c.Cache.RedisBudget > time.Minute {
+			bad("cache.redis_budget", "must be at least cache.redis_timeout and at most 1m")
+		}
 		if c.Cache.TenantSecret == "" {
 			// Without a shared secret each replica hashes tenants with its
 			// own random key, so nothing it writes to Redis is ever found

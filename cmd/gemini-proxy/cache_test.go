@@ -254,6 +254,11 @@ func TestCacheRedisReplicas(t *testing.T) {
 	c = config.Default()
 	c.Upstream.URL = emu2URL
 	c.Cache.Backend, c.Cache.RedisURL = "redis", rs.URL()
+	// The comparison with one replica needs every Redis call to succeed:
+	// at the default 50ms a call on a loaded CI machine timed out, the
+	// replica used its local cache for a second and, correctly, left a
+	// turn it could not verify flattened (a saving missed, nothing lost).
+	c.Cache.RedisTimeout, c.Cache.RedisBudget = 5*time.Second, 20*time.Second
 	c.Cache.TenantSecret = "shared-tenant-secret-for-replicas"
 	reps := []replica{startReplica(t, c), startReplica(t, c)}
 	writes := make([]float64, len(reps))

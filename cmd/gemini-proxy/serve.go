@@ -91,6 +91,7 @@ func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, co
 		co.RedisTLS = cache.RedisTLS{CAFile: c.Cache.RedisTLSCAFile, CertFile: c.Cache.RedisTLSCertFile,
 			KeyFile: c.Cache.RedisTLSKeyFile, ServerName: c.Cache.RedisTLSServerName}
 		co.RedisPoolSize = c.Cache.RedisPoolSize
+		co.RedisTimeout, co.RedisBudget = c.Cache.RedisTimeout, c.Cache.RedisBudget
 		co.Secret = []byte(c.Cache.TenantSecret)
 	}
 	store, err := cache.New(co)
