@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/genai"
 
 	"github.com/gemini-proxy/gemini-proxy/cache"
@@ -360,6 +362,71 @@ func TestFleetSentinel(t *testing.T) {
 			t.Errorf("replica %d redis stats %+v, want sentinel and up", i, r)
 		}
 	}
+}
+
+// TestFleetSentinelFailover runs the naive sessions through three
+// replicas on a master and its replica behind a Sentinel, kills the master
+// mid-run and goes on once the sentinel promoted the replica: every
+// request is answered, and the fleet still matches one replica byte for
+// byte, in savings, ledger and creates. The turns after the failover
+// alternate replicas, so each one's un-flattening verifies an answer
+// another replica wrote to the new master, and its ledger reads state
+// another replica left there.
+func TestFleetSentinelFailover(t *testing.T) {
+	s := cachetest.StartSentinelReplicated(t)
+	const turns, failAfter = 8, 4
+	one := newFleet(t, 1, "")
+	fl := newFleet(t, 3, s.URL())
+	runFleetSessions(t, one, turns, nil)
+	var keysAtFailover int64
+	got := runFleetSessions(t, fl, turns, func(i int) {
+		if i != failAfter-1 {
+			return
+		}
+		compareFleet(t, one, fl, 2*failAfter)
+		old := s.Master.Addr
+		s.KillMaster(t)
+		keysAtFailover = dbSize(t, s.Master.Addr)
+		t.Logf("master %s killed; the sentinel promoted %s, which holds %d keys", old, s.Master.Addr, keysAtFailover)
+		if keysAtFailover == 0 {
+			t.Error("the promoted replica holds no keys: nothing was shared before the failover")
+		}
+	})
+	if len(got.answers) != 2*turns {
+		t.Fatalf("fleet answered %d requests, want %d", len(got.answers), 2*turns)
+	}
+	for i, a := range got.answers {
+		if a == "" {
+			t.Errorf("answer %d empty", i)
+		}
+	}
+	compareFleet(t, one, fl, 2*turns)
+	compareCounters(t, one.counters(t), fl.counters(t))
+	checkOneCreatePerPrefix(t, one.nCreate.Load(), fl)
+	if n := dbSize(t, s.Master.Addr); n <= keysAtFailover {
+		t.Errorf("the new master holds %d keys after the sessions, %d at the failover: nothing was written to it", n, keysAtFailover)
+	}
+	for i, st := range fl.stores {
+		r := st.Stats().Redis
+		t.Logf("replica %d: %d read and %d write errors, %d writes, %d hits", i, r.ReadErrors, r.WriteErrors, r.Writes, r.Hits)
+		if r.Mode != cache.RedisModeSentinel || !r.Up {
+			t.Errorf("replica %d redis stats %+v, want sentinel and up", i, r)
+		}
+	}
+}
+
+// dbSize returns the number of keys the Redis server at addr holds.
+func dbSize(t *testing.T, addr string) int64 {
+	t.Helper()
+	rc := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+	defer rc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := rc.DBSize(ctx).Result()
+	if err != nil {
+		t.Fatalf("DBSIZE on %s: %v", addr, err)
+	}
+	return n
 }
 
 // TestFleetLatency reports what shared mode adds to a request: the same
