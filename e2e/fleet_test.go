@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -413,6 +414,110 @@ func TestFleetSentinelFailover(t *testing.T) {
 			t.Errorf("replica %d redis stats %+v, want sentinel and up", i, r)
 		}
 	}
+}
+
+// TestFleetSlowRedis runs the naive sessions through three replicas whose
+// Redis is behind a relay that delays every third chunk past the
+// production time-out (50 ms per call): the replicas time out, pause
+// Redis and go on locally, and every request, streams included, is
+// answered in full (a cut answer fails the client's call).
+func TestFleetSlowRedis(t *testing.T) {
+	r := cachetest.StartRedis(t)
+	addr := slowRelay(t, r.Addr, func(chunk int) time.Duration {
+		if chunk%3 == 0 {
+			return 80 * time.Millisecond
+		}
+		return 5 * time.Millisecond
+	})
+	const turns = 6
+	fl := newFleetTimeout(t, 3, "redis://"+addr+"/0", 50*time.Millisecond)
+	run := runFleetSessions(t, fl, turns, nil)
+	if len(run.answers) != 2*turns {
+		t.Fatalf("fleet answered %d requests, want %d", len(run.answers), 2*turns)
+	}
+	for i, a := range run.answers {
+		if a == "" {
+			t.Errorf("answer %d empty", i)
+		}
+	}
+	for i, r := range testutil.GenerateRequests(fl.emu.Received()) {
+		if r.Status != 200 && r.CachedContent == "" {
+			t.Errorf("request %d failed upstream: %d %s", i, r.Status, r.Error)
+		}
+	}
+	var errs uint64
+	for i, st := range fl.stores {
+		rs := st.Stats().Redis
+		t.Logf("replica %d: %d read and %d write errors, %d hits", i, rs.ReadErrors, rs.WriteErrors, rs.Hits)
+		errs += rs.ReadErrors + rs.WriteErrors
+	}
+	if errs == 0 {
+		t.Error("no Redis call timed out: the relay did not slow Redis down, the test shows nothing")
+	}
+}
+
+// slowRelay forwards loopback TCP connections to target, holding the
+// n-th chunk read from either side (counted per direction) for delay(n)
+// before passing it on. It returns its address; its listener and
+// connections are closed when the test ends.
+func slowRelay(t *testing.T, target string, delay func(n int) time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	pipe := func(dst, src net.Conn) {
+		defer wg.Done()
+		defer dst.Close()
+		defer src.Close()
+		buf := make([]byte, 32<<10)
+		for n := 0; ; n++ {
+			m, err := src.Read(buf)
+			if m > 0 {
+				time.Sleep(delay(n))
+				if _, err := dst.Write(buf[:m]); err != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.DialTimeout("tcp", target, 5*time.Second)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, u)
+			mu.Unlock()
+			wg.Add(2)
+			go pipe(u, c)
+			go pipe(c, u)
+		}
+	}()
+	return ln.Addr().String()
 }
 
 // dbSize returns the number of keys the Redis server at addr holds.
