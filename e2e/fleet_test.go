@@ -62,6 +62,13 @@ func newFleet(t *testing.T, n int, redisURL string) *fleet {
 // newFleetTimeout is newFleet with each Redis call bounded by timeout.
 func newFleetTimeout(t *testing.T, n int, redisURL string, timeout time.Duration) *fleet {
 	t.Helper()
+	return newFleetWith(t, n, redisURL, timeout, nil)
+}
+
+// newFleetWith is newFleetTimeout; opts, when not nil, adjusts replica
+// i's cache options (shared mode only).
+func newFleetWith(t *testing.T, n int, redisURL string, timeout time.Duration, opts func(i int, o *cache.Options)) *fleet {
+	t.Helper()
 	f := &fleet{clk: testutil.NewClock(fixedNow)}
 	count := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -80,10 +87,13 @@ func newFleetTimeout(t *testing.T, n int, redisURL string, timeout time.Duration
 	f.emuURL = es.URL
 	up, _ := url.Parse(es.URL)
 	var targets []*url.URL
-	for range n {
+	for i := range n {
 		co := cache.Options{}
 		if redisURL != "" {
 			co = cache.Options{RedisURL: redisURL, Secret: []byte(fleetSecret), RedisTimeout: timeout, RedisBudget: 10 * timeout, RedisFlush: time.Minute}
+			if opts != nil {
+				opts(i, &co)
+			}
 		}
 		store, err := cache.New(co)
 		if err != nil {
@@ -366,7 +376,8 @@ func TestFleetSentinel(t *testing.T) {
 }
 
 // TestFleetSentinelFailover runs the naive sessions through three
-// replicas on a master and its replica behind a Sentinel, kills the master
+// replicas on a master and its replica behind a Sentinel (named both
+// ways: redis-sentinel:// and RedisMasterName), kills the master
 // mid-run and goes on once the sentinel promoted the replica: every
 // request is answered, and the fleet still matches one replica byte for
 // byte, in savings, ledger and creates. The turns after the failover
@@ -377,7 +388,13 @@ func TestFleetSentinelFailover(t *testing.T) {
 	s := cachetest.StartSentinelReplicated(t)
 	const turns, failAfter = 8, 4
 	one := newFleet(t, 1, "")
-	fl := newFleet(t, 3, s.URL())
+	// Replicas 0 and 1 name the master in a redis-sentinel:// URL, replica
+	// 2 with cache.redis_sentinel_master and a redis:// URL of the sentinel.
+	fl := newFleetWith(t, 3, s.URL(), 3*time.Second, func(i int, o *cache.Options) {
+		if i == 2 {
+			o.RedisURL, o.RedisMasterName = "redis://"+s.Sentinel.Addr, s.MasterName
+		}
+	})
 	runFleetSessions(t, one, turns, nil)
 	var keysAtFailover int64
 	got := runFleetSessions(t, fl, turns, func(i int) {
