@@ -85,9 +85,12 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	return c
 }
 
-// Sentinel is one master watched by one sentinel.
+// Sentinel is one master, with a replica when StartSentinelReplicated
+// started it, watched by one sentinel.
 type Sentinel struct {
 	Master, Sentinel *Redis
+	// Replica is the master's replica, nil without one.
+	Replica *Redis
 	// MasterName is the name the sentinel knows the master by.
 	MasterName string
 }
@@ -103,31 +106,122 @@ func (s *Sentinel) URL() string {
 // sentinel names the master. Both are stopped when the test ends.
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
+	return startSentinel(t, StartRedis(t), nil)
+}
+
+// StartSentinelReplicated is StartSentinel with a replica of the master
+// (redis-server --replicaof), and waits until the replica is in sync and
+// the sentinel lists it, so that KillMaster can fail over to it. Sentinel
+// mode is part of Debian's redis-server; without it the test is skipped
+// (fails under CI) as StartRedis says.
+func StartSentinelReplicated(t testing.TB) *Sentinel {
+	t.Helper()
 	master := StartRedis(t)
+	host, mport, _ := net.SplitHostPort(master.Addr)
+	port := FreePort(t)
+	replica := startServer(t, port, nil, "--port", strconv.Itoa(port), "--replicaof", host, mport)
+	waitFor(t, 60*time.Second, "replica "+replica.Addr+" in sync", func() error {
+		return infoHas(replica.Addr, "replication", "master_link_status:up")
+	})
+	return startSentinel(t, master, replica)
+}
+
+// startSentinel starts a sentinel watching master (quorum 1, down after
+// two seconds) and waits until it names master and, when replica is not
+// nil, lists replica.
+func startSentinel(t testing.TB, master, replica *Redis) *Sentinel {
+	t.Helper()
 	const name = "gpmaster"
 	port := FreePort(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
 	host, mport, _ := net.SplitHostPort(master.Addr)
-	text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 2000\n",
-		port, dir, name, host, mport, name)
+	text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 2000\nsentinel failover-timeout %s 20000\n",
+		port, dir, name, host, mport, name, name)
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	s := startCmd(t, exec.Command(redisBin(t), conf, "--sentinel"), port, func() error {
+		if err := sentinelNames(addr, name, master.Addr); err != nil {
+			return err
+		}
+		if replica == nil {
+			return nil
+		}
 		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, DisableIdentity: true})
 		defer sc.Close()
-		a, err := sc.GetMasterAddrByName(context.Background(), name).Result()
+		rs, err := sc.Replicas(context.Background(), name).Result()
 		if err != nil {
 			return err
 		}
-		if net.JoinHostPort(a[0], a[1]) != master.Addr {
-			return fmt.Errorf("sentinel names master %v", a)
+		for _, r := range rs {
+			if net.JoinHostPort(r["ip"], r["port"]) == replica.Addr && r["master-link-status"] == "ok" && !strings.Contains(r["flags"], "down") {
+				return nil
+			}
 		}
-		return nil
+		return fmt.Errorf("sentinel lists replicas %v, not %s in sync", rs, replica.Addr)
 	})
-	return &Sentinel{Master: master, Sentinel: s, MasterName: name}
+	return &Sentinel{Master: master, Replica: replica, Sentinel: s, MasterName: name}
+}
+
+// KillMaster fails the master over to the replica the way a crash does:
+// it waits until the replica acknowledged every write the master took
+// (WAIT), kills the master, and waits until the sentinel has promoted the
+// replica and the replica answers as master. Master is the replica
+// afterwards, and Replica nil.
+func (s *Sentinel) KillMaster(t testing.TB) {
+	t.Helper()
+	if s.Replica == nil {
+		t.Fatal("KillMaster: no replica (StartSentinelReplicated)")
+	}
+	mc := redis.NewClient(&redis.Options{Addr: s.Master.Addr, DisableIdentity: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	n, err := mc.Do(ctx, "WAIT", 1, 20000).Int()
+	cancel()
+	mc.Close()
+	if err != nil || n != 1 {
+		t.Fatalf("WAIT for the replica: %d replicas acknowledged, %v", n, err)
+	}
+	s.Master.Stop()
+	waitFor(t, 90*time.Second, "the sentinel to promote "+s.Replica.Addr, func() error {
+		if err := sentinelNames(s.Sentinel.Addr, s.MasterName, s.Replica.Addr); err != nil {
+			return err
+		}
+		return infoHas(s.Replica.Addr, "replication", "role:master")
+	})
+	s.Master, s.Replica = s.Replica, nil
+}
+
+// sentinelNames reports nil when the sentinel at addr names want as
+// master name's address.
+func sentinelNames(addr, name, want string) error {
+	sc := redis.NewSentinelClient(&redis.Options{Addr: addr, DisableIdentity: true})
+	defer sc.Close()
+	a, err := sc.GetMasterAddrByName(context.Background(), name).Result()
+	if err != nil {
+		return err
+	}
+	if net.JoinHostPort(a[0], a[1]) != want {
+		return fmt.Errorf("sentinel names master %v, want %s", a, want)
+	}
+	return nil
+}
+
+// infoHas reports nil when INFO section of the server at addr has line.
+func infoHas(addr, section, line string) error {
+	rc := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+	defer rc.Close()
+	info, err := rc.Info(context.Background(), section).Result()
+	if err != nil {
+		return err
+	}
+	for _, l := range strings.Split(info, "\r\n") {
+		if l == line {
+			return nil
+		}
+	}
+	return fmt.Errorf("INFO %s has no %q", section, line)
 }
 
 // TLSRedis is a redis-server that accepts only TLS connections from
