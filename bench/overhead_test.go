@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -122,7 +121,11 @@ func TestRunOverheadRatios(t *testing.T) {
 	up := httptest.NewServer(FakeGemini())
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	plain := httptest.NewServer(eofAtLength(PlainProxy(u)))
+	// A stock ReverseProxy now and then cuts a streamed response on
+	// net/http's body-close race (testutil.EOFAtLength); the full bench
+	// reports those failures of the plain proxy, while this test checks
+	// the bench's bookkeeping and wants cells without errors.
+	plain := httptest.NewServer(testutil.EOFAtLength(PlainProxy(u)))
 	defer plain.Close()
 	o, err := RunOverhead(t.Context(), OverheadOptions{
 		Targets:     []Target{{Name: TargetDirect, URL: up.URL}, {Name: TargetPlain, URL: plain.URL}, {Name: TargetPassThrough, URL: plain.URL}},
@@ -190,44 +193,4 @@ func TestCPUTargets(t *testing.T) {
 	if len(got) != 4 {
 		t.Errorf("%d targets, want 4 (no medium cells): %v", len(got), got)
 	}
-}
-
-// eofAtLength gives h request bodies that report io.EOF with their last
-// byte, as the proxy's countingBody does. A stock httputil.ReverseProxy
-// now and then cuts a streamed response short: the server closes the
-// request body once the response headers are written, while the
-// transport's write loop still makes one last read to confirm EOF, gets
-// http.ErrBodyReadAfterClose and closes the upstream connection
-// ("use of closed network connection"; BENCHMARKS "What misses a target").
-// The full bench reports those failures of the plain proxy; this test
-// checks the bench's bookkeeping and wants cells without errors, so its
-// plain proxy must not lose requests to that race on a loaded machine.
-func eofAtLength(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > 0 {
-			r.Body = &lengthBody{ReadCloser: r.Body, left: r.ContentLength}
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-// lengthBody ends at its Content-Length without reading past it.
-type lengthBody struct {
-	io.ReadCloser
-	left int64
-}
-
-func (b *lengthBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		return 0, io.EOF
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
-	n, err := b.ReadCloser.Read(p)
-	b.left -= int64(n)
-	if b.left <= 0 && (err == nil || err == io.EOF) {
-		return n, io.EOF
-	}
-	return n, err
 }
