@@ -15,6 +15,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gemini-proxy/gemini-proxy/internal/implicitcache"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
@@ -106,6 +108,22 @@ type ledger struct {
 	weigh    bool
 	// memo remembers recently laid out contents (layoutMemo).
 	memo *layoutMemo
+	// turnChildren and modelChildren remember the ledger metrics'
+	// children by their labels (childCache).
+	turnChildren  childCache[labelPair, ledgerTurnCounters]
+	modelChildren childCache[string, ledgerModelCounters]
+}
+
+// ledgerTurnCounters are the children of the gemini_proxy_ledger_*
+// counters of one group and turn bucket.
+type ledgerTurnCounters struct {
+	requests, billed, squares, counterfactual prometheus.Counter
+}
+
+// ledgerModelCounters are the children of the net saving's two counters
+// of one model label.
+type ledgerModelCounters struct {
+	saved, increase prometheus.Counter
 }
 
 func newLedger(o LedgerOptions, m *metrics.Metrics, sav *savings, secret []byte, memoBytes int) (*ledger, error) {
@@ -459,15 +477,50 @@ func textOnly(raw json.RawMessage) (string, bool) {
 	return s, true
 }
 
-// shared returns the checkpoint of p up to which it equals a prompt whose
-// checkpoint hashes are in prev, or -1.
-func (p *layout) shared(prev map[uint64]struct{}) int {
-	for i := len(p.sums) - 1; i >= 0; i-- {
-		if _, ok := prev[p.sums[i]]; ok {
+// sharedIn returns the checkpoint of p up to which it equals a prompt
+// whose checkpoint hashes are among sums (the last checkpoint of p whose
+// hash is one of them), or -1. It allocates nothing: the last
+// sharedProbe checkpoints are compared with sums one by one (a prompt
+// that extends the previous one meets its end there), and only a longer
+// search goes through a pooled set of sums.
+func (p *layout) sharedIn(sums []uint64) int {
+	i := len(p.sums) - 1
+	for stop := max(i-sharedProbe, -1); i > stop; i-- {
+		if slices.Contains(sums, p.sums[i]) {
+			return i
+		}
+	}
+	if i < 0 || len(sums) == 0 {
+		return -1
+	}
+	set := sumSetPool.Get().(map[uint64]struct{})
+	defer func() {
+		clear(set)
+		sumSetPool.Put(set)
+	}()
+	for _, v := range sums {
+		set[v] = struct{}{}
+	}
+	for ; i >= 0; i-- {
+		if _, ok := set[p.sums[i]]; ok {
 			return i
 		}
 	}
 	return -1
+}
+
+// sharedProbe is how many of a layout's last checkpoints sharedIn
+// compares one by one before it builds a set.
+const sharedProbe = 16
+
+// sumSetPool holds the sets of sharedIn, at most maxLedgerSums entries.
+var sumSetPool = sync.Pool{New: func() any { return make(map[uint64]struct{}, maxLedgerSums) }}
+
+// sharedLast returns the checkpoint of p up to which it equals a prompt
+// whose last checkpoint hash is last(sums), or -1.
+func (p *layout) sharedLast(sums []uint64) int {
+	one := [1]uint64{last(sums)}
+	return p.sharedIn(one[:])
 }
 
 // tail is the end of a prompt inside its last text chunk: the checkpoint
@@ -548,7 +601,7 @@ func tailSum(lead []byte, text string) uint64 {
 // when p continues the text chunk s's prompt ended inside, through that
 // prompt's end.
 func (p *layout) sharedTokens(s *ledgerState, ratio float64) float64 {
-	got := p.estimate(p.shared(setOf(s.naive)), ratio)
+	got := p.estimate(p.sharedIn(s.naive), ratio)
 	if len(s.tail.ns) == 0 {
 		return got
 	}
@@ -605,7 +658,7 @@ func (s *ledgerState) encode() []byte {
 	b = append(b, ledgerStateVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(s.at.UnixMilli()))
 	b = binary.AppendUvarint(b, uint64(s.turn))
-	b = append(b, map[bool]byte{false: 0, true: 1}[s.holdout], map[bool]byte{false: 0, true: 1}[s.kept])
+	b = append(b, flagByte(s.holdout), flagByte(s.kept))
 	b = binary.AppendUvarint(b, uint64(math.Round(s.sentTokens)))
 	b = binary.AppendUvarint(b, uint64(math.Round(s.naiveTokens)))
 	for _, sums := range [][]uint64{s.naive, s.sent} {
@@ -621,6 +674,14 @@ func (s *ledgerState) encode() []byte {
 		b = binary.BigEndian.AppendUint64(b, s.tail.sums[k])
 	}
 	return b
+}
+
+// flagByte encodes a boolean of the state: 1 for true, 0 for false.
+func flagByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 var errLedgerState = errors.New("proxy: malformed ledger state")
@@ -670,6 +731,9 @@ func decodeLedgerState(b []byte) (*ledgerState, error) {
 	if !ok || count > maxTailSums {
 		return nil, errLedgerState
 	}
+	if count > 0 {
+		s.tail.ns, s.tail.sums = make([]int, 0, count), make([]uint64, 0, count)
+	}
 	for range count {
 		n, ok := uv()
 		if !ok || n == 0 || n >= ledgerChunk || len(b) < 8 {
@@ -696,14 +760,6 @@ func sampleSums(sums []uint64) []uint64 {
 	return out
 }
 
-func setOf(sums []uint64) map[uint64]struct{} {
-	m := make(map[uint64]struct{}, len(sums))
-	for _, v := range sums {
-		m[v] = struct{}{}
-	}
-	return m
-}
-
 func last(sums []uint64) uint64 {
 	if len(sums) == 0 {
 		return 0
@@ -726,7 +782,7 @@ func (l *ledger) lookup(tenant string, p *layout) *ledgerState {
 // the previous request held when its state was found under its end (0
 // when found under p's start).
 func (l *ledger) lookupAt(tenant string, p *layout) (*ledgerState, int) {
-	var keys []string
+	keys := make([]string, 0, min(len(p.ends), maxLedgerLookups)+1)
 	for i := len(p.ends) - 1; i >= 0 && len(keys) < maxLedgerLookups; i-- {
 		keys = append(keys, storeKey("lg:e:", p.ends[i]))
 	}
@@ -745,7 +801,7 @@ func (l *ledger) lookupAt(tenant string, p *layout) (*ledgerState, int) {
 		// this conversation's only when p shares at least half its
 		// checkpoints with it, as a transcript that grows does.
 		if i == len(vs)-1 {
-			if 2*(p.shared(setOf(s.naive))+1) < len(p.sums) {
+			if 2*(p.sharedIn(s.naive)+1) < len(p.sums) {
 				return nil, 0
 			}
 			return s, 0
@@ -883,14 +939,14 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	// sent prompt.
 	fresh := prev != nil && now.Sub(prev.at) <= l.window
 	if prev != nil && len(prev.sent) > 0 {
-		if sent.shared(map[uint64]struct{}{last(prev.sent): {}}) < 0 {
+		if sent.sharedLast(prev.sent) < 0 {
 			reason := metrics.PrefixChangeRewrite
-			if naive.shared(map[uint64]struct{}{last(prev.naive): {}}) < 0 {
+			if naive.sharedLast(prev.naive) < 0 {
 				reason = metrics.PrefixChangeClient
 			}
 			l.m.PrefixChanges.WithLabelValues(reason).Inc()
 			if reason == metrics.PrefixChangeRewrite && fresh && prev.sentTokens >= l.minTokens(model) {
-				lost := prev.sentTokens - sent.estimate(sent.shared(setOf(prev.sent)), ratio)
+				lost := prev.sentTokens - sent.estimate(sent.sharedIn(prev.sent), ratio)
 				if lost > 0 {
 					l.m.PrefixChangeTokens.Add(lost)
 				}
@@ -908,7 +964,7 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 			if total := naive.total(ratio); total > 0 {
 				kn = pn * naive.sharedTokens(prev, ratio) / total
 			}
-			if naive.media && prev.naiveTokens > 0 && len(prev.naive) > 0 && naive.shared(map[uint64]struct{}{last(prev.naive): {}}) >= 0 {
+			if naive.media && prev.naiveTokens > 0 && len(prev.naive) > 0 && naive.sharedLast(prev.naive) >= 0 {
 				// A prompt with media that extends the whole previous
 				// prompt: the cache holds that prompt's own count, which
 				// the previous response measured (plus what its rewrite
@@ -931,18 +987,29 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 		// their difference has a value (the alert on a negative net
 		// saving).
 		d := counterfactual - actual
-		l.m.SavedDollars.WithLabelValues(label).Add(max(d, 0))
-		l.m.CostIncreaseDollars.WithLabelValues(label).Add(max(-d, 0))
+		c := l.modelChildren.get(label, func() ledgerModelCounters {
+			return ledgerModelCounters{saved: l.m.SavedDollars.WithLabelValues(label), increase: l.m.CostIncreaseDollars.WithLabelValues(label)}
+		})
+		c.saved.Add(max(d, 0))
+		c.increase.Add(max(-d, 0))
 	}
 	group := metrics.GroupTreated
 	if st.holdout {
 		group = metrics.GroupHoldout
 	}
 	tl := metrics.LedgerTurn(turn)
-	l.m.LedgerRequests.WithLabelValues(group, tl).Inc()
-	l.m.LedgerBilledDollars.WithLabelValues(group, tl).Add(actual)
-	l.m.LedgerBilledSquares.WithLabelValues(group, tl).Add(actual * actual)
-	l.m.LedgerCounterfactual.WithLabelValues(group, tl).Add(counterfactual)
+	c := l.turnChildren.get(labelPair{group, tl}, func() ledgerTurnCounters {
+		return ledgerTurnCounters{
+			requests:       l.m.LedgerRequests.WithLabelValues(group, tl),
+			billed:         l.m.LedgerBilledDollars.WithLabelValues(group, tl),
+			squares:        l.m.LedgerBilledSquares.WithLabelValues(group, tl),
+			counterfactual: l.m.LedgerCounterfactual.WithLabelValues(group, tl),
+		}
+	})
+	c.requests.Inc()
+	c.billed.Add(actual)
+	c.squares.Add(actual * actual)
+	c.counterfactual.Add(counterfactual)
 	return &Ledger{Counterfactual: counterfactual, Billed: actual, Turn: turn, Holdout: st.holdout}
 }
 
