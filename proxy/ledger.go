@@ -173,7 +173,7 @@ type layout struct {
 	// key names the conversation's start: the chain at ledgerKeyBytes
 	// (its first ledgerEndBytes). ends are the chain at the end of each
 	// content: the previous request of a conversation that only grows is
-	// one of them. The store's keys hold them in hex (storeKey).
+	// one of them. The store's keys hold them in hex (stateKeys).
 	key  [ledgerEndBytes]byte
 	ends [][ledgerEndBytes]byte
 	// leads and texts are, per checkpoint that ends a text chunk, what
@@ -193,19 +193,14 @@ type layout struct {
 	// media reports an inline or file data part, whose tokens do not
 	// follow from its bytes.
 	media bool
+	// keys are the store keys of the conversation's state (stateKeys),
+	// nil until first asked for.
+	keys []string
 }
 
 // ledgerEndBytes is how much of the chain names a content end or a
 // conversation's start in the store.
 const ledgerEndBytes = 16
-
-// storeKey returns the store key prefix followed by sum in hex.
-func storeKey(prefix string, sum [ledgerEndBytes]byte) string {
-	b := make([]byte, len(prefix)+hex.EncodedLen(len(sum)))
-	copy(b, prefix)
-	hex.Encode(b[len(prefix):], sum[:])
-	return string(b)
-}
 
 // estimate returns the estimated tokens up to checkpoint i.
 func (p *layout) estimate(i int, ratio float64) float64 {
@@ -553,11 +548,15 @@ func (p *layout) tailOf() tail {
 		return tail{}
 	}
 	t := tail{pre: p.sums[i-1]}
-	for n := len(text); n > 0 && len(t.ns) < maxTailSums; n-- {
+	var ns [maxTailSums]int
+	k := 0
+	for n := len(text); n > 0 && k < maxTailSums; n-- {
 		if n == len(text) || runClass(text[n-1]) != runClass(text[n]) {
-			t.ns = append(t.ns, n)
+			ns[k] = n
+			k++
 		}
 	}
+	t.ns = slices.Clone(ns[:k])
 	// tailSum of each prefix, the shortest first, with one hash that goes
 	// on from the previous prefix.
 	t.sums = make([]uint64, len(t.ns))
@@ -782,11 +781,7 @@ func (l *ledger) lookup(tenant string, p *layout) *ledgerState {
 // the previous request held when its state was found under its end (0
 // when found under p's start).
 func (l *ledger) lookupAt(tenant string, p *layout) (*ledgerState, int) {
-	keys := make([]string, 0, min(len(p.ends), maxLedgerLookups)+1)
-	for i := len(p.ends) - 1; i >= 0 && len(keys) < maxLedgerLookups; i-- {
-		keys = append(keys, storeKey("lg:e:", p.ends[i]))
-	}
-	keys = append(keys, storeKey("lg:k:", p.key))
+	keys := p.stateKeys()
 	vs := l.store.Conversations(tenant, keys)
 	for i, v := range vs {
 		if v == nil {
@@ -813,11 +808,39 @@ func (l *ledger) lookupAt(tenant string, p *layout) (*ledgerState, int) {
 	return nil, 0
 }
 
+// stateKeys returns the store keys lookupAt asks for p: under the newest
+// maxLedgerLookups of its content ends, newest first, then under its
+// start. The first and the last are save's. They are made once per layout,
+// in one allocation, and kept in p.keys.
+func (p *layout) stateKeys() []string {
+	if p.keys != nil {
+		return p.keys
+	}
+	const n = len("lg:e:") + 2*ledgerEndBytes
+	ends := min(len(p.ends), maxLedgerLookups)
+	buf := make([]byte, (ends+1)*n)
+	keys := make([]string, 0, ends+1)
+	add := func(prefix string, sum [ledgerEndBytes]byte) {
+		b := buf[len(keys)*n : (len(keys)+1)*n]
+		copy(b, prefix)
+		hex.Encode(b[len(prefix):], sum[:])
+		// buf is never written again: the string is immutable.
+		keys = append(keys, unsafe.String(&b[0], n))
+	}
+	for i := len(p.ends) - 1; len(keys) < ends; i-- {
+		add("lg:e:", p.ends[i])
+	}
+	add("lg:k:", p.key)
+	p.keys = keys
+	return keys
+}
+
 // save stores s as the state of the conversation whose request was p.
 func (l *ledger) save(tenant string, p *layout, s *ledgerState) {
 	v := s.encode()
-	l.store.SetConversation(tenant, storeKey("lg:e:", p.ends[len(p.ends)-1]), v)
-	l.store.SetConversation(tenant, storeKey("lg:k:", p.key), v)
+	keys := p.stateKeys()
+	l.store.SetConversation(tenant, keys[0], v)
+	l.store.SetConversation(tenant, keys[len(keys)-1], v)
 }
 
 // inHoldout reports whether a conversation that starts with the request
