@@ -573,6 +573,19 @@ func (p *layout) tailOf() tail {
 	return t
 }
 
+// tailAfter is tailOf, but returns the tail of prev, the state found for
+// p, when p is the very prompt prev was saved for (a request sent again):
+// its checkpoints as many and its last the same (the chain through the
+// same last chunk, as sharedIn compares prompts), so the tail is the same
+// and its up to maxTailSums hashes are not taken again. Sampled lists
+// (more than maxLedgerSums checkpoints) always go to tailOf.
+func (p *layout) tailAfter(prev *ledgerState) tail {
+	if prev != nil && len(p.sums) <= maxLedgerSums && len(prev.naive) == len(p.sums) && last(prev.naive) == last(p.sums) {
+		return prev.tail
+	}
+	return p.tailOf()
+}
+
 // runClass classes a byte for the run boundaries of tailOf: word bytes
 // (letters, digits, and all of UTF-8 beyond ASCII), white space, and other
 // ASCII (punctuation and symbols), as tokenizers split text into runs.
@@ -951,7 +964,7 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	if changed {
 		pn += removed
 	}
-	next := &ledgerState{at: now, turn: turn, holdout: st.holdout, naive: sampleSums(naive.sums), sent: sampleSums(sent.sums), sentTokens: sent.total(ratio), naiveTokens: pn, tail: naive.tailOf(),
+	next := &ledgerState{at: now, turn: turn, holdout: st.holdout, naive: sampleSums(naive.sums), sent: sampleSums(sent.sums), sentTokens: sent.total(ratio), naiveTokens: pn, tail: naive.tailAfter(prev),
 		kept: keptChain(st, prev, viaState)}
 	l.save(st.tenant, naive, next)
 	if c := st.report; c != nil && c.Compaction != nil && st.rewritten && !st.fallback {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -144,6 +145,42 @@ func TestSharedInReference(t *testing.T) {
 	}
 	if got := p.sharedIn(sums[:4]); got != 10 {
 		t.Errorf("sharedIn of 4 sums with the match at 10 = %d, want 10", got)
+	}
+}
+
+// TestTailAfter: the tail saved for a request is its own tailOf, whether
+// the state found is of the same prompt (whose tail is then reused, also
+// through the store's encoding) or of another one.
+func TestTailAfter(t *testing.T) {
+	text := strings.Repeat("word, ", 150) + "the end of it"
+	same := ledgerBody(t, "be brief", []string{text})
+	other := ledgerBody(t, "be brief", []string{text + " and more"})
+	grown := ledgerBody(t, "be brief", []string{text}, []string{"An answer."}, []string{"Another question?"})
+	for _, prevBody := range [][]byte{same, other, grown} {
+		q, err := layoutOf(prevBody, "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev, err := decodeLedgerState((&ledgerState{turn: 1, naive: sampleSums(q.sums), sent: sampleSums(q.sums), tail: q.tailOf()}).encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, body := range [][]byte{same, other, grown} {
+			p, err := layoutOf(body, "m")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := p.tailOf()
+			if len(want.ns) == 0 && bytes.Equal(body, same) {
+				t.Fatal("the test prompt has no tail")
+			}
+			if diff := cmp.Diff(want, p.tailAfter(prev), cmp.AllowUnexported(tail{})); diff != "" {
+				t.Errorf("tailAfter (-tailOf +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(want, p.tailAfter(nil), cmp.AllowUnexported(tail{})); diff != "" {
+				t.Errorf("tailAfter(nil) (-tailOf +got):\n%s", diff)
+			}
+		}
 	}
 }
 
