@@ -79,10 +79,15 @@ func (s *Store) Conversations(tenant string, keys []string) [][]byte {
 // soon it comes. It reports whether the local cache accepted the entry. The
 // Store keeps value: the caller must not modify it afterwards. Call Wait
 // before expecting the Redis write to be visible to other replicas.
+//
+// Only a new key waits: ristretto applies the Set of a key it holds at
+// once (an update), so when the cache already returns value itself the
+// wait, a round trip through ristretto's goroutine, is skipped.
 func (s *Store) SetConversation(tenant, k string, value []byte) bool {
 	a := s.areas[AreaConversations]
-	ok := a.set(key(tenant, k), value, s.opts.TTL)
-	if ok {
+	ik := key(tenant, k)
+	ok := a.set(ik, value, s.opts.TTL)
+	if ok && !a.holds(ik, value) {
 		a.c.Wait()
 	}
 	if s.redis != nil {

@@ -1,9 +1,11 @@
 package cache_test
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,6 +75,45 @@ func TestConversationImmediate(t *testing.T) {
 		if vs := s.Conversations(tenantA, []string{k}); string(vs[0]) != want {
 			t.Fatalf("Conversations(%s) right after SetConversation = %q; want %s", k, vs[0], want)
 		}
+	}
+}
+
+// TestConversationImmediateRewrite: a key written again, which
+// SetConversation does not wait for when ristretto applied it at once, is
+// visible with its new value as soon as SetConversation returns, also
+// among new keys and values of every length (an empty one included), from
+// several goroutines at once (each with its own keys).
+func TestConversationImmediateRewrite(t *testing.T) {
+	s := newStore(t, cache.Options{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range 60 {
+				for i := range 12 {
+					k := fmt.Sprintf("lg:%d:%d", g, i)
+					if i%4 == 3 {
+						k = fmt.Sprintf("lg:%d:%d:%d", g, i, round) // a new key every round
+					}
+					want := []byte(strings.Repeat("v", (round*7+i)%40))
+					if !s.SetConversation(tenantA, k, want) {
+						errs <- fmt.Errorf("SetConversation(%s) rejected", k)
+						return
+					}
+					if v, ok := s.Conversation(tenantA, k); !ok || !bytes.Equal(v, want) {
+						errs <- fmt.Errorf("round %d: Conversation(%s) right after SetConversation = %q, %v; want %q", round, k, v, ok, want)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/dgraph-io/ristretto/v2"
 )
@@ -280,6 +281,15 @@ func (s *Store) Set(ar Area, tenant, k string, value []byte) bool {
 
 func (a *area) set(k string, v []byte, ttl time.Duration) bool {
 	return a.c.SetWithTTL(k, v, int64(len(v))+entryOverhead, ttl)
+}
+
+// holds reports whether k's value, as Get sees it now, is v itself (the
+// same memory, not equal bytes): true after a Set of v that ristretto
+// applied at once, false while it is still queued. An empty v is held
+// when k holds an empty value.
+func (a *area) holds(k string, v []byte) bool {
+	got, ok := a.c.Get(k)
+	return ok && len(got) == len(v) && (len(v) == 0 || unsafe.SliceData(got) == unsafe.SliceData(v))
 }
 
 // get looks k up without counting a hit or a miss.

@@ -15,6 +15,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gemini-proxy/gemini-proxy/internal/implicitcache"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 	"github.com/gemini-proxy/gemini-proxy/rewrite"
@@ -106,6 +108,22 @@ type ledger struct {
 	weigh    bool
 	// memo remembers recently laid out contents (layoutMemo).
 	memo *layoutMemo
+	// turnChildren and modelChildren remember the ledger metrics'
+	// children by their labels (childCache).
+	turnChildren  childCache[labelPair, ledgerTurnCounters]
+	modelChildren childCache[string, ledgerModelCounters]
+}
+
+// ledgerTurnCounters are the children of the gemini_proxy_ledger_*
+// counters of one group and turn bucket.
+type ledgerTurnCounters struct {
+	requests, billed, squares, counterfactual prometheus.Counter
+}
+
+// ledgerModelCounters are the children of the net saving's two counters
+// of one model label.
+type ledgerModelCounters struct {
+	saved, increase prometheus.Counter
 }
 
 func newLedger(o LedgerOptions, m *metrics.Metrics, sav *savings, secret []byte, memoBytes int) (*ledger, error) {
@@ -155,7 +173,7 @@ type layout struct {
 	// key names the conversation's start: the chain at ledgerKeyBytes
 	// (its first ledgerEndBytes). ends are the chain at the end of each
 	// content: the previous request of a conversation that only grows is
-	// one of them. The store's keys hold them in hex (storeKey).
+	// one of them. The store's keys hold them in hex (stateKeys).
 	key  [ledgerEndBytes]byte
 	ends [][ledgerEndBytes]byte
 	// leads and texts are, per checkpoint that ends a text chunk, what
@@ -175,19 +193,14 @@ type layout struct {
 	// media reports an inline or file data part, whose tokens do not
 	// follow from its bytes.
 	media bool
+	// keys are the store keys of the conversation's state (stateKeys),
+	// nil until first asked for.
+	keys []string
 }
 
 // ledgerEndBytes is how much of the chain names a content end or a
 // conversation's start in the store.
 const ledgerEndBytes = 16
-
-// storeKey returns the store key prefix followed by sum in hex.
-func storeKey(prefix string, sum [ledgerEndBytes]byte) string {
-	b := make([]byte, len(prefix)+hex.EncodedLen(len(sum)))
-	copy(b, prefix)
-	hex.Encode(b[len(prefix):], sum[:])
-	return string(b)
-}
 
 // estimate returns the estimated tokens up to checkpoint i.
 func (p *layout) estimate(i int, ratio float64) float64 {
@@ -459,15 +472,50 @@ func textOnly(raw json.RawMessage) (string, bool) {
 	return s, true
 }
 
-// shared returns the checkpoint of p up to which it equals a prompt whose
-// checkpoint hashes are in prev, or -1.
-func (p *layout) shared(prev map[uint64]struct{}) int {
-	for i := len(p.sums) - 1; i >= 0; i-- {
-		if _, ok := prev[p.sums[i]]; ok {
+// sharedIn returns the checkpoint of p up to which it equals a prompt
+// whose checkpoint hashes are among sums (the last checkpoint of p whose
+// hash is one of them), or -1. It allocates nothing: the last
+// sharedProbe checkpoints are compared with sums one by one (a prompt
+// that extends the previous one meets its end there), and only a longer
+// search goes through a pooled set of sums.
+func (p *layout) sharedIn(sums []uint64) int {
+	i := len(p.sums) - 1
+	for stop := max(i-sharedProbe, -1); i > stop; i-- {
+		if slices.Contains(sums, p.sums[i]) {
+			return i
+		}
+	}
+	if i < 0 || len(sums) == 0 {
+		return -1
+	}
+	set := sumSetPool.Get().(map[uint64]struct{})
+	defer func() {
+		clear(set)
+		sumSetPool.Put(set)
+	}()
+	for _, v := range sums {
+		set[v] = struct{}{}
+	}
+	for ; i >= 0; i-- {
+		if _, ok := set[p.sums[i]]; ok {
 			return i
 		}
 	}
 	return -1
+}
+
+// sharedProbe is how many of a layout's last checkpoints sharedIn
+// compares one by one before it builds a set.
+const sharedProbe = 16
+
+// sumSetPool holds the sets of sharedIn, at most maxLedgerSums entries.
+var sumSetPool = sync.Pool{New: func() any { return make(map[uint64]struct{}, maxLedgerSums) }}
+
+// sharedLast returns the checkpoint of p up to which it equals a prompt
+// whose last checkpoint hash is last(sums), or -1.
+func (p *layout) sharedLast(sums []uint64) int {
+	one := [1]uint64{last(sums)}
+	return p.sharedIn(one[:])
 }
 
 // tail is the end of a prompt inside its last text chunk: the checkpoint
@@ -500,11 +548,15 @@ func (p *layout) tailOf() tail {
 		return tail{}
 	}
 	t := tail{pre: p.sums[i-1]}
-	for n := len(text); n > 0 && len(t.ns) < maxTailSums; n-- {
+	var ns [maxTailSums]int
+	k := 0
+	for n := len(text); n > 0 && k < maxTailSums; n-- {
 		if n == len(text) || runClass(text[n-1]) != runClass(text[n]) {
-			t.ns = append(t.ns, n)
+			ns[k] = n
+			k++
 		}
 	}
+	t.ns = slices.Clone(ns[:k])
 	// tailSum of each prefix, the shortest first, with one hash that goes
 	// on from the previous prefix.
 	t.sums = make([]uint64, len(t.ns))
@@ -519,6 +571,19 @@ func (p *layout) tailOf() tail {
 		t.sums[k] = binary.BigEndian.Uint64(h.Sum(sum[:0]))
 	}
 	return t
+}
+
+// tailAfter is tailOf, but returns the tail of prev, the state found for
+// p, when p is the very prompt prev was saved for (a request sent again):
+// its checkpoints as many and its last the same (the chain through the
+// same last chunk, as sharedIn compares prompts), so the tail is the same
+// and its up to maxTailSums hashes are not taken again. Sampled lists
+// (more than maxLedgerSums checkpoints) always go to tailOf.
+func (p *layout) tailAfter(prev *ledgerState) tail {
+	if prev != nil && len(p.sums) <= maxLedgerSums && len(prev.naive) == len(p.sums) && last(prev.naive) == last(p.sums) {
+		return prev.tail
+	}
+	return p.tailOf()
 }
 
 // runClass classes a byte for the run boundaries of tailOf: word bytes
@@ -548,7 +613,7 @@ func tailSum(lead []byte, text string) uint64 {
 // when p continues the text chunk s's prompt ended inside, through that
 // prompt's end.
 func (p *layout) sharedTokens(s *ledgerState, ratio float64) float64 {
-	got := p.estimate(p.shared(setOf(s.naive)), ratio)
+	got := p.estimate(p.sharedIn(s.naive), ratio)
 	if len(s.tail.ns) == 0 {
 		return got
 	}
@@ -605,7 +670,7 @@ func (s *ledgerState) encode() []byte {
 	b = append(b, ledgerStateVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(s.at.UnixMilli()))
 	b = binary.AppendUvarint(b, uint64(s.turn))
-	b = append(b, map[bool]byte{false: 0, true: 1}[s.holdout], map[bool]byte{false: 0, true: 1}[s.kept])
+	b = append(b, flagByte(s.holdout), flagByte(s.kept))
 	b = binary.AppendUvarint(b, uint64(math.Round(s.sentTokens)))
 	b = binary.AppendUvarint(b, uint64(math.Round(s.naiveTokens)))
 	for _, sums := range [][]uint64{s.naive, s.sent} {
@@ -621,6 +686,14 @@ func (s *ledgerState) encode() []byte {
 		b = binary.BigEndian.AppendUint64(b, s.tail.sums[k])
 	}
 	return b
+}
+
+// flagByte encodes a boolean of the state: 1 for true, 0 for false.
+func flagByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 var errLedgerState = errors.New("proxy: malformed ledger state")
@@ -670,6 +743,9 @@ func decodeLedgerState(b []byte) (*ledgerState, error) {
 	if !ok || count > maxTailSums {
 		return nil, errLedgerState
 	}
+	if count > 0 {
+		s.tail.ns, s.tail.sums = make([]int, 0, count), make([]uint64, 0, count)
+	}
 	for range count {
 		n, ok := uv()
 		if !ok || n == 0 || n >= ledgerChunk || len(b) < 8 {
@@ -696,14 +772,6 @@ func sampleSums(sums []uint64) []uint64 {
 	return out
 }
 
-func setOf(sums []uint64) map[uint64]struct{} {
-	m := make(map[uint64]struct{}, len(sums))
-	for _, v := range sums {
-		m[v] = struct{}{}
-	}
-	return m
-}
-
 func last(sums []uint64) uint64 {
 	if len(sums) == 0 {
 		return 0
@@ -726,11 +794,7 @@ func (l *ledger) lookup(tenant string, p *layout) *ledgerState {
 // the previous request held when its state was found under its end (0
 // when found under p's start).
 func (l *ledger) lookupAt(tenant string, p *layout) (*ledgerState, int) {
-	var keys []string
-	for i := len(p.ends) - 1; i >= 0 && len(keys) < maxLedgerLookups; i-- {
-		keys = append(keys, storeKey("lg:e:", p.ends[i]))
-	}
-	keys = append(keys, storeKey("lg:k:", p.key))
+	keys := p.stateKeys()
 	vs := l.store.Conversations(tenant, keys)
 	for i, v := range vs {
 		if v == nil {
@@ -745,7 +809,7 @@ func (l *ledger) lookupAt(tenant string, p *layout) (*ledgerState, int) {
 		// this conversation's only when p shares at least half its
 		// checkpoints with it, as a transcript that grows does.
 		if i == len(vs)-1 {
-			if 2*(p.shared(setOf(s.naive))+1) < len(p.sums) {
+			if 2*(p.sharedIn(s.naive)+1) < len(p.sums) {
 				return nil, 0
 			}
 			return s, 0
@@ -757,11 +821,39 @@ func (l *ledger) lookupAt(tenant string, p *layout) (*ledgerState, int) {
 	return nil, 0
 }
 
+// stateKeys returns the store keys lookupAt asks for p: under the newest
+// maxLedgerLookups of its content ends, newest first, then under its
+// start. The first and the last are save's. They are made once per layout,
+// in one allocation, and kept in p.keys.
+func (p *layout) stateKeys() []string {
+	if p.keys != nil {
+		return p.keys
+	}
+	const n = len("lg:e:") + 2*ledgerEndBytes
+	ends := min(len(p.ends), maxLedgerLookups)
+	buf := make([]byte, (ends+1)*n)
+	keys := make([]string, 0, ends+1)
+	add := func(prefix string, sum [ledgerEndBytes]byte) {
+		b := buf[len(keys)*n : (len(keys)+1)*n]
+		copy(b, prefix)
+		hex.Encode(b[len(prefix):], sum[:])
+		// buf is never written again: the string is immutable.
+		keys = append(keys, unsafe.String(&b[0], n))
+	}
+	for i := len(p.ends) - 1; len(keys) < ends; i-- {
+		add("lg:e:", p.ends[i])
+	}
+	add("lg:k:", p.key)
+	p.keys = keys
+	return keys
+}
+
 // save stores s as the state of the conversation whose request was p.
 func (l *ledger) save(tenant string, p *layout, s *ledgerState) {
 	v := s.encode()
-	l.store.SetConversation(tenant, storeKey("lg:e:", p.ends[len(p.ends)-1]), v)
-	l.store.SetConversation(tenant, storeKey("lg:k:", p.key), v)
+	keys := p.stateKeys()
+	l.store.SetConversation(tenant, keys[0], v)
+	l.store.SetConversation(tenant, keys[len(keys)-1], v)
 }
 
 // inHoldout reports whether a conversation that starts with the request
@@ -872,7 +964,7 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	if changed {
 		pn += removed
 	}
-	next := &ledgerState{at: now, turn: turn, holdout: st.holdout, naive: sampleSums(naive.sums), sent: sampleSums(sent.sums), sentTokens: sent.total(ratio), naiveTokens: pn, tail: naive.tailOf(),
+	next := &ledgerState{at: now, turn: turn, holdout: st.holdout, naive: sampleSums(naive.sums), sent: sampleSums(sent.sums), sentTokens: sent.total(ratio), naiveTokens: pn, tail: naive.tailAfter(prev),
 		kept: keptChain(st, prev, viaState)}
 	l.save(st.tenant, naive, next)
 	if c := st.report; c != nil && c.Compaction != nil && st.rewritten && !st.fallback {
@@ -883,14 +975,14 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	// sent prompt.
 	fresh := prev != nil && now.Sub(prev.at) <= l.window
 	if prev != nil && len(prev.sent) > 0 {
-		if sent.shared(map[uint64]struct{}{last(prev.sent): {}}) < 0 {
+		if sent.sharedLast(prev.sent) < 0 {
 			reason := metrics.PrefixChangeRewrite
-			if naive.shared(map[uint64]struct{}{last(prev.naive): {}}) < 0 {
+			if naive.sharedLast(prev.naive) < 0 {
 				reason = metrics.PrefixChangeClient
 			}
 			l.m.PrefixChanges.WithLabelValues(reason).Inc()
 			if reason == metrics.PrefixChangeRewrite && fresh && prev.sentTokens >= l.minTokens(model) {
-				lost := prev.sentTokens - sent.estimate(sent.shared(setOf(prev.sent)), ratio)
+				lost := prev.sentTokens - sent.estimate(sent.sharedIn(prev.sent), ratio)
 				if lost > 0 {
 					l.m.PrefixChangeTokens.Add(lost)
 				}
@@ -908,7 +1000,7 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 			if total := naive.total(ratio); total > 0 {
 				kn = pn * naive.sharedTokens(prev, ratio) / total
 			}
-			if naive.media && prev.naiveTokens > 0 && len(prev.naive) > 0 && naive.shared(map[uint64]struct{}{last(prev.naive): {}}) >= 0 {
+			if naive.media && prev.naiveTokens > 0 && len(prev.naive) > 0 && naive.sharedLast(prev.naive) >= 0 {
 				// A prompt with media that extends the whole previous
 				// prompt: the cache holds that prompt's own count, which
 				// the previous response measured (plus what its rewrite
@@ -931,18 +1023,29 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 		// their difference has a value (the alert on a negative net
 		// saving).
 		d := counterfactual - actual
-		l.m.SavedDollars.WithLabelValues(label).Add(max(d, 0))
-		l.m.CostIncreaseDollars.WithLabelValues(label).Add(max(-d, 0))
+		c := l.modelChildren.get(label, func() ledgerModelCounters {
+			return ledgerModelCounters{saved: l.m.SavedDollars.WithLabelValues(label), increase: l.m.CostIncreaseDollars.WithLabelValues(label)}
+		})
+		c.saved.Add(max(d, 0))
+		c.increase.Add(max(-d, 0))
 	}
 	group := metrics.GroupTreated
 	if st.holdout {
 		group = metrics.GroupHoldout
 	}
 	tl := metrics.LedgerTurn(turn)
-	l.m.LedgerRequests.WithLabelValues(group, tl).Inc()
-	l.m.LedgerBilledDollars.WithLabelValues(group, tl).Add(actual)
-	l.m.LedgerBilledSquares.WithLabelValues(group, tl).Add(actual * actual)
-	l.m.LedgerCounterfactual.WithLabelValues(group, tl).Add(counterfactual)
+	c := l.turnChildren.get(labelPair{group, tl}, func() ledgerTurnCounters {
+		return ledgerTurnCounters{
+			requests:       l.m.LedgerRequests.WithLabelValues(group, tl),
+			billed:         l.m.LedgerBilledDollars.WithLabelValues(group, tl),
+			squares:        l.m.LedgerBilledSquares.WithLabelValues(group, tl),
+			counterfactual: l.m.LedgerCounterfactual.WithLabelValues(group, tl),
+		}
+	})
+	c.requests.Inc()
+	c.billed.Add(actual)
+	c.squares.Add(actual * actual)
+	c.counterfactual.Add(counterfactual)
 	return &Ledger{Counterfactual: counterfactual, Billed: actual, Turn: turn, Holdout: st.holdout}
 }
 

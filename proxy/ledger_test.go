@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -77,7 +79,7 @@ func TestLayoutShared(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			i := p.shared(setOf(old.sums))
+			i := p.sharedIn(old.sums)
 			got := -1
 			if i >= 0 {
 				got = p.bytes[i] - system
@@ -89,6 +91,99 @@ func TestLayoutShared(t *testing.T) {
 	}
 }
 
+// sharedRef is the reference for layout.sharedIn: the last checkpoint of
+// p whose hash is in a set of sums, or -1.
+func sharedRef(p *layout, sums []uint64) int {
+	set := make(map[uint64]struct{}, len(sums))
+	for _, v := range sums {
+		set[v] = struct{}{}
+	}
+	for i := len(p.sums) - 1; i >= 0; i-- {
+		if _, ok := set[p.sums[i]]; ok {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestSharedInReference: sharedIn and sharedLast find the checkpoint the
+// set of sums names, for layouts and sums of every size around the probe
+// (sharedProbe) and maxLedgerSums, with duplicates, no match, a match only
+// past the probe, and the same pooled set used again.
+func TestSharedInReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 1))
+	for n := range 400 {
+		ln, ls := rng.IntN(3*sharedProbe+2), rng.IntN(40)
+		if n%10 == 0 {
+			ln, ls = rng.IntN(2000), rng.IntN(maxLedgerSums+1)
+		}
+		alphabet := uint64(1 + rng.IntN(4*(ln+ls)+1))
+		p := &layout{sums: make([]uint64, ln)}
+		for i := range p.sums {
+			p.sums[i] = rng.Uint64N(alphabet)
+		}
+		sums := make([]uint64, ls)
+		for i := range sums {
+			sums[i] = rng.Uint64N(alphabet) + uint64(n%3) // shifted: fewer matches
+		}
+		if got, want := p.sharedIn(sums), sharedRef(p, sums); got != want {
+			t.Fatalf("case %d (%d checkpoints, %d sums): sharedIn = %d, want %d", n, ln, ls, got, want)
+		}
+		if got, want := p.sharedLast(sums), sharedRef(p, []uint64{last(sums)}); got != want {
+			t.Fatalf("case %d: sharedLast = %d, want %d", n, got, want)
+		}
+	}
+	// A match only before the probe, past the checkpoints compared one by
+	// one, with more sums than the probe compares.
+	p := &layout{sums: make([]uint64, 100)}
+	for i := range p.sums {
+		p.sums[i] = uint64(1000 + i)
+	}
+	sums := []uint64{1, 2, 3, 1010, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}
+	if got := p.sharedIn(sums); got != 10 {
+		t.Errorf("sharedIn with the only match at 10 = %d, want 10", got)
+	}
+	if got := p.sharedIn(sums[:4]); got != 10 {
+		t.Errorf("sharedIn of 4 sums with the match at 10 = %d, want 10", got)
+	}
+}
+
+// TestTailAfter: the tail saved for a request is its own tailOf, whether
+// the state found is of the same prompt (whose tail is then reused, also
+// through the store's encoding) or of another one.
+func TestTailAfter(t *testing.T) {
+	text := strings.Repeat("word, ", 150) + "the end of it"
+	same := ledgerBody(t, "be brief", []string{text})
+	other := ledgerBody(t, "be brief", []string{text + " and more"})
+	grown := ledgerBody(t, "be brief", []string{text}, []string{"An answer."}, []string{"Another question?"})
+	for _, prevBody := range [][]byte{same, other, grown} {
+		q, err := layoutOf(prevBody, "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev, err := decodeLedgerState((&ledgerState{turn: 1, naive: sampleSums(q.sums), sent: sampleSums(q.sums), tail: q.tailOf()}).encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, body := range [][]byte{same, other, grown} {
+			p, err := layoutOf(body, "m")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := p.tailOf()
+			if len(want.ns) == 0 && bytes.Equal(body, same) {
+				t.Fatal("the test prompt has no tail")
+			}
+			if diff := cmp.Diff(want, p.tailAfter(prev), cmp.AllowUnexported(tail{})); diff != "" {
+				t.Errorf("tailAfter (-tailOf +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(want, p.tailAfter(nil), cmp.AllowUnexported(tail{})); diff != "" {
+				t.Errorf("tailAfter(nil) (-tailOf +got):\n%s", diff)
+			}
+		}
+	}
+}
+
 func TestLedgerStateRoundTrip(t *testing.T) {
 	s := &ledgerState{at: time.UnixMilli(1764590000123), turn: 7, holdout: true, naive: []uint64{1, 2, 3}, sent: []uint64{math.MaxUint64}, sentTokens: 12345, naiveTokens: 23456, kept: true, tail: tail{pre: 4, ns: []int{300, 299}, sums: []uint64{5, 6}}}
 	got, err := decodeLedgerState(s.encode())
@@ -97,6 +192,11 @@ func TestLedgerStateRoundTrip(t *testing.T) {
 	}
 	if diff := cmp.Diff(s, got, cmp.AllowUnexported(ledgerState{}, tail{})); diff != "" {
 		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	// No holdout, not kept, no tail.
+	s2 := &ledgerState{at: time.UnixMilli(1764590000123), turn: 1, naive: []uint64{1}, sent: []uint64{1}}
+	if got, err := decodeLedgerState(s2.encode()); err != nil || got.holdout || got.kept || got.tail.ns != nil || got.turn != 1 {
+		t.Errorf("round trip of a plain state = %+v, %v", got, err)
 	}
 	for _, bad := range [][]byte{nil, {9}, s.encode()[:12]} {
 		if _, err := decodeLedgerState(bad); err == nil {
