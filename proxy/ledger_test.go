@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,8 +208,31 @@ func TestLedgerStateRoundTrip(t *testing.T) {
 	for i := range many {
 		many[i] = uint64(i)
 	}
-	if got := sampleSums(many); len(got) > maxLedgerSums || got[0] != 4999 {
-		t.Errorf("sampleSums: %d sums starting with %d, want at most %d starting with the last", len(got), got[0], maxLedgerSums)
+	if got := sampleSums(many); len(got) > maxLedgerSums || got[len(got)-1] != 4999 || !slices.IsSorted(got) {
+		t.Errorf("sampleSums: %d sums ending with %d, want at most %d in order, ending with the last", len(got), got[len(got)-1], maxLedgerSums)
+	}
+}
+
+// TestSampleSumsKeepsPrefixChanges: a prompt of more than maxLedgerSums
+// checkpoints is stored sampled, and the next request is still compared
+// with its last checkpoint. The sample used to be stored newest first,
+// so last() named an early checkpoint, which a prompt changed after it
+// shares: a prefix change of a large prompt went uncounted, and the
+// cached rate it lost was claimed as saved.
+func TestSampleSumsKeepsPrefixChanges(t *testing.T) {
+	prev, changed := make([]uint64, 5000), make([]uint64, 5000)
+	for i := range prev {
+		prev[i], changed[i] = uint64(i), uint64(i)
+		if i >= 100 {
+			changed[i] = uint64(1_000_000 + i)
+		}
+	}
+	stored := sampleSums(prev)
+	if got := (&layout{sums: changed}).sharedLast(stored); got != -1 {
+		t.Errorf("a prompt changed after checkpoint 100 shares the stored prompt's end up to %d, want -1", got)
+	}
+	if got := (&layout{sums: prev}).sharedLast(stored); got != 4999 {
+		t.Errorf("the same prompt shares the stored end up to %d, want 4999", got)
 	}
 }
 
