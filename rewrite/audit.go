@@ -363,7 +363,12 @@ func isStringOf(b []byte, s span, key string) bool {
 	if s.start < 1 || s.end >= len(b) || s.start > s.end || b[s.start-1] != '"' || b[s.end] != '"' {
 		return false
 	}
-	i := s.start - 2
+	return followsKey(b, s.start-2, key)
+}
+
+// followsKey reports whether b[:i+1] ends with `"key"`, a colon and white
+// space: the member name of the value that starts after b[i].
+func followsKey(b []byte, i int, key string) bool {
 	for i >= 0 && isWS(b[i]) {
 		i--
 	}

@@ -215,19 +215,7 @@ func isValueOf(b []byte, s span, key string) bool {
 	if s.start < 1 || s.end > len(b) || s.end-s.start < 2 || b[s.start] != '{' || b[s.end-1] != '}' {
 		return false
 	}
-	i := s.start - 1
-	for i >= 0 && isWS(b[i]) {
-		i--
-	}
-	if i < 0 || b[i] != ':' {
-		return false
-	}
-	i--
-	for i >= 0 && isWS(b[i]) {
-		i--
-	}
-	k := len(key) + 2
-	return i+1 >= k && string(b[i+1-k:i+1]) == `"`+key+`"` && (i+1-k == 0 || b[i-k] != '\\')
+	return followsKey(b, s.start-1, key)
 }
 
 // subContent returns the content of raw body bytes in a value: decoded
