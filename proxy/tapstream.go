@@ -73,7 +73,15 @@ func (q *preScan) open(obj bool) {
 	q.name = obj
 }
 
-func (q *preScan) close()         { q.d--; q.name = false }
+func (q *preScan) close() {
+	// Brackets that do not match ("{]") close the object for the framing
+	// loop, which counts them alike: give up before d goes below 1.
+	if q.d--; q.d < 1 {
+		q.active = false
+	}
+	q.name = false
+}
+
 func (q *preScan) comma()         { q.name = q.inObject() }
 func (q *preScan) inObject() bool { return q.objs&(1<<q.d) != 0 }
 

@@ -404,3 +404,24 @@ type plainWriter struct{ strings.Builder }
 
 func (w *plainWriter) Grow(n int)  { w.Builder.Grow(n) }
 func (w *plainWriter) Served(bool) {}
+
+// FuzzTapStream: for any body cut anywhere, the streamed read gives what
+// the old read of each object whole gives.
+func FuzzTapStream(f *testing.F) {
+	g := &answerGen{r: rand.New(rand.NewPCG(9, 9)), odd: true, long: 30}
+	for range 20 {
+		f.Add(g.body(), uint64(g.pick(1000)))
+	}
+	f.Add([]byte(`{"candidates":[{"content":{"parts":[{"text":"a\ud83d"},{"text":"b"}]}}]}`), uint64(3))
+	f.Add([]byte("[{]]\"0"), uint64(150)) // brackets that do not match (preScan.close)
+	f.Fuzz(func(t *testing.T, body []byte, seed uint64) {
+		rng := rand.New(rand.NewPCG(seed, seed>>9))
+		cuts := randomCutsOf(rng, len(body), rng.IntN(12))
+		got, want := feedTapWith(body, cuts, true), feedTapWith(body, nil, false)
+		gu, wu := got.Usage, want.Usage
+		got.Usage, want.Usage, got.MaxObj, want.MaxObj = nil, nil, 0, 0
+		if fmt.Sprint(got) != fmt.Sprint(want) || !equalUsage(gu, wu) || got.Served != got.Text {
+			t.Fatalf("body %q cut at %v:\n got %+v %+v\nwant %+v %+v", body, cuts, got, gu, want, wu)
+		}
+	})
+}
