@@ -147,7 +147,7 @@ func normalizeTo[T string | []byte](r *ServedRecorder, p T, final bool) int {
 					m := spaceMask(x)
 					// No byte >= 0x80 or < ' ', no two spaces in a row,
 					// and no space last (what follows it decides).
-					if x&msb != 0 || (x-0x2020202020202020)&^x&msb != 0 || m&(m<<8) != 0 || m>>63 != 0 {
+					if (x|(x-0x2020202020202020)&^x|m&(m<<8))&msb|m>>63 != 0 {
 						break
 					}
 					j += 8
@@ -206,7 +206,11 @@ func textTo[T string | []byte](r *ServedRecorder, p T) {
 func whiteTo[T string | []byte](r *ServedRecorder, p T) {
 	r.space = len(r.buf) > 0
 	if r.nt+len(p) <= maxTrail {
-		copy(r.trail[r.nt:], p)
+		if len(p) == 1 {
+			r.trail[r.nt] = p[0] // most white space: no copy call
+		} else {
+			copy(r.trail[r.nt:], p)
+		}
 	}
 	r.nt += len(p)
 }

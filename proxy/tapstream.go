@@ -417,7 +417,10 @@ func plainRunASCII(b []byte, i int) (int, bool) {
 	for {
 		for i+8 <= len(b) {
 			x := binary.LittleEndian.Uint64(b[i:])
-			if hasByte(x, '"') || hasByte(x, '\\') || hasLess(x, ' ') {
+			// hasByte(x, '"') || hasByte(x, '\\') || hasLess(x, ' '), in
+			// one test.
+			q, e := x^(lsb*'"'), x^(lsb*'\\')
+			if ((q-lsb)&^q|(e-lsb)&^e|(x-lsb*' ')&^x)&msb != 0 {
 				break
 			}
 			or |= x
