@@ -12,8 +12,8 @@ import (
 // with new lines, JSON-encoded as encoding/json writes it, as
 // bench.LongAnswers serves it) to a tap in 32 KB reads, recording the
 // served text as serve does (cache.ServedRecorder, no copy kept), and once
-// in one write (the object read whole). The tap's cost per answer,
-// without the network.
+// in one write (the object read whole), and a 1 KB answer in one write.
+// The tap's cost per answer, without the network.
 //
 //	go test ./proxy -run '^$' -bench TapUnary -benchmem
 func BenchmarkTapUnary(b *testing.B) {
@@ -36,12 +36,14 @@ func BenchmarkTapUnary(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	for _, read := range []int{32 << 10, len(body)} {
-		name := "32K"
-		if read == len(body) {
-			name = "whole"
-		}
-		b.Run(name, func(b *testing.B) {
+	small := []byte(`{"candidates": [{"content": {"parts": [{"text": "` + strings.ReplaceAll(strings.Repeat(para[:200], 5), "\n", `\n`) + `"}],"role": "model"},"finishReason": "STOP","index": 0}],"usageMetadata": {"promptTokenCount": 9,"candidatesTokenCount": 250,"totalTokenCount": 259},"modelVersion": "gemini-2.5-flash"}`)
+	for _, c := range []struct {
+		name string
+		body []byte
+		read int
+	}{{"32K", body, 32 << 10}, {"whole", body, len(body)}, {"1K", small, len(small)}} {
+		body, read := c.body, c.read
+		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
 				tp := newTap("", true)
