@@ -81,14 +81,22 @@ func (s *Store) Conversations(tenant string, keys []string) [][]byte {
 // before expecting the Redis write to be visible to other replicas.
 //
 // Only a new key waits: ristretto applies the Set of a key it holds at
-// once (an update), so when the cache already returns value itself the
-// wait, a round trip through ristretto's goroutine, is skipped.
+// once (an update), so when the cache already holds the key after the Set
+// the wait, a round trip through ristretto's goroutine, is skipped. A
+// value identical to the one held, written less than refreshSlack ago, is
+// not written again locally (setChanged: no wake-up of ristretto's
+// goroutine); Redis gets the write as always.
 func (s *Store) SetConversation(tenant, k string, value []byte) bool {
 	a := s.areas[AreaConversations]
 	ik := key(tenant, k)
-	ok := a.set(ik, value, s.opts.TTL)
-	if ok && !a.holds(ik, value) {
-		a.c.Wait()
+	// The one read of the key, as before (it was made after the Set, to
+	// see whether the Set was applied at once).
+	old, had := a.get(ik)
+	ok := a.setChanged(ik, old, value, had, s.opts.TTL)
+	if ok {
+		if _, held := a.c.GetTTL(ik); !held {
+			a.c.Wait()
+		}
 	}
 	if s.redis != nil {
 		s.redis.enqueue(servedWrite{tenant: tenant, key: s.redis.conversationKey(tenant, k), val: value})

@@ -121,7 +121,7 @@ func (s *Store) addCandidate(tenant string, p, id digest, more []byte) {
 	if len(list) == 0 {
 		return
 	}
-	a.set(k, list, s.opts.TTL)
+	a.setChanged(k, old, list, old != nil, s.opts.TTL)
 	if old == nil {
 		// Ristretto applies a new key's Set asynchronously; wait, still
 		// holding the lock, so that the next read-modify-write of this key

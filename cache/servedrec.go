@@ -32,6 +32,20 @@ type ServedRecorder struct {
 	cut    int // prefix cuts taken
 	rehash bool
 	pref   [len(prefixCuts)]digest
+	// mark is the state Mark saved; while marked, nothing past mark.n is
+	// hashed, so that Rewind can take it back.
+	mark   recorderMark
+	marked bool
+}
+
+// recorderMark is what Rewind restores.
+type recorderMark struct {
+	n     int
+	space bool
+	carry [utf8.UTFMax]byte
+	nc    int
+	trail [maxTrail]byte
+	nt    int
 }
 
 // recorderBuffers recycles the recorders' buffers (up to
@@ -133,7 +147,7 @@ func normalizeTo[T string | []byte](r *ServedRecorder, p T, final bool) int {
 					m := spaceMask(x)
 					// No byte >= 0x80 or < ' ', no two spaces in a row,
 					// and no space last (what follows it decides).
-					if x&msb != 0 || (x-0x2020202020202020)&^x&msb != 0 || m&(m<<8) != 0 || m>>63 != 0 {
+					if (x|(x-0x2020202020202020)&^x|m&(m<<8))&msb|m>>63 != 0 {
 						break
 					}
 					j += 8
@@ -192,15 +206,61 @@ func textTo[T string | []byte](r *ServedRecorder, p T) {
 func whiteTo[T string | []byte](r *ServedRecorder, p T) {
 	r.space = len(r.buf) > 0
 	if r.nt+len(p) <= maxTrail {
-		copy(r.trail[r.nt:], p)
+		if len(p) == 1 {
+			r.trail[r.nt] = p[0] // most white space: no copy call
+		} else {
+			copy(r.trail[r.nt:], p)
+		}
 	}
 	r.nt += len(p)
 }
 
+// Mark notes the text written so far: Rewind takes back what is written
+// after it, Commit keeps it. The tap marks the text of a large unary answer
+// that it writes as its bytes pass, before it knows whether the answer's
+// JSON object keeps it (a thought part, another candidate, an object that
+// turns out invalid). A new Mark replaces the last one.
+func (r *ServedRecorder) Mark() {
+	m := &r.mark
+	m.n, m.space, m.carry, m.nc = len(r.buf), r.space, r.carry, r.nc
+	m.nt = r.nt
+	if r.nt <= maxTrail {
+		copy(m.trail[:r.nt], r.trail[:r.nt])
+	}
+	r.marked = true
+}
+
+// Rewind takes back the text written since Mark, as if it had not been
+// written. Without a Mark it does nothing.
+func (r *ServedRecorder) Rewind() {
+	if !r.marked {
+		return
+	}
+	m := &r.mark
+	r.buf = r.buf[:m.n]
+	r.space, r.carry, r.nc, r.nt = m.space, m.carry, m.nc, m.nt
+	if m.nt <= maxTrail {
+		copy(r.trail[:m.nt], m.trail[:m.nt])
+	}
+	r.marked = false
+}
+
+// Commit keeps the text written since Mark.
+func (r *ServedRecorder) Commit() {
+	if r.marked {
+		r.marked = false
+		r.hashOn()
+	}
+}
+
 // hashOn hashes the text written so far, taking the prefix digests as
-// their cuts are passed; what the next cut may still need stays unhashed.
+// their cuts are passed; what the next cut may still need stays unhashed,
+// and so does what was written since a Mark.
 func (r *ServedRecorder) hashOn() {
 	n := r.buf
+	if r.marked {
+		n = n[:r.mark.n]
+	}
 	for r.cut < len(prefixCuts) && prefixCuts[r.cut] < len(n) {
 		r.prefix(n)
 	}
@@ -242,6 +302,7 @@ func (r *ServedRecorder) Served(truncated bool) {
 // record returns the response's digest, its record and its prefixes'
 // digests; ok is false for a text that normalises to nothing.
 func (r *ServedRecorder) record(truncated bool) (id digest, rec []byte, prefixes []digest, ok bool) {
+	r.marked = false // what is written is the text, a Mark's included
 	if r.nc > 0 {
 		normalizeTo(r, r.carry[:r.nc], true)
 		r.nc = 0

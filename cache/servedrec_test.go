@@ -193,3 +193,59 @@ func BenchmarkServedRecorder(b *testing.B) {
 		})
 	}
 }
+
+// TestServedRecorderMark: text written after Mark and taken back by Rewind
+// leaves the record of the text without it; with Commit, the record of the
+// whole text; wherever the pieces, the mark and the taken-back text are
+// cut (inside runes and white space runs, across prefix cuts), and with
+// writes after either.
+func TestServedRecorderMark(t *testing.T) {
+	pieces := []string{
+		"", " ", "a", "word ", "  \n\t ", "é", "\xe2\x82", "\x80\x80", "\xf0\x9f\x98\x80",
+		strings.Repeat("0123456789abcdef ", 300), strings.Repeat("x\u00a0y ", 700),
+		strings.Repeat(" ", 300), "日本語　", strings.Repeat("b", 61),
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	pick := func() string {
+		var sb strings.Builder
+		for range rng.IntN(4) {
+			sb.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		return sb.String()
+	}
+	write := func(r *ServedRecorder, s string) {
+		prev := 0
+		for _, c := range append(randomCuts(rng, len(s), 4), len(s)) {
+			r.WriteString(s[prev:c]) //nolint:errcheck // never fails
+			prev = c
+		}
+	}
+	for i := range 3000 {
+		a, b, c := pick(), pick(), pick()
+		commit := i%2 == 0
+		r := (&Store{}).ServedRecorder("t")
+		write(r, a)
+		r.Mark()
+		write(r, b)
+		want := a + c
+		if commit {
+			r.Commit()
+			want = a + b + c
+		} else {
+			r.Rewind()
+		}
+		write(r, c)
+		truncated := i%5 == 0
+		id, rec, prefixes, ok := r.record(truncated)
+		wid, wrec, wprefixes, wok := servedRecordRef(want, truncated)
+		if ok != wok || id != wid || !bytes.Equal(rec, wrec) || len(prefixes) != len(wprefixes) {
+			t.Fatalf("a %q, b %q (commit %v), c %q: record %v %x %q %d; want %v %x %q %d",
+				a, b, commit, c, ok, id, rec, len(prefixes), wok, wid, wrec, len(wprefixes))
+		}
+		for k := range prefixes {
+			if prefixes[k] != wprefixes[k] {
+				t.Fatalf("a %q, b %q (commit %v), c %q: prefix %d differs", a, b, commit, c, k)
+			}
+		}
+	}
+}

@@ -1,13 +1,13 @@
 package cache
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/dgraph-io/ristretto/v2"
 )
@@ -135,6 +135,8 @@ type area struct {
 	c                       *ristretto.Cache[string, []byte]
 	max                     int64
 	hits, misses, evictions atomic.Uint64
+	// refreshSkipped counts the writes setChanged skipped.
+	refreshSkipped atomic.Uint64
 }
 
 // New builds a Store. With Options.RedisURL it connects lazily: an
@@ -283,14 +285,37 @@ func (a *area) set(k string, v []byte, ttl time.Duration) bool {
 	return a.c.SetWithTTL(k, v, int64(len(v))+entryOverhead, ttl)
 }
 
-// holds reports whether k's value, as Get sees it now, is v itself (the
-// same memory, not equal bytes): true after a Set of v that ristretto
-// applied at once, false while it is still queued. An empty v is held
-// when k holds an empty value.
-func (a *area) holds(k string, v []byte) bool {
-	got, ok := a.c.Get(k)
-	return ok && len(got) == len(v) && (len(v) == 0 || unsafe.SliceData(got) == unsafe.SliceData(v))
+// setChanged is set for a caller that has just read k's value old (with
+// get, under the key's lock or as the read it makes anyway): when v is
+// old's bytes and k was written less than refreshSlack(ttl) ago, the write
+// is skipped and it reports true. Every ristretto Set is a send to its
+// policy goroutine, which wakes it (a context switch per write at low
+// load); re-storing the same bytes changes nothing but the expiry, by less
+// than refreshSlack. No read is added, so the policy's access counts, and
+// with them eviction, are what they were; the cost is the same bytes'.
+func (a *area) setChanged(k string, old, v []byte, had bool, ttl time.Duration) bool {
+	if had && a.fresh(k, ttl) && bytes.Equal(old, v) {
+		a.refreshSkipped.Add(1)
+		return true
+	}
+	return a.set(k, v, ttl)
 }
+
+// fresh reports whether k is held and expires no more than
+// refreshSlack(ttl) before a write now would make it expire. GetTTL reads
+// the store without touching the policy (no access is counted).
+func (a *area) fresh(k string, ttl time.Duration) bool {
+	if ttl <= 0 {
+		return false
+	}
+	left, ok := a.c.GetTTL(k)
+	return ok && left > 0 && left >= ttl-refreshSlack(ttl)
+}
+
+// refreshSlack is how much sooner than a write would make it an entry
+// re-stored with identical bytes may expire: a hundredth of the TTL, at
+// most a second (so at most a second sooner, whatever the TTL).
+func refreshSlack(ttl time.Duration) time.Duration { return min(ttl/100, time.Second) }
 
 // get looks k up without counting a hit or a miss.
 func (a *area) get(k string) ([]byte, bool) { return a.c.Get(k) }

@@ -67,7 +67,10 @@
 // Options.ExchangeWithoutText the tap keeps no copy of the text at all
 // (TestServedTextAsOnServed). A validating scanner
 // reads each response object, and hands what it is not sure of to
-// encoding/json. Each request produces one access log line with no
+// encoding/json. A unary answer's text is read as its bytes pass, written
+// to a ServedText writer that can take it back (cache.ServedRecorder)
+// before the object says whether it keeps it, so the tap holds the object
+// without its text (tapstream.go, TestTapStreamChunks). Each request produces one access log line with no
 // prompt, response or credential in it. Tenants are HMACs of the caller's
 // credential (see Options.TenantSecret), computed from pooled keyed HMAC
 // states; no credential is kept after its request.

@@ -80,6 +80,15 @@ type tap struct {
 	events        int
 	sc            chunkScanner
 
+	// The first text of a large object, streamed (tapstream.go): pre
+	// decides, st reads it, ph is the offset of its placeholder in obj
+	// (when phOn), tm the text before it.
+	pre  preScan
+	st   strStream
+	ph   int
+	phOn bool
+	tm   textMark
+
 	// budget is the process-wide memory budget (budget.go) the tap's
 	// buffers draw on past tapFreeBytes; held is what they took.
 	budget *memBudget
@@ -111,6 +120,8 @@ func (t *tap) room(extra int) bool {
 // memory budget. It runs when the response is over, also when it was cut
 // and finish did not run.
 func (t *tap) release() {
+	t.endStream()
+	t.putStream()
 	t.line, t.data, t.gz = nil, nil, nil
 	t.putObj()
 	t.budget.give(t.held)
@@ -332,11 +343,23 @@ func (t *tap) dispatchSSE() {
 // objects scans for top-level JSON objects (the body itself, or the
 // elements of a streamed array) and decodes each as it completes.
 func (t *tap) objects(p []byte) {
-	start := -1
-	if t.capturing {
+	start, i := -1, 0
+	switch {
+	case t.st.on:
+		// Inside the streamed string (tapstream.go).
+		j, over := t.streamText(p, 0)
+		if j == len(p) && !over {
+			return
+		}
+		start, i = j, j
+		if !over {
+			t.inStr = false // p[j] ends the string; the skeleton goes on with it
+			i++
+		}
+	case t.capturing:
 		start = 0
 	}
-	for i := 0; i < len(p); i++ {
+	for ; i < len(p); i++ {
 		c := p[i]
 		if t.inStr {
 			if t.esc {
@@ -357,39 +380,81 @@ func (t *tap) objects(p []byte) {
 				t.esc = true
 			} else {
 				t.inStr = false
+				if t.pre.inName {
+					t.pre.endName(p, i)
+				}
 			}
 			continue
 		}
 		switch c {
 		case '"':
 			t.inStr = true
+			if t.pre.active && t.pre.str(i) {
+				// The object's first text: streamed (tapstream.go).
+				if !t.startStream(p[start : i+1]) {
+					start = i + 1
+					continue
+				}
+				j, over := t.streamText(p, i+1)
+				switch {
+				case over:
+					start, i = j, j-1 // the framing goes on inside the string
+				case j == len(p):
+					return
+				default:
+					t.inStr = false // p[j] ends the string; the skeleton goes on with it
+					start, i = j, j
+				}
+			}
 		case '{', '[':
 			if c == '{' && t.depth == t.base && !t.capturing {
 				t.capturing, start = true, i
 				t.obj, t.objOver, t.objTrimmed = t.obj[:0], false, false
+				t.pre = preScan{active: t.streamable()}
 			}
 			t.depth++
+			if t.pre.active {
+				t.pre.open(c == '{')
+			}
 		case '}', ']':
 			t.depth--
 			if t.depth < 0 {
 				t.mode = 'x'
 				return
 			}
+			if t.pre.active {
+				t.pre.close()
+			}
 			if c == '}' && t.depth == t.base && t.capturing {
 				if len(t.obj) == 0 && !t.objOver && !t.objTrimmed && i+1-start <= maxEventBytes {
 					t.decode(p[start:i+1], false) // whole object in p: no copy
 				} else {
 					t.appendObj(p[start : i+1])
-					if !t.objOver {
+					switch {
+					case t.phOn:
+						t.decodeStreamed()
+					case !t.objOver:
 						t.decode(t.obj, t.objTrimmed)
 					}
 				}
 				t.capturing, start = false, -1
+				t.pre.active = false
+			}
+		case ',':
+			if t.pre.active {
+				t.pre.comma()
+			}
+		case ':':
+			if t.pre.active {
+				t.pre.name = false
 			}
 		}
 	}
 	if t.capturing && start >= 0 {
 		t.appendObj(p[start:])
+	}
+	if t.pre.inName {
+		t.pre.nameAt = -1 // the name goes on in the next read
 	}
 }
 
@@ -431,7 +496,15 @@ func (t *tap) appendObj(p []byte) {
 		t.obj, t.objTrimmed = t.obj[:n], true
 		return
 	}
-	if len(t.obj)+len(p) > maxEventBytes || !t.room(len(p)) {
+	size := len(t.obj) + len(p)
+	if t.phOn {
+		size += t.st.raw // the streamed string is part of the object
+	}
+	if size > maxEventBytes || !t.room(len(p)) {
+		if t.phOn {
+			t.rewindText()
+			t.phOn = false
+		}
 		if t.needText && !t.ix {
 			// Too large to decode whole (inline images, say): read its
 			// usageMetadata and modelVersion from its tail, as without

@@ -33,6 +33,12 @@ type chunkScanner struct {
 	modelVersion []byte   // unescaped; nil when absent
 	texts        [][]byte // text of the parts of candidate 0 to keep, in order
 	scratch      []byte   // unescaped strings; texts may point into it
+
+	// ph is the offset in b of a placeholder string (tapstream.go), -1
+	// none; a part whose text it is is kept as a nil text when phText
+	// reports that the text it stands for is not empty.
+	ph     int
+	phText bool
 }
 
 // maxScanDepth bounds the nesting the scanner follows; deeper input goes to
@@ -42,7 +48,12 @@ const maxScanDepth = 64
 // scan reads b. It reports false when b must be decoded by encoding/json
 // instead.
 func (s *chunkScanner) scan(b []byte, needText bool) bool {
-	*s = chunkScanner{b: b, needText: needText, texts: s.texts[:0], scratch: s.scratch[:0]}
+	return s.scanPH(b, needText, -1, false)
+}
+
+// scanPH is scan of a skeleton whose placeholder is at ph (chunkScanner.ph).
+func (s *chunkScanner) scanPH(b []byte, needText bool, ph int, phText bool) bool {
+	*s = chunkScanner{b: b, needText: needText, texts: s.texts[:0], scratch: s.scratch[:0], ph: ph, phText: phText}
 	s.ws()
 	if !s.top() {
 		return false
@@ -274,7 +285,7 @@ func (s *chunkScanner) candidate() bool {
 
 func (s *chunkScanner) part() bool {
 	var text []byte
-	thought := false
+	thought, ph := false, false
 	var seen uint32
 	ok := s.object(func(name []byte) bool {
 		switch field(name, partNames, &seen) {
@@ -283,6 +294,11 @@ func (s *chunkScanner) part() bool {
 		case -1:
 			return s.skip()
 		case 0:
+			if s.i == s.ph {
+				_, ok := s.str()
+				ph = true
+				return ok
+			}
 			v, ok := s.text()
 			text = v
 			return ok && v != nil
@@ -299,7 +315,13 @@ func (s *chunkScanner) part() bool {
 			return true
 		}
 	})
-	if ok && !thought && len(text) > 0 {
+	switch {
+	case !ok || thought:
+	case ph:
+		if s.phText {
+			s.texts = append(s.texts, nil)
+		}
+	case len(text) > 0:
 		s.texts = append(s.texts, text)
 	}
 	return ok

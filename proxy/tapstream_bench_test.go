@@ -1,0 +1,60 @@
+package proxy
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/gemini-proxy/gemini-proxy/cache"
+)
+
+// BenchmarkTapUnary feeds a 256 KB unary answer (Markdown prose and code
+// with new lines, JSON-encoded as encoding/json writes it, as
+// bench.LongAnswers serves it) to a tap in 32 KB reads, recording the
+// served text as serve does (cache.ServedRecorder, no copy kept), and once
+// in one write (the object read whole), and a 1 KB answer in one write.
+// The tap's cost per answer, without the network.
+//
+//	go test ./proxy -run '^$' -bench TapUnary -benchmem
+func BenchmarkTapUnary(b *testing.B) {
+	para := "The difference is ownership of the backing storage.\n\nAn **array** in Go has a fixed length that is part of its type: `[4]int` and `[5]int` are different types.\n\n```go\na := [4]int{1, 2, 3, 4}\ns := a[1:3] // len 2, cap 3\n```\n\n<b>&amp;</b> \"quoted\" é 日本\n\n"
+	text := strings.Repeat(para, 256<<10/len(para))
+	doc := map[string]any{
+		"candidates": []any{map[string]any{
+			"content":      map[string]any{"parts": []any{map[string]any{"text": text}}, "role": "model"},
+			"finishReason": "STOP", "index": 0,
+		}},
+		"usageMetadata": map[string]any{"promptTokenCount": 9, "candidatesTokenCount": 70000, "totalTokenCount": 70009},
+		"modelVersion":  "gemini-2.5-flash",
+	}
+	body, err := json.Marshal(doc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := cache.New(cache.Options{MaxBytes: 256 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	small := []byte(`{"candidates": [{"content": {"parts": [{"text": "` + strings.ReplaceAll(strings.Repeat(para[:200], 5), "\n", `\n`) + `"}],"role": "model"},"finishReason": "STOP","index": 0}],"usageMetadata": {"promptTokenCount": 9,"candidatesTokenCount": 250,"totalTokenCount": 259},"modelVersion": "gemini-2.5-flash"}`)
+	for _, c := range []struct {
+		name string
+		body []byte
+		read int
+	}{{"32K", body, 32 << 10}, {"whole", body, len(body)}, {"1K", small, len(small)}} {
+		body, read := c.body, c.read
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				tp := newTap("", true)
+				tp.text.keep = false
+				tp.text.w = s.ServedRecorder("t")
+				for i := 0; i < len(body); i += read {
+					tp.Write(body[i:min(i+read, len(body))]) //nolint:errcheck // never fails
+				}
+				tp.finish()
+				tp.text.w.Served(tp.textTruncated)
+			}
+		})
+	}
+}
