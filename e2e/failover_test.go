@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
@@ -490,6 +491,72 @@ func TestFleetSentinelFailoverLostWrites(t *testing.T) {
 	for i, st := range []*cache.Store{a.store, b.store} {
 		if r := st.Stats().Redis; r.Mode != cache.RedisModeSentinel {
 			t.Errorf("replica %d redis stats %+v, want sentinel", i, r)
+		}
+	}
+}
+
+// TestFleetSessionNextTurnOtherReplica: a client in session mode
+// (X-Gemini-Proxy-Session, no history sent) whose turns alternate between
+// two proxy replicas on one Redis, each turn sent as soon as the last
+// answer arrived: every turn continues the session's newest interaction,
+// so the model sees every earlier turn. The stores are used as serve uses
+// them (no test wrapper waiting for writes): the replica that answered
+// must have made the session's new state visible in Redis before the
+// client has the answer, or the other replica continues an older
+// interaction and the model never sees the turn between.
+func TestFleetSessionNextTurnOtherReplica(t *testing.T) {
+	rds := cachetest.StartRedis(t)
+	_, es := testutil.StartEmulator(t, emulator.Options{Now: func() time.Time { return fixedNow }})
+	up, _ := url.Parse(es.URL)
+	replica := func() string {
+		store, err := cache.New(cache.Options{RedisURL: rds.URL(), Secret: []byte(fleetSecret), RedisTimeout: 3 * time.Second, RedisBudget: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		h, err := proxy.New(proxy.Options{Upstream: up, Rewrite: proxy.RewriteOptions{Enabled: true}, TenantSecret: []byte(fleetSecret),
+			Interactions: proxy.InteractionsOptions{Enabled: true, Store: store}}, slog.New(slog.DiscardHandler), metrics.New(prometheus.NewRegistry()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps := httptest.NewServer(h)
+		t.Cleanup(ps.Close)
+		return ps.URL
+	}
+	urls := []string{replica(), replica()}
+	for s := range 20 {
+		var cs []*genai.Client
+		for _, u := range urls {
+			c, err := genai.NewClient(t.Context(), &genai.ClientConfig{APIKey: testKey, Backend: genai.BackendGeminiAPI,
+				HTTPOptions: genai.HTTPOptions{BaseURL: u, Headers: http.Header{proxy.HeaderSession: {fmt.Sprint("editor-", s)}}},
+				HTTPClient:  &http.Client{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs = append(cs, c)
+		}
+		for i := 1; i <= 4; i++ {
+			stream := i == 3
+			q := fmt.Sprintf("Session %d, question %d?", s, i)
+			var text string
+			if stream {
+				for r, err := range cs[(s+i)%2].Models.GenerateContentStream(t.Context(), ixModel, genai.Text(q), nil) {
+					if err != nil {
+						t.Fatalf("session %d request %d: %v", s, i, err)
+					}
+					text += r.Text()
+				}
+			} else {
+				r, err := cs[(s+i)%2].Models.GenerateContent(t.Context(), ixModel, genai.Text(q), nil)
+				if err != nil {
+					t.Fatalf("session %d request %d: %v", s, i, err)
+				}
+				text = r.Text()
+			}
+			if want := fmt.Sprintf("has %d contents", 2*i-1); !strings.Contains(text, want) {
+				t.Errorf("session %d request %d (replica %d): the model did not see the session so far (%s): %q", s, i, (s+i)%2, want, text)
+				break
+			}
 		}
 	}
 }
