@@ -90,7 +90,7 @@ func (b *memBudget) usedBytes() int64 {
 // ran without pause. That was measured while the ledger still decoded
 // copies of both bodies. Re-measured on 2026-12-02 (BENCHMARKS "The
 // memory budget's rewrite factor", BenchmarkRewriteLiveHeap in
-// cmd/gemini-proxy): 32 concurrent 1 MB rewrites peak at 1.9 times their
+// cmd/gemini-proxy): 32 concurrent 1 MB rewrites peak at 1.9-2.0 times their
 // bodies live; 4 leaves the collector about as much again for what they
 // allocate between collections under the memory limit.
 const rewriteBudgetFactor = 4
