@@ -180,3 +180,19 @@ func (r *redisBackend) mget(ctx context.Context, keys []string) ([]any, error) {
 	}
 	return out, nil
 }
+
+// SetConversationNow is SetConversation, and in shared mode it also waits
+// until the Redis write was attempted (behind this replica's earlier
+// writes of k, in order), at most the writer's bound (ten times
+// Options.RedisTimeout), so that once it returns another replica reading
+// k finds value unless the write failed. It is for state whose next reader
+// cannot tell an older value from the newest: a session's interaction,
+// which a client that sends no history continues on whichever replica its
+// next turn reaches. It does not wait while Redis writes are paused.
+func (s *Store) SetConversationNow(tenant, k string, value []byte) bool {
+	ok := s.SetConversation(tenant, k, value)
+	if s.redis != nil {
+		s.redis.waitKey(s.redis.conversationKey(tenant, k), 10*s.redis.timeout)
+	}
+	return ok
+}

@@ -283,6 +283,7 @@ func (r *redisBackend) queued(key string) bool {
 
 // finish marks the writes ws done.
 func (r *redisBackend) finish(ws ...servedWrite) {
+	keyDone := false
 	r.mu.Lock()
 	r.pending -= len(ws)
 	for _, w := range ws {
@@ -291,12 +292,34 @@ func (r *redisBackend) finish(ws ...servedWrite) {
 		}
 		if r.queuedKeys[w.key]--; r.queuedKeys[w.key] <= 0 {
 			delete(r.queuedKeys, w.key)
+			keyDone = true
 		}
 	}
-	if r.pending == 0 {
+	if r.pending == 0 || keyDone {
 		r.cond.Broadcast()
 	}
 	r.mu.Unlock()
+}
+
+// waitKey blocks until no conversation write of key is queued or being
+// written, or d passed; it reports whether the writes were attempted.
+func (r *redisBackend) waitKey(key string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	wake := time.AfterFunc(d, func() {
+		r.mu.Lock()
+		r.cond.Broadcast()
+		r.mu.Unlock()
+	})
+	defer wake.Stop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.queuedKeys[key] > 0 {
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		r.cond.Wait()
+	}
+	return true
 }
 
 // wait blocks until every queued write was attempted.

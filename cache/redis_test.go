@@ -363,3 +363,27 @@ func TestRedisWritesRefusedReadsServed(t *testing.T) {
 		t.Error("an answer recorded while writes failed is not verified locally")
 	}
 }
+
+// TestRedisSetConversationNow: once SetConversationNow returns, another
+// replica reads the new value, every time, also when the same key was
+// written just before (the writes land in order); without Redis it is
+// SetConversation. Each round writes a new value and reads it through b
+// at once, with no Wait.
+func TestRedisSetConversationNow(t *testing.T) {
+	srv := cachetest.StartRedis(t)
+	a := newStore(t, sharedOpts(srv))
+	b := newStore(t, sharedOpts(srv))
+	for i := range 200 {
+		a.SetConversation(tenantA, "session", []byte(fmt.Sprint("older ", i)))
+		want := fmt.Sprint("newest ", i)
+		a.SetConversationNow(tenantA, "session", []byte(want))
+		if v, ok := b.Conversation(tenantA, "session"); !ok || string(v) != want {
+			t.Fatalf("round %d: the other replica read %q (%v), want %q", i, v, ok, want)
+		}
+	}
+	local := newStore(t, cache.Options{})
+	local.SetConversationNow(tenantA, "session", []byte("v"))
+	if v, ok := local.Conversation(tenantA, "session"); !ok || string(v) != "v" {
+		t.Errorf("local store read %q (%v)", v, ok)
+	}
+}

@@ -88,9 +88,11 @@ func (b *memBudget) usedBytes() int64 {
 // response, while the rest is still held). Counting less let 64
 // concurrent 1 MB rewrites hold more than the limit, and the collector
 // ran without pause. That was measured while the ledger still decoded
-// copies of both bodies; its layouts now read the bodies in place (about
-// 0.4 MB for a 1 MB body, BENCHMARKS "The ledger's layouts"), so 4 is
-// conservative: re-measure TestMemoryBudgetRSS before lowering it.
+// copies of both bodies. Re-measured on 2026-12-02 (BENCHMARKS "The
+// memory budget's rewrite factor", BenchmarkRewriteLiveHeap in
+// cmd/gemini-proxy): 32 concurrent 1 MB rewrites peak at 1.9-2.0 times their
+// bodies live; 4 leaves the collector about as much again for what they
+// allocate between collections under the memory limit.
 const rewriteBudgetFactor = 4
 
 // tapFreeBytes is what a tap's buffers may hold without drawing on the

@@ -1006,6 +1006,16 @@ func (x *interactions) record(st *reqState, plan ixPlan, id string, parts []any)
 		s.Blocks = s.Blocks[n-maxSessionBlocks:]
 	}
 	if b, err := json.Marshal(s); err == nil {
-		x.store.SetConversation(st.tenant, plan.sessKey, b)
+		// Visible to the other replicas before the client has the answer:
+		// a session's next turn may reach any of them at once, and one
+		// that found the previous state would continue the interaction
+		// before this one, without this turn.
+		if now, ok := x.store.(interface {
+			SetConversationNow(tenant, key string, value []byte) bool
+		}); ok {
+			now.SetConversationNow(st.tenant, plan.sessKey, b)
+		} else {
+			x.store.SetConversation(st.tenant, plan.sessKey, b)
+		}
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,19 +88,29 @@ func StartCluster(t testing.TB, n int) *Cluster {
 }
 
 // Sentinel is one master, with a replica when StartSentinelReplicated
-// started it, watched by one sentinel.
+// or StartSentinels started it, watched by one sentinel or, from
+// StartSentinels, several.
 type Sentinel struct {
 	Master, Sentinel *Redis
+	// Sentinels are every sentinel, Sentinel the first.
+	Sentinels []*Redis
 	// Replica is the master's replica, nil without one.
 	Replica *Redis
 	// MasterName is the name the sentinel knows the master by.
 	MasterName string
+	// link relays the replica's replication connection (StartSentinels
+	// only), so that HoldReplication can stop it.
+	link *relay
 }
 
-// URL returns the redis-sentinel:// URL of the sentinel, naming the
+// URL returns the redis-sentinel:// URL of the sentinels, naming the
 // master.
 func (s *Sentinel) URL() string {
-	return "redis-sentinel://" + s.Sentinel.Addr + "?master_name=" + s.MasterName
+	u := "redis-sentinel://" + s.Sentinel.Addr + "?master_name=" + s.MasterName
+	for _, o := range s.Sentinels[1:] {
+		u += "&addr=" + o.Addr
+	}
+	return u
 }
 
 // StartSentinel starts a master and a sentinel (redis-server --sentinel,
@@ -126,18 +138,71 @@ func StartSentinelReplicated(t testing.TB) *Sentinel {
 	return startSentinel(t, master, replica)
 }
 
+// StartSentinels starts a master, its replica and n sentinels watching
+// them (quorum n/2+1), and waits until every sentinel names the master,
+// lists the replica in sync and knows the n-1 others, so that Failover
+// can run a SENTINEL FAILOVER. The replica replicates through a relay the
+// test can stop (HoldReplication). Everything is stopped when the test
+// ends.
+func StartSentinels(t testing.TB, n int) *Sentinel {
+	t.Helper()
+	master := StartRedis(t)
+	link := startRelay(t, master.Addr)
+	host, lport, _ := net.SplitHostPort(link.addr)
+	port := FreePort(t)
+	replica := startServer(t, port, nil, "--port", strconv.Itoa(port), "--replicaof", host, lport)
+	waitFor(t, 60*time.Second, "replica "+replica.Addr+" in sync", func() error {
+		return infoHas(replica.Addr, "replication", "master_link_status:up")
+	})
+	s := &Sentinel{Master: master, Replica: replica, MasterName: sentinelMaster, link: link}
+	for range n {
+		// A long failover time-out: a sentinel points a replica whose
+		// master address is not the master's (the relay's) at the master
+		// only after it, which would end HoldReplication.
+		s.Sentinels = append(s.Sentinels, startOneSentinel(t, master, replica, n/2+1, 300000))
+	}
+	s.Sentinel = s.Sentinels[0]
+	for _, sn := range s.Sentinels {
+		waitFor(t, 60*time.Second, "sentinel "+sn.Addr+" to know the others", func() error {
+			sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr, DisableIdentity: true})
+			defer sc.Close()
+			others, err := sc.Sentinels(context.Background(), sentinelMaster).Result()
+			if err != nil {
+				return err
+			}
+			if len(others) != n-1 {
+				return fmt.Errorf("knows %d other sentinels, want %d", len(others), n-1)
+			}
+			return nil
+		})
+	}
+	return s
+}
+
+// sentinelMaster is the name the sentinels know the master by.
+const sentinelMaster = "gpmaster"
+
 // startSentinel starts a sentinel watching master (quorum 1, down after
 // two seconds) and waits until it names master and, when replica is not
 // nil, lists replica.
 func startSentinel(t testing.TB, master, replica *Redis) *Sentinel {
 	t.Helper()
-	const name = "gpmaster"
+	s := startOneSentinel(t, master, replica, 1, 20000)
+	return &Sentinel{Master: master, Replica: replica, Sentinel: s, Sentinels: []*Redis{s}, MasterName: sentinelMaster}
+}
+
+// startOneSentinel starts a sentinel watching master with quorum (down
+// after two seconds, failover time-out failoverMS) and waits until it
+// names master and, when replica is not nil, lists replica in sync.
+func startOneSentinel(t testing.TB, master, replica *Redis, quorum, failoverMS int) *Redis {
+	t.Helper()
+	const name = sentinelMaster
 	port := FreePort(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
 	host, mport, _ := net.SplitHostPort(master.Addr)
-	text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 2000\nsentinel failover-timeout %s 20000\n",
-		port, dir, name, host, mport, name, name)
+	text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s %d\nsentinel down-after-milliseconds %s 2000\nsentinel failover-timeout %s %d\n",
+		port, dir, name, host, mport, quorum, name, name, failoverMS)
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +227,123 @@ func startSentinel(t testing.TB, master, replica *Redis) *Sentinel {
 		}
 		return fmt.Errorf("sentinel lists replicas %v, not %s in sync", rs, replica.Addr)
 	})
-	return &Sentinel{Master: master, Replica: replica, Sentinel: s, MasterName: name}
+	return s
+}
+
+// Failover runs SENTINEL FAILOVER on the first sentinel, as an operator
+// does, while the master is up, and waits until every sentinel names the
+// replica as master, the replica answers as master, and the old master
+// has become its replica, in sync. Master and Replica are swapped
+// afterwards. A write the replica had not received when it was promoted
+// is lost: the old master drops it when it resynchronises.
+func (s *Sentinel) Failover(t testing.TB) {
+	t.Helper()
+	if s.Replica == nil {
+		t.Fatal("Failover: no replica")
+	}
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinel.Addr, DisableIdentity: true})
+	err := sc.Failover(context.Background(), s.MasterName).Err()
+	sc.Close()
+	if err != nil {
+		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	}
+	waitFor(t, 90*time.Second, "the sentinels to promote "+s.Replica.Addr, func() error {
+		for _, sn := range s.Sentinels {
+			if err := sentinelNames(sn.Addr, s.MasterName, s.Replica.Addr); err != nil {
+				return err
+			}
+		}
+		if err := infoHas(s.Replica.Addr, "replication", "role:master"); err != nil {
+			return err
+		}
+		if err := infoHas(s.Master.Addr, "replication", "role:slave"); err != nil {
+			return err
+		}
+		return infoHas(s.Master.Addr, "replication", "master_link_status:up")
+	})
+	s.Master, s.Replica = s.Replica, s.Master
+	s.link = nil
+}
+
+// HoldReplication stops the replication stream from the master to the
+// replica (StartSentinels only): what the master takes from now on does
+// not reach the replica, which still looks in sync to the sentinels for
+// a while (replication time-outs are 60 s).
+func (s *Sentinel) HoldReplication(t testing.TB) {
+	t.Helper()
+	if s.link == nil {
+		t.Fatal("HoldReplication: the replica does not replicate through a relay (StartSentinels)")
+	}
+	s.link.hold.Store(true)
+}
+
+// relay forwards TCP connections to a target, master to replica; when
+// hold is set it drops what the target sends instead.
+type relay struct {
+	addr string
+	hold atomic.Bool
+}
+
+// startRelay listens on a loopback port and relays each connection to
+// target until the test ends.
+func startRelay(t testing.TB, target string) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{addr: ln.Addr().String()}
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	pipe := func(dst, src net.Conn, held bool) {
+		defer wg.Done()
+		defer dst.Close()
+		defer src.Close()
+		buf := make([]byte, 32<<10)
+		for {
+			m, err := src.Read(buf)
+			if m > 0 && !(held && r.hold.Load()) {
+				if _, err := dst.Write(buf[:m]); err != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.DialTimeout("tcp", target, 5*time.Second)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, u)
+			mu.Unlock()
+			wg.Add(2)
+			go pipe(u, c, false)
+			go pipe(c, u, true)
+		}
+	}()
+	return r
 }
 
 // KillMaster fails the master over to the replica the way a crash does:
