@@ -120,6 +120,7 @@ type state struct {
 	arena []byte  // decoded texts (scanner.arena)
 	nls   []int32 // their line ends (scanner.nls)
 	marks []mark  // their offset marks (scanner.marks)
+	at    anchors // the scan's index of re-sent blocks (scanner.at)
 	// contents and parts are the request's contents and their parts
 	// (request.contents, scanner.parts).
 	contents []content

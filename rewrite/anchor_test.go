@@ -1,0 +1,155 @@
+package rewrite
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// scanAnchored scans the JSON string contents texts as the turns of one
+// body on Request's path (anchors on) and on the exhaustive one, and fails
+// unless every text decodes alike on both: same text and line ends, and
+// marks that are true pairs of decoded and raw offsets (an anchored copy
+// keeps its source's marks, which a fresh decoding places elsewhere), so
+// that rawOffsets maps every line boundary alike. It returns how many
+// copies the scan took from anchors.
+func scanAnchored(t *testing.T, texts []string) int {
+	t.Helper()
+	var body strings.Builder
+	body.WriteString(`{"contents":[`)
+	for i, r := range texts {
+		if i > 0 {
+			body.WriteString(",")
+		}
+		fmt.Fprintf(&body, `{"parts":[{"text":"%s"}]}`, r)
+	}
+	body.WriteString(`]}`)
+	raw := []byte(body.String())
+	st := &state{}
+	got, err := scanWith(raw, st, 1, limits{})
+	if err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	for i, r := range texts {
+		want, err := decodeString([]byte(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := got.contents[i].parts[0]
+		d := p.dec
+		if p.lazy {
+			continue // empty: not decoded on this path
+		}
+		if d.text != want.text {
+			t.Fatalf("text %d of %q: decoded %q, want %q", i, texts, d.text, want.text)
+		}
+		if diff := cmp.Diff(want.nl, d.nl); diff != "" {
+			t.Fatalf("text %d of %q: line ends (-want +got):\n%s", i, texts, diff)
+		}
+		checkMarks(t, []byte(r), d.marks)
+		offs := []int{0}
+		for _, nl := range d.nl {
+			offs = append(offs, int(nl), min(int(nl)+1, len(d.text)))
+		}
+		with, without := slices.Clone(offs), slices.Clone(offs)
+		rawOffsets([]byte(r), with, d.marks)
+		rawOffsets([]byte(r), without, nil)
+		if diff := cmp.Diff(without, with); diff != "" {
+			t.Fatalf("text %d of %q: rawOffsets with marks (-without +with):\n%s", i, texts, diff)
+		}
+	}
+	return st.at.taken
+}
+
+// checkMarks fails unless marks ascend and each pairs the decoded length
+// of raw[:m.r] with m.u at a character boundary.
+func checkMarks(t *testing.T, raw []byte, marks []mark) {
+	t.Helper()
+	for k, m := range marks {
+		if k > 0 && (m.u <= marks[k-1].u || m.r <= marks[k-1].r) {
+			t.Fatalf("marks do not ascend: %v then %v", marks[k-1], m)
+		}
+		if int(m.r) > len(raw) || (m.r > 0 && raw[m.r-1] == '\\' && (m.r < 2 || raw[m.r-2] != '\\')) {
+			t.Fatalf("mark %v is not at a character boundary of %q", m, raw)
+		}
+		d, err := decodeString(raw[:m.r])
+		if err != nil || len(d.text) != int(m.u) {
+			t.Fatalf("mark %v: raw[:%d] decodes to %d bytes (%v)", m, m.r, len(d.text), err)
+		}
+	}
+}
+
+// anchorDocs are re-sent documents as a naive client pastes them: fenced,
+// tagged, with a banner; escape-dense, with surrogate pairs, long enough
+// to hold marks.
+func anchorDocs() []string {
+	src := strings.Repeat("\tif x := f(\"a\\tb\"); x != nil {\n\t\treturn 😀 é\n\t}\n", 40)
+	return []string{
+		"```go a.go\n" + src + "```\n",
+		"<document path=\"b.txt\">\n" + strings.Repeat("prose line é 中 \u2028 \"quoted\"\n", 50) + "</document>\n",
+		"--- c.py ---\n" + strings.Repeat("# comment\nprint('x\\ty')\n", 60) + "--- End of content ---\n",
+		"~~~\n" + strings.Repeat("😀😀 \\ / \b\f\r\n", 80) + "~~~\n",
+	}
+}
+
+func jsonContents(s string) string {
+	raw, _ := json.Marshal(s)
+	return string(raw[1 : len(raw)-1])
+}
+
+// TestScanAnchors checks texts that repeat documents of earlier texts
+// anywhere inside them, cut anywhere, in the shape of the overhead
+// bench's 1 MB request (bench.Sizes: every turn re-sends the documents,
+// the last turn several times over).
+func TestScanAnchors(t *testing.T) {
+	docs := anchorDocs()
+	all := strings.Join(docs, "\n")
+	taken := 0
+	for q := range 3 {
+		first := jsonContents(fmt.Sprintf("Context:\n\n%s\nQuestion %d?", all, q))
+		last := all + all + "Context:\n\n" + all
+		for cut := 0; cut <= len(last); cut += 97 {
+			taken += scanAnchored(t, []string{first, "Noted.", first, jsonContents(last[:cut] + "...")})
+		}
+	}
+	for i, a := range docs {
+		for j, b := range docs {
+			taken += scanAnchored(t, []string{jsonContents(a + b), jsonContents(b + "x" + a + b + a), jsonContents(a[:len(a)/2] + b + a[len(a)/3:])})
+			_, _ = i, j
+		}
+	}
+	if taken == 0 {
+		t.Error("no text copied from an anchor")
+	}
+}
+
+// FuzzScanAnchors checks texts made of pieces of earlier texts, cut and
+// glued anywhere (escapes and surrogate pairs included), against a fresh
+// decoding.
+func FuzzScanAnchors(f *testing.F) {
+	docs := anchorDocs()
+	f.Add(docs[0], docs[1], uint16(7), uint16(300), "\n")
+	f.Add(docs[2], docs[3], uint16(0), uint16(1000), "x\\ud83d")
+	f.Add(docs[1], docs[0], uint16(33), uint16(70), "\\ude00```\n")
+	f.Fuzz(func(t *testing.T, a, b string, i, j uint16, glue string) {
+		for _, s := range []string{glue} {
+			if !json.Valid([]byte(`"` + s + `"`)) {
+				return
+			}
+		}
+		ra, rb := jsonContents(a), jsonContents(b)
+		// Cut the raw strings anywhere that leaves valid JSON.
+		ci, cj := int(i)%(len(ra)+1), int(j)%(len(rb)+1)
+		for ci > 0 && !json.Valid([]byte(`"`+ra[:ci]+`"`)) {
+			ci--
+		}
+		for cj > 0 && !json.Valid([]byte(`"`+rb[cj:]+`"`)) {
+			cj--
+		}
+		scanAnchored(t, []string{ra + "\\n" + rb, rb + glue + ra, ra[:ci] + glue + rb[cj:] + "\\n" + ra, rb + "\\n" + rb})
+	})
+}
