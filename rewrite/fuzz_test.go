@@ -137,7 +137,7 @@ func FuzzSegReuse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, a, tail string, k uint16) {
 		cut := int(k) % (len(a) + 1)
-		checkSegReuse(t, []string{a, a[:cut] + tail, a + tail, a[:cut/2] + tail + a[cut:]})
+		checkSegReuse(t, []string{a, a[:cut] + tail, a + tail, a[:cut/2] + tail + a[cut:], tail + "\n" + a + tail + a[:cut]})
 	})
 }
 

@@ -127,6 +127,7 @@ type state struct {
 	parts    []part
 	blocks   []block   // the blocks of every part, back to back
 	segs     []segMark // their segmentation marks, back to back (segReuse)
+	segIdx   segIndex  // the fence and tag steps of the texts segmented (segmenter.idx)
 	// copyOf holds, for each of blocks, the block it was copied from by
 	// segReuse (-1: none), and occOf the occurrence made of it.
 	copyOf, occOf []int32
@@ -219,6 +220,7 @@ func (st *state) reset() {
 		st.tparts, st.occs = nil, nil
 	}
 	st.blocks, st.segs, st.copyOf, st.occOf = st.blocks[:0], st.segs[:0], st.copyOf[:0], st.occOf[:0]
+	st.segIdx.reset()
 	if cap(st.blocks) > maxPooled/int(unsafe.Sizeof(block{})) || cap(st.segs) > maxPooled/int(unsafe.Sizeof(segMark{})) || cap(st.copyOf) > maxPooled/4 {
 		st.blocks, st.segs, st.copyOf, st.occOf = nil, nil, nil, nil
 	}
@@ -773,11 +775,22 @@ func (sr *segReuse) segment(st *state, l lines, tags []string) segMark {
 	if sr.limited {
 		stop = n + sr.left // one block past the limit is enough to know
 	}
-	var steps int
-	st.blocks, steps = appendBlocksCounted(st.blocks, l, tags, from, &st.segs, stop)
-	st.steps += steps
+	sg := segmenter{l: l, tags: tags, hz: int(from.hz), marks: &st.segs, base: n, limited: stop >= 0, stop: stop}
+	if !sr.off {
+		sg.idx, sg.cur, sg.markBase = &st.segIdx, int32(len(st.segIdx.texts)), m
+	}
+	st.blocks = sg.run(st.blocks, int(from.line))
+	st.steps += sg.steps
 	for len(st.copyOf) < len(st.blocks) {
 		st.copyOf = append(st.copyOf, -1)
+	}
+	for _, c := range sg.copies {
+		for k := range c[2] {
+			st.copyOf[c[0]+k] = c[1] + k
+		}
+	}
+	if !sr.off {
+		st.segIdx.texts = append(st.segIdx.texts, segText{l: l, blockOff: n, markOff: m, markCount: len(st.segs) - m})
 	}
 	if len(st.segs) > m && !sr.off {
 		sr.recent[sr.nrecent%len(sr.recent)] = segText{l: l, blockOff: n, markOff: m, markCount: len(st.segs) - m}

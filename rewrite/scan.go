@@ -749,10 +749,7 @@ func (s *scanner) take(out []byte, n int, nls []int32, c *decoded, a, m mark, cu
 type anchors struct {
 	texts []recentText // the texts decoded, in order
 	list  []anchor
-	// keys and heads are the hash table, open addressing: a key and one
-	// plus the index in list of its newest anchor (0: an empty slot).
-	keys  []uint64
-	heads []int32
+	tab   chainTable // key → 1 + the index in list of its newest anchor
 	// taken counts the copies found, for tests.
 	taken int
 }
@@ -780,29 +777,15 @@ const anchorBytes = 128
 // place is compared with.
 const maxAnchorTries = 4
 
-// reset empties at for a new body, dropping a table that grew large.
+// reset empties at for a new body.
 func (at *anchors) reset() {
 	at.texts, at.list, at.taken = at.texts[:0], at.list[:0], 0
-	if len(at.heads) > 1<<16 {
-		at.keys, at.heads = nil, nil
-	}
-	clear(at.heads)
+	at.tab.reset()
 }
 
 // done records the end of the text being decoded, whose anchors were
 // recorded by copyAt.
 func (at *anchors) done(t recentText) { at.texts = append(at.texts, t) }
-
-// slot returns the slot of key in the table: the one holding it, or the
-// empty slot where it goes.
-func (at *anchors) slot(key uint64) int {
-	mask := len(at.keys) - 1
-	for h := int(key>>32) & mask; ; h = (h + 1) & mask {
-		if at.heads[h] == 0 || at.keys[h] == key {
-			return h
-		}
-	}
-}
 
 // copyAt records the place at raw offset i of s.b, cu decoded bytes into
 // the text being decoded (whose contents start at start): its start, or a
@@ -817,11 +800,9 @@ func (at *anchors) copyAt(s *scanner, start, i int, cu int32) (c *decoded, a, m 
 	}
 	w0, w1 := binary.LittleEndian.Uint64(b[i:]), binary.LittleEndian.Uint64(b[i+8:])
 	key := (w0*0x9e3779b97f4a7c15 ^ w1) * 0xbf58476d1ce4e5b9
-	if 2*(len(at.list)+1) > len(at.keys) {
-		at.rehash()
-	}
-	h := at.slot(key)
-	head := at.heads[h] - 1
+	at.tab.fit(len(at.list) + 1)
+	h := at.tab.slot(key)
+	head := at.tab.heads[h] - 1
 	cur := int32(len(at.texts))
 	here := b[i:]
 	bestL := 0
@@ -850,29 +831,12 @@ func (at *anchors) copyAt(s *scanner, start, i int, cu int32) (c *decoded, a, m 
 	}
 	if len(at.list) < len(b)/anchorBytes+64 {
 		at.list = append(at.list, anchor{text: cur, at: mark{cu, int32(i - start)}, prev: head})
-		at.keys[h], at.heads[h] = key, int32(len(at.list))
+		at.tab.keys[h], at.tab.heads[h] = key, int32(len(at.list))
 	}
 	if ok {
 		at.taken++
 	}
 	return c, a, m, ok
-}
-
-// rehash doubles the table (at least 256 slots).
-func (at *anchors) rehash() {
-	keys, heads := at.keys, at.heads
-	size := max(256, 2*len(keys))
-	if cap(at.keys) >= size && len(keys) == 0 {
-		at.keys, at.heads = at.keys[:size], at.heads[:size]
-	} else {
-		at.keys, at.heads = make([]uint64, size), make([]int32, size)
-	}
-	for j, hd := range heads {
-		if hd != 0 {
-			h := at.slot(keys[j])
-			at.keys[h], at.heads[h] = keys[j], hd
-		}
-	}
 }
 
 // commonPrefix returns the length of the longest common prefix of a and b.

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // blockKind says how a block was found.
@@ -107,6 +108,147 @@ type segmenter struct {
 	// sizes (TestPathologicalLinear), which, unlike time, does not depend
 	// on the machine's load.
 	steps int
+	// idx, when set, holds the fence and tag steps of the texts segmented
+	// before this one (index cur among them; marks then holds their
+	// marks, and out their blocks, this text's marks starting at
+	// markBase): a step of this text at a line where one of them found a
+	// block, with the same bytes from there, copies the blocks they found
+	// from there (reuseAt); copies lists each copied run as its first
+	// block in out, its source's and its length.
+	idx      *segIndex
+	cur      int32
+	markBase int
+	copies   [][3]int32
+}
+
+// segIndex indexes the lines of the texts segmented so far in a request
+// where a fence or tag step found a block, by the line's hash, so that a
+// text that re-sends such blocks anywhere inside it (not only at its
+// start, as segReuse's resume) finds them without segmenting them again
+// (issue 17: the 1 MB overhead request's last turn re-sends every
+// document three times inside one text). The zero value is ready to use.
+type segIndex struct {
+	texts []segText // the texts segmented, in order
+	list  []segEntry
+	tab   chainTable // line hash → 1 + the index in list of its newest entry
+	// taken counts the copies made (reuseAt), for tests.
+	taken int
+}
+
+// segEntry is one indexed step: its text (an index into segIndex.texts),
+// its line and the first free line then, the index among the text's
+// marks of the mark after the block it found, and the entry with the
+// same key before it (-1: none).
+type segEntry struct {
+	text, line, free, mark, prev int32
+}
+
+// reset empties x for a new request.
+func (x *segIndex) reset() {
+	clear(x.texts) // their strings may be a request's decoded values
+	if cap(x.list) > maxPooledKeys {
+		x.texts, x.list = nil, nil
+	}
+	x.texts, x.list, x.taken = x.texts[:0], x.list[:0], 0
+	x.tab.reset()
+}
+
+// reuseAt looks for an earlier text whose step at a line with the bytes
+// of line i (free the first free line, key the line's hash) found a
+// block, and whose bytes from there are this text's from line i on, up
+// to the "\n" ending the last line that a later mark of it depends on
+// (segMark's hz), with the same line ends. The steps from a mark's line
+// read nothing before it but, for a fence, the line above as its name
+// when that line is not taken (free < i): either neither text takes a
+// name there or both have the same line above. It appends the blocks that
+// text found from there up to that mark, moved to this text, and their
+// marks, and returns the line of the last one; ok is false when no text
+// shares a mark's worth.
+func (sg *segmenter) reuseAt(out []block, i, free int, key uint64, fence bool) ([]block, int, bool) {
+	x := sg.idx
+	if len(x.tab.keys) == 0 {
+		return out, 0, false
+	}
+	h := x.tab.slot(key)
+	l := &sg.l
+	segs := *sg.marks
+	var src *segText
+	var from segEntry
+	best, bestK := 0, 0
+	tries := 0
+	for j := x.tab.heads[h] - 1; j >= 0 && tries < maxAnchorTries; j = x.list[j].prev {
+		e := x.list[j]
+		if e.text == sg.cur {
+			continue
+		}
+		tries++
+		t := &x.texts[e.text]
+		tl := &t.l
+		a := int(e.line)
+		if fence {
+			name, tname := "", ""
+			if free < i {
+				name = nameLine(l.at(i - 1))
+			}
+			if int(e.free) < a {
+				tname = nameLine(tl.at(a - 1))
+			}
+			if (name != "" || tname != "") && (free == i || int(e.free) == a || tl.text[tl.s(a-1):tl.s(a)] != l.text[l.s(i-1):l.s(i)]) {
+				continue
+			}
+		}
+		marks := segs[t.markOff : t.markOff+t.markCount]
+		need := min(int(tl.nl[marks[len(marks)-1].hz])+1, len(tl.text))
+		ts, cs := tl.s(a), l.s(i)
+		if need <= ts {
+			continue
+		}
+		c := commonPrefix(unsafe.Slice(unsafe.StringData(tl.text[ts:]), need-ts), unsafe.Slice(unsafe.StringData(l.text[cs:]), len(l.text)-cs))
+		// The last mark whose line hz ends, "\n" included, in the shared
+		// bytes.
+		k := sort.Search(len(marks), func(k int) bool { return int(tl.nl[marks[k].hz]) >= ts+c }) - 1
+		if k < int(e.mark) || int(marks[k].line)-a <= best {
+			continue
+		}
+		// The line ends: the same bytes give the same lines, but the copy
+		// is only as right as the lines it is made from.
+		hz := int(marks[k].hz)
+		if i+hz-a >= l.n() {
+			continue
+		}
+		same := true
+		for t := 0; t <= hz-a && same; t++ {
+			same = int(tl.nl[a+t])-ts == int(l.nl[i+t])-cs
+		}
+		if !same {
+			continue
+		}
+		src, from, best, bestK = t, e, int(marks[k].line)-a, k
+	}
+	if src == nil {
+		return out, 0, false
+	}
+	marks := segs[src.markOff : src.markOff+src.markCount]
+	a := int(from.line)
+	nbA := int32(0)
+	if from.mark > 0 {
+		nbA = marks[from.mark-1].nblocks
+	}
+	nbB := marks[bestK].nblocks
+	delta := l.s(i) - src.l.s(a)
+	nb := int32(len(out) - sg.base)
+	x.taken++
+	sg.copies = append(sg.copies, [3]int32{int32(len(out)), int32(src.blockOff) + nbA, nbB - nbA})
+	for _, b := range out[src.blockOff+int(nbA) : src.blockOff+int(nbB)] {
+		b.start, b.end, b.cstart, b.cend = b.start+delta, b.end+delta, b.cstart+delta, b.cend+delta
+		out = append(out, b)
+	}
+	dl := int32(i - a)
+	for _, m := range marks[from.mark : bestK+1] {
+		sg.hz = max(sg.hz, int(m.hz+dl))
+		*sg.marks = append(*sg.marks, segMark{m.line + dl, m.nblocks - nbA + nb, int32(sg.hz)})
+	}
+	return out, int(marks[bestK].line + dl), true
 }
 
 // segMark records the segmenter after a step that found a block, so that
@@ -190,11 +332,30 @@ func (sg *segmenter) run(out []block, i int) []block {
 		var b block
 		var next int
 		ok := false
-		switch {
-		case isFenceCandidate(line):
-			b, next, ok = sg.fence(i, free)
-		case strings.HasPrefix(trimIndent(line), "<"):
-			b, next, ok = sg.tag(i)
+		var key uint64
+		indexed := false
+		switch fence := isFenceCandidate(line); {
+		case fence || strings.HasPrefix(trimIndent(line), "<"):
+			if sg.idx != nil {
+				key, indexed = hashLine(line), true
+				var j int
+				if out, j, ok = sg.reuseAt(out, i, free, key, fence); ok {
+					i, free = j, j
+					continue
+				}
+			}
+			if fence {
+				b, next, ok = sg.fence(i, free)
+			} else {
+				b, next, ok = sg.tag(i)
+			}
+		}
+		if ok && indexed {
+			x := sg.idx
+			x.tab.fit(len(x.list) + 1)
+			h := x.tab.slot(key)
+			x.list = append(x.list, segEntry{text: sg.cur, line: int32(i), free: int32(free), mark: int32(len(*sg.marks) - sg.markBase), prev: x.tab.heads[h] - 1})
+			x.tab.keys[h], x.tab.heads[h] = key, int32(len(x.list))
 		}
 		if !ok && !plainLine(line) {
 			b, next, ok = sg.banner(i)
