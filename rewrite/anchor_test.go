@@ -1,6 +1,8 @@
 package rewrite
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -8,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/tools/txtar"
 )
 
 // scanAnchored scans the JSON string contents texts as the turns of one
@@ -153,4 +156,56 @@ func fuzzAnchorsBody(t *testing.T, a, b string, i, j uint16, glue string) {
 		cj--
 	}
 	scanAnchored(t, []string{ra + "\\n" + rb, rb + glue + ra, ra[:ci] + glue + rb[cj:] + "\\n" + ra, rb + "\\n" + rb})
+}
+
+// TestSpanSHA checks that spanSHA gives every occurrence of the golden
+// requests and of a request in the overhead bench's shape the SHA-256
+// of its span, asked first and again (from its memo).
+func TestSpanSHA(t *testing.T) {
+	var bodies [][]byte
+	for _, path := range goldenFiles(t) {
+		a, err := txtar.ParseFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in, ok := file(a, "request.json"); ok {
+			bodies = append(bodies, in)
+		}
+	}
+	docs := strings.Join(segSamples, "\n") + strings.Join(anchorDocs(), "\n")
+	var turns []any
+	for q := range 3 {
+		turns = append(turns, map[string]any{"role": "user", "parts": []any{map[string]any{"text": fmt.Sprintf("Context:\n\n%s\nQuestion %d?", docs, q)}}},
+			map[string]any{"role": "model", "parts": []any{map[string]any{"text": "Noted.\r\n" + docs}}})
+	}
+	turns = append(turns, map[string]any{"role": "user", "parts": []any{map[string]any{"text": docs + docs + "Context:\n\n" + docs[:len(docs)/2]}}})
+	body, _ := json.Marshal(map[string]any{"contents": turns})
+	bodies = append(bodies, body)
+	checked := 0
+	for _, body := range bodies {
+		opts := DefaultOptions()
+		st := &state{}
+		req, err := scanWith(body, st, opts.MinBlockBytes, limitsOf(&opts))
+		if err != nil || req.small {
+			continue
+		}
+		e := newEngine(body, req, &opts, st)
+		if e.analyse() != nil {
+			continue
+		}
+		for range 2 {
+			for i := range e.occs {
+				o := &e.occs[i]
+				content, _ := e.spanOf(o)
+				sum := sha256.Sum256([]byte(content))
+				if got, want := e.spanSHA(o), hex.EncodeToString(sum[:]); got != want {
+					t.Fatalf("spanSHA of %q = %s, want %s", content, got, want)
+				}
+				checked++
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no occurrence checked")
+	}
 }

@@ -148,6 +148,7 @@ type state struct {
 	byText   []int32
 	byName   map[string]int
 	shaMemo  map[string]string
+	shaSpans map[shaKey]string // spanSHA's memo
 	rawMemo  map[*occ]rawMapped
 	docs     []doc
 	docPtrs  []*doc
@@ -246,6 +247,10 @@ func (st *state) reset() {
 		st.shaMemo = nil
 	}
 	clear(st.shaMemo)
+	if len(st.shaSpans) > maxPooledKeys {
+		st.shaSpans = nil
+	}
+	clear(st.shaSpans)
 	if len(st.rawMemo) > maxPooledKeys {
 		st.rawMemo = nil
 	}
