@@ -1254,6 +1254,14 @@ func rawOffsets(raw []byte, offs []int, marks []mark) {
 	u := 0 // unescaped position
 	var buf [utf8.UTFMax]byte
 	m := 0
+	if len(offs) > 0 {
+		// Skip the marks before the first offset's without a walk over
+		// them: a block late in a long text is mapped by itself.
+		m = sort.Search(len(marks), func(j int) bool { return int(marks[j].u) > offs[0] })
+		if m > 0 {
+			m--
+		}
+	}
 	for i := 0; i <= len(raw) && k < len(offs); {
 		for m < len(marks) && int(marks[m].u) <= offs[k] {
 			if int(marks[m].u) > u {
