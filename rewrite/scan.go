@@ -718,9 +718,11 @@ func (s *scanner) take(out []byte, n int, nls []int32, c *decoded, a, m mark, cu
 		nls = append(nls, cn[lo:hi]...)
 	} else {
 		nls = slices.Grow(nls, hi-lo)
-		for _, v := range cn[lo:hi] {
-			nls = append(nls, v+du)
+		to := nls[len(nls) : len(nls)+hi-lo]
+		for k, v := range cn[lo:hi] {
+			to[k] = v + du
 		}
+		nls = nls[:len(nls)+hi-lo]
 	}
 	cm := s.marks[c.markOff:c.markEnd]
 	after := func(x mark, u int32) int { return cmp.Compare(x.u, u+1) }
@@ -730,9 +732,11 @@ func (s *scanner) take(out []byte, n int, nls []int32, c *decoded, a, m mark, cu
 		s.marks = append(s.marks, cm[lo:hi]...)
 	} else {
 		s.marks = slices.Grow(s.marks, hi-lo)
-		for _, x := range cm[lo:hi] {
-			s.marks = append(s.marks, mark{x.u + du, x.r + dr})
+		to := s.marks[len(s.marks) : len(s.marks)+hi-lo]
+		for k, x := range cm[lo:hi] {
+			to[k] = mark{x.u + du, x.r + dr}
 		}
+		s.marks = s.marks[:len(s.marks)+hi-lo]
 	}
 	return nls
 }

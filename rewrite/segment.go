@@ -157,7 +157,7 @@ func (x *segIndex) reset() {
 // of line i (free the first free line, key the line's hash) found a
 // block, and whose bytes from there are this text's from line i on, up
 // to the "\n" ending the last line that a later mark of it depends on
-// (segMark's hz), with the same line ends. The steps from a mark's line
+// (segMark's hz). The steps from a mark's line
 // read nothing before it but, for a fence, the line above as its name
 // when that line is not taken (free < i): either neither text takes a
 // name there or both have the same line above. It appends the blocks that
@@ -210,17 +210,12 @@ func (sg *segmenter) reuseAt(out []block, i, free int, key uint64, fence bool) (
 		if k < int(e.mark) || int(marks[k].line)-a <= best {
 			continue
 		}
-		// The line ends: the same bytes give the same lines, but the copy
-		// is only as right as the lines it is made from.
+		// The line ends: every line end of a text is a "\n" of it (the
+		// scanner records each decoded one, splitLines finds them), so
+		// the same bytes have the same line ends; the last one is
+		// compared, as a check that both texts count their lines alike.
 		hz := int(marks[k].hz)
-		if i+hz-a >= l.n() {
-			continue
-		}
-		same := true
-		for t := 0; t <= hz-a && same; t++ {
-			same = int(tl.nl[a+t])-ts == int(l.nl[i+t])-cs
-		}
-		if !same {
+		if i+hz-a >= l.n() || int(tl.nl[hz])-ts != int(l.nl[i+hz-a])-cs {
 			continue
 		}
 		src, from, best, bestK = t, e, int(marks[k].line)-a, k
