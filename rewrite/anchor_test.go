@@ -1,10 +1,14 @@
 package rewrite
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -207,5 +211,54 @@ func TestSpanSHA(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no occurrence checked")
+	}
+}
+
+// TestReuseSameOutput rewrites requests in the shape of the overhead
+// bench's 1 MB request (every user turn re-sends the documents, the last
+// one several times over inside one text, cut anywhere), built from Go
+// sources read at run time, and checks that the body and report are
+// those of the exhaustive path, which decodes and segments every text
+// afresh (no resume, anchors or segmentation reuse), and that the audit
+// passes.
+func TestReuseSameOutput(t *testing.T) {
+	var docs strings.Builder
+	for _, f := range []string{"net/http/httputil/reverseproxy.go", "text/scanner/scanner.go", "sort/sort.go", "container/list/list.go"} {
+		src, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "src", f))
+		if err != nil {
+			t.Skipf("Go sources: %v", err)
+		}
+		fmt.Fprintf(&docs, "``` %s\n%s\n```\n", filepath.Base(f), src)
+	}
+	all := docs.String()
+	for _, cut := range []int{0, 777, len(all) + 11} {
+		var turns []any
+		for q := range 3 {
+			turns = append(turns, map[string]any{"role": "user", "parts": []any{map[string]any{"text": fmt.Sprintf("Context:\n\n%s\nQuestion %d?", all, q)}}},
+				map[string]any{"role": "model", "parts": []any{map[string]any{"text": "Noted."}}})
+		}
+		last := all + all + "Context:\n\n" + all
+		last = last[:min(len(last), 2*len(all)+cut)] + "..."
+		turns = append(turns[:5], map[string]any{"role": "user", "parts": []any{map[string]any{"text": last}}})
+		body, _ := json.Marshal(map[string]any{"contents": turns})
+		opts := DefaultOptions()
+		st := &state{}
+		out, rep, err := st.rewrite(body, opts, nil, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow, slowRep, err := request1(body, opts, nil, false)
+		if err != nil || !bytes.Equal(out, slow) || !cmp.Equal(rep, slowRep, reportCmp) {
+			t.Fatalf("cut %d: the reuse paths change the rewrite (err %v): %d bytes, want %d\n%s", cut, err, len(out), len(slow), cmp.Diff(slowRep, rep, reportCmp))
+		}
+		if err := Audit(body, out, rep); err != nil {
+			t.Fatalf("cut %d: audit: %v", cut, err)
+		}
+		if st.at.taken == 0 || st.segIdx.taken == 0 {
+			t.Errorf("cut %d: %d decodings and %d segmentations copied from inside earlier texts, want some", cut, st.at.taken, st.segIdx.taken)
+		}
+		if len(out) >= len(body)/2 {
+			t.Errorf("cut %d: %d bytes rewritten to %d", cut, len(body), len(out))
+		}
 	}
 }
