@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/tools/txtar"
@@ -260,5 +261,44 @@ func TestReuseSameOutput(t *testing.T) {
 		if len(out) >= len(body)/2 {
 			t.Errorf("cut %d: %d bytes rewritten to %d", cut, len(body), len(out))
 		}
+	}
+}
+
+// TestKnown checks that what segIndex.known claims the scan copied is
+// the same bytes, at positions in and around every copy of a request in
+// the overhead bench's shape, and that it claims some.
+func TestKnown(t *testing.T) {
+	docs := strings.Join(anchorDocs(), "\n") + strings.Join(segSamples, "\n")
+	var turns []any
+	for q := range 2 {
+		turns = append(turns, map[string]any{"role": "user", "parts": []any{map[string]any{"text": fmt.Sprintf("Context:\n\n%s\nQuestion %d?", docs, q)}}},
+			map[string]any{"role": "model", "parts": []any{map[string]any{"text": "Noted."}}})
+	}
+	turns = append(turns, map[string]any{"role": "user", "parts": []any{map[string]any{"text": docs + docs + "Context:\n\n" + docs[:len(docs)/2]}}})
+	body, _ := json.Marshal(map[string]any{"contents": turns})
+	st := &state{}
+	if _, _, err := st.rewrite(body, DefaultOptions(), nil, true); err != nil {
+		t.Fatal(err)
+	}
+	x := &st.segIdx
+	all := unsafe.String(unsafe.SliceData(x.arena), len(x.arena))
+	claimed := 0
+	for _, c := range x.copies {
+		for _, d := range []int{-300, -1, 0, 1, 17, int(c.n) / 2, int(c.n) - 1, int(c.n), int(c.n) + 5} {
+			for _, e := range []int{0, 1, -1} {
+				i, j := int(c.dst)+d, int(c.src)+d+e
+				if i < 0 || j < 0 || i > len(all) || j > len(all) {
+					continue
+				}
+				k := x.known(all, i, all, j)
+				if k < 0 || i+k > len(all) || j+k > len(all) || all[i:i+k] != all[j:j+k] {
+					t.Fatalf("known(%d, %d) = %d: not the same bytes", i, j, k)
+				}
+				claimed += k
+			}
+		}
+	}
+	if claimed == 0 {
+		t.Fatal("known claimed no copied byte")
 	}
 }

@@ -442,6 +442,7 @@ func (e *engine) analyse() error {
 	var texts []string
 	var found [][]block
 	sr := segReuse{off: e.exhaustive, limited: e.opts.MaxBlocks > 0}
+	e.st.segIdx.arena, e.st.segIdx.copies = e.st.arena, e.st.at.copies
 	// Options.MaxBlocks, counted as the texts are segmented: each block
 	// costs about a kilobyte of records once it is an occurrence (below),
 	// so a request over the limit stops before any of them exists, and
@@ -744,7 +745,7 @@ func (sr *segReuse) segment(st *state, l lines, tags []string) segMark {
 		if r.l.text[0] != l.text[0] || need <= shared {
 			continue
 		}
-		c := commonPrefix(unsafe.Slice(unsafe.StringData(r.l.text), need), unsafe.Slice(unsafe.StringData(l.text), len(l.text)))
+		c := st.segIdx.samePrefix(l.text, 0, r.l.text[:need], 0)
 		if c > shared {
 			src, shared = r, c
 		}

@@ -711,6 +711,9 @@ const lookAhead = 12
 // gives, except that the marks lie where c had them.
 func (s *scanner) take(out []byte, n int, nls []int32, c *decoded, a, m mark, cu, cr int32) []int32 {
 	copy(out[n:], out[c.off+int(a.u):c.off+int(m.u)])
+	if s.at != nil {
+		s.at.copies = append(s.at.copies, arenaCopy{int32(n), int32(c.off) + a.u, m.u - a.u})
+	}
 	cn := nls[c.nlOff:c.nlEnd]
 	lo, _ := slices.BinarySearch(cn, a.u)
 	hi, _ := slices.BinarySearch(cn, m.u)
@@ -754,9 +757,16 @@ type anchors struct {
 	texts []recentText // the texts decoded, in order
 	list  []anchor
 	tab   chainTable // key → 1 + the index in list of its newest anchor
+	// copies lists every copy take made, in arena order: the segmentation
+	// need not compare again bytes the scan copied (segIndex.known).
+	copies []arenaCopy
 	// taken counts the copies found, for tests.
 	taken int
 }
+
+// arenaCopy is one copy of take: n decoded bytes at arena offset dst
+// copied from arena offset src.
+type arenaCopy struct{ dst, src, n int32 }
 
 // anchor is one indexed place: the text (an index into anchors.texts)
 // and its decoded and raw offsets there, and the anchor with the same key
@@ -783,7 +793,7 @@ const maxAnchorTries = 4
 
 // reset empties at for a new body.
 func (at *anchors) reset() {
-	at.texts, at.list, at.taken = at.texts[:0], at.list[:0], 0
+	at.texts, at.list, at.copies, at.taken = at.texts[:0], at.list[:0], at.copies[:0], 0
 	at.tab.reset()
 }
 

@@ -133,6 +133,52 @@ type segIndex struct {
 	tab   chainTable // line hash → 1 + the index in list of its newest entry
 	// taken counts the copies made (reuseAt), for tests.
 	taken int
+	// arena and copies are the scan's decoding arena and the copies it
+	// made there (anchors.copies), for known.
+	arena  []byte
+	copies []arenaCopy
+}
+
+// known returns how many bytes from cur[cs:] the scan copied from
+// src[ts:], which are therefore the same: both texts must lie in the
+// arena; 0 when they do not, or the scan did not copy there.
+func (x *segIndex) known(cur string, cs int, src string, ts int) int {
+	pc, ps := arenaOff(x.arena, cur), arenaOff(x.arena, src)
+	if pc < 0 || ps < 0 || len(x.copies) == 0 {
+		return 0
+	}
+	pc, ps = pc+cs, ps+ts
+	// The last copy starting at or before pc.
+	k := sort.Search(len(x.copies), func(k int) bool { return int(x.copies[k].dst) > pc }) - 1
+	if k < 0 {
+		return 0
+	}
+	c := x.copies[k]
+	if off := pc - int(c.dst); off < int(c.n) && int(c.src)+off == ps {
+		return int(c.n) - off
+	}
+	return 0
+}
+
+// arenaOff returns the offset of s in arena, -1 when s is not a part of it.
+func arenaOff(arena []byte, s string) int {
+	if len(s) == 0 || cap(arena) == 0 {
+		return -1
+	}
+	p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+	b := uintptr(unsafe.Pointer(unsafe.SliceData(arena)))
+	if p < b || p+uintptr(len(s)) > b+uintptr(cap(arena)) {
+		return -1
+	}
+	return int(p - b)
+}
+
+// samePrefix is commonPrefix of a[i:] and b[j:], for texts of the
+// segmentation: the bytes that the scan copied (known) are not compared
+// again.
+func (x *segIndex) samePrefix(a string, i int, b string, j int) int {
+	k := min(x.known(a, i, b, j), len(a)-i, len(b)-j)
+	return k + commonPrefix(unsafe.Slice(unsafe.StringData(a[i+k:]), len(a)-i-k), unsafe.Slice(unsafe.StringData(b[j+k:]), len(b)-j-k))
 }
 
 // segEntry is one indexed step: its text (an index into segIndex.texts),
@@ -150,6 +196,7 @@ func (x *segIndex) reset() {
 		x.texts, x.list = nil, nil
 	}
 	x.texts, x.list, x.taken = x.texts[:0], x.list[:0], 0
+	x.arena, x.copies = nil, nil
 	x.tab.reset()
 }
 
@@ -203,7 +250,7 @@ func (sg *segmenter) reuseAt(out []block, i, free int, key uint64, fence bool) (
 		if need <= ts {
 			continue
 		}
-		c := commonPrefix(unsafe.Slice(unsafe.StringData(tl.text[ts:]), need-ts), unsafe.Slice(unsafe.StringData(l.text[cs:]), len(l.text)-cs))
+		c := x.samePrefix(l.text, cs, tl.text[:need], ts)
 		// The last mark whose line hz ends, "\n" included, in the shared
 		// bytes.
 		k := sort.Search(len(marks), func(k int) bool { return int(tl.nl[marks[k].hz]) >= ts+c }) - 1
