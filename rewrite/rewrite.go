@@ -709,7 +709,10 @@ func firstLine(s string) string {
 // each text where the segmentation of a recent text with the same first
 // bytes leaves off (a file re-sent ahead of a new question): the blocks
 // before the last segMark inside the shared prefix are copied, not found
-// again. The blocks are exactly those of a fresh segmentation (segMark).
+// again. Inside a text, a fence or tag step at a line where an earlier
+// text found a block copies that text's blocks from there the same way
+// (st.segIdx, segmenter.reuseAt: a file re-sent after other text). The
+// blocks are exactly those of a fresh segmentation (segMark).
 type segReuse struct {
 	recent  [4]segText
 	nrecent int
