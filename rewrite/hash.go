@@ -124,18 +124,26 @@ func (c *convInput) id() string {
 type chainTable struct {
 	keys  []uint64
 	heads []int32
+	used  bool // a key may have been stored since the last reset
 }
 
-// reset empties t, dropping a table that grew large.
+// reset empties t, dropping a table that grew large. A table that was
+// not used costs nothing (a request of short texts never uses it).
 func (t *chainTable) reset() {
+	if !t.used {
+		return
+	}
 	if len(t.heads) > 1<<16 {
 		t.keys, t.heads = nil, nil
 	}
 	clear(t.heads)
+	t.used = false
 }
 
-// fit makes room for n keys (at least 256 slots).
+// fit makes room for n keys (at least 256 slots); a caller may then store
+// keys in the slots that slot returns.
 func (t *chainTable) fit(n int) {
+	t.used = true
 	if 2*n <= len(t.keys) {
 		return
 	}

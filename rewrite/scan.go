@@ -778,8 +778,11 @@ type anchor struct {
 }
 
 // anchorByte marks the bytes after a line break that make the line an
-// anchor.
-var anchorByte = [256]bool{'`': true, '~': true, '<': true, '-': true, '=': true, '[': true, '#': true}
+// anchor: those that open a fence or a tag, where segIndex resumes too.
+// Banner and heading lines ("--- a.go ---", "# a.md") would add an anchor
+// per Markdown list item and heading, which cost more on texts that
+// repeat nothing (the overhead bench's 70 KB request) than they save.
+var anchorByte = [256]bool{'`': true, '~': true, '<': true}
 
 // anchorBytes is the body's bytes per anchor it may record: a text of
 // tiny fences would otherwise cost more in anchors than in text
@@ -793,8 +796,11 @@ const maxAnchorTries = 4
 
 // reset empties at for a new body.
 func (at *anchors) reset() {
-	at.texts, at.list, at.copies, at.taken = at.texts[:0], at.list[:0], at.copies[:0], 0
-	at.tab.reset()
+	if len(at.texts) > 0 || at.tab.used {
+		clear(at.texts)
+		at.texts, at.list, at.copies, at.taken = at.texts[:0], at.list[:0], at.copies[:0], 0
+		at.tab.reset()
+	}
 }
 
 // done records the end of the text being decoded, whose anchors were
