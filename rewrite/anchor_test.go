@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -300,5 +301,26 @@ func TestKnown(t *testing.T) {
 	}
 	if claimed == 0 {
 		t.Fatal("known claimed no copied byte")
+	}
+}
+
+// TestAnchorsLinear checks that texts of many alike fence and tag lines
+// (one key for every anchor and index entry) cost a bounded number of
+// comparisons per line: a text's own anchors are not walked at each of
+// its lines.
+func TestAnchorsLinear(t *testing.T) {
+	for _, line := range []string{"```\n", "<file path=\"a\">\nx\n</file>\n", "```go\nx\n```\n"} {
+		text := strings.Repeat(line, 20000/len(line)*8)
+		lines := 3 * strings.Count(text, "\n")
+		c := map[string]any{"role": "user", "parts": []any{map[string]any{"text": text}}}
+		m := map[string]any{"role": "model", "parts": []any{map[string]any{"text": "ok"}}}
+		body, _ := json.Marshal(map[string]any{"contents": []any{c, m, c, m, c}})
+		st := &state{}
+		if _, _, err := st.rewrite(body, DefaultOptions(), nil, true); err != nil && !errors.Is(err, ErrTooComplex) {
+			t.Fatal(err)
+		}
+		if st.at.walked > maxAnchorTries*lines || st.segIdx.walked > maxAnchorTries*lines {
+			t.Errorf("%q: %d anchors and %d index entries compared for %d lines", line, st.at.walked, st.segIdx.walked, lines)
+		}
 	}
 }

@@ -800,6 +800,7 @@ func (sr *segReuse) segment(st *state, l lines, tags []string) segMark {
 	}
 	if !sr.off {
 		st.segIdx.texts = append(st.segIdx.texts, segText{l: l, blockOff: n, markOff: m, markCount: len(st.segs) - m})
+		st.segIdx.commit()
 	}
 	if len(st.segs) > m && !sr.off {
 		sr.recent[sr.nrecent%len(sr.recent)] = segText{l: l, blockOff: n, markOff: m, markCount: len(st.segs) - m}

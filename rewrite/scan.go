@@ -757,11 +757,16 @@ type anchors struct {
 	texts []recentText // the texts decoded, in order
 	list  []anchor
 	tab   chainTable // key → 1 + the index in list of its newest anchor
+	// pending is the first anchor of the text being decoded: its anchors
+	// enter the table when it is done, so that a text of many alike
+	// lines does not walk its own anchors at each of them.
+	pending int
 	// copies lists every copy take made, in arena order: the segmentation
 	// need not compare again bytes the scan copied (segIndex.known).
 	copies []arenaCopy
-	// taken counts the copies found, for tests.
-	taken int
+	// taken counts the copies found and walked the anchors compared, for
+	// tests.
+	taken, walked int
 }
 
 // arenaCopy is one copy of take: n decoded bytes at arena offset dst
@@ -769,12 +774,13 @@ type anchors struct {
 type arenaCopy struct{ dst, src, n int32 }
 
 // anchor is one indexed place: the text (an index into anchors.texts)
-// and its decoded and raw offsets there, and the anchor with the same key
-// recorded before it (-1: none).
+// and its decoded and raw offsets there, its key, and the anchor with the
+// same key indexed before it (-1: none).
 type anchor struct {
 	text int32
 	at   mark
 	prev int32
+	key  uint64
 }
 
 // anchorByte marks the bytes after a line break that make the line an
@@ -798,14 +804,27 @@ const maxAnchorTries = 4
 func (at *anchors) reset() {
 	if len(at.texts) > 0 || at.tab.used {
 		clear(at.texts)
-		at.texts, at.list, at.copies, at.taken = at.texts[:0], at.list[:0], at.copies[:0], 0
+		at.texts, at.list, at.copies, at.taken, at.walked, at.pending = at.texts[:0], at.list[:0], at.copies[:0], 0, 0, 0
 		at.tab.reset()
 	}
 }
 
 // done records the end of the text being decoded, whose anchors were
 // recorded by copyAt.
-func (at *anchors) done(t recentText) { at.texts = append(at.texts, t) }
+func (at *anchors) done(t recentText) {
+	at.texts = append(at.texts, t)
+	if at.pending == len(at.list) {
+		return
+	}
+	at.tab.fit(len(at.list))
+	for j := at.pending; j < len(at.list); j++ {
+		x := &at.list[j]
+		h := at.tab.slot(x.key)
+		x.prev = at.tab.heads[h] - 1
+		at.tab.keys[h], at.tab.heads[h] = x.key, int32(j+1)
+	}
+	at.pending = len(at.list)
+}
 
 // copyAt records the place at raw offset i of s.b, cu decoded bytes into
 // the text being decoded (whose contents start at start): its start, or a
@@ -815,24 +834,24 @@ func (at *anchors) done(t recentText) { at.texts = append(at.texts, t) }
 // false when no earlier text shares a mark's worth.
 func (at *anchors) copyAt(s *scanner, start, i int, cu int32) (c *decoded, a, m mark, ok bool) {
 	b := s.b
-	if i+16 > len(b) {
+	room := len(at.list) < len(b)/anchorBytes+64
+	if i+16 > len(b) || !room && len(at.tab.keys) == 0 {
 		return nil, a, m, false
 	}
 	w0, w1 := binary.LittleEndian.Uint64(b[i:]), binary.LittleEndian.Uint64(b[i+8:])
 	key := (w0*0x9e3779b97f4a7c15 ^ w1) * 0xbf58476d1ce4e5b9
-	at.tab.fit(len(at.list) + 1)
-	h := at.tab.slot(key)
-	head := at.tab.heads[h] - 1
+	head := int32(-1)
+	if len(at.tab.keys) > 0 {
+		head = at.tab.heads[at.tab.slot(key)] - 1
+	}
 	cur := int32(len(at.texts))
 	here := b[i:]
 	bestL := 0
 	tries := 0
 	for j := head; j >= 0 && tries < maxAnchorTries; j = at.list[j].prev {
 		x := &at.list[j]
-		if x.text == cur {
-			continue // the text being decoded is not a source yet
-		}
 		tries++
+		at.walked++
 		t := &at.texts[x.text]
 		old := b[t.raw.start+int(x.at.r) : t.raw.end]
 		if ok && (bestL >= len(old) || bestL >= len(here) || old[bestL] != here[bestL]) {
@@ -849,9 +868,8 @@ func (at *anchors) copyAt(s *scanner, start, i int, cu int32) (c *decoded, a, m 
 			c, a, m, ok, bestL = &t.d, x.at, marks[k], true, l
 		}
 	}
-	if len(at.list) < len(b)/anchorBytes+64 {
-		at.list = append(at.list, anchor{text: cur, at: mark{cu, int32(i - start)}, prev: head})
-		at.tab.keys[h], at.tab.heads[h] = key, int32(len(at.list))
+	if room {
+		at.list = append(at.list, anchor{text: cur, at: mark{cu, int32(i - start)}, key: key})
 	}
 	if ok {
 		at.taken++

@@ -131,8 +131,12 @@ type segIndex struct {
 	texts []segText // the texts segmented, in order
 	list  []segEntry
 	tab   chainTable // line hash → 1 + the index in list of its newest entry
-	// taken counts the copies made (reuseAt), for tests.
-	taken int
+	// pending is the first entry of the text being segmented, indexed
+	// once it is done (commit), as anchors.pending.
+	pending int
+	// taken counts the copies made (reuseAt) and walked the entries
+	// compared, for tests.
+	taken, walked int
 	// arena and copies are the scan's decoding arena and the copies it
 	// made there (anchors.copies), for known.
 	arena  []byte
@@ -183,10 +187,11 @@ func (x *segIndex) samePrefix(a string, i int, b string, j int) int {
 
 // segEntry is one indexed step: its text (an index into segIndex.texts),
 // its line and the first free line then, the index among the text's
-// marks of the mark after the block it found, and the entry with the
-// same key before it (-1: none).
+// marks of the mark after the block it found, the entry with the same
+// key indexed before it (-1: none), and the key.
 type segEntry struct {
 	text, line, free, mark, prev int32
+	key                          uint64
 }
 
 // reset empties x for a new request.
@@ -195,9 +200,24 @@ func (x *segIndex) reset() {
 	if cap(x.list) > maxPooledKeys {
 		x.texts, x.list = nil, nil
 	}
-	x.texts, x.list, x.taken = x.texts[:0], x.list[:0], 0
+	x.texts, x.list, x.taken, x.walked, x.pending = x.texts[:0], x.list[:0], 0, 0, 0
 	x.arena, x.copies = nil, nil
 	x.tab.reset()
+}
+
+// commit indexes the entries of the text just segmented.
+func (x *segIndex) commit() {
+	if x.pending == len(x.list) {
+		return
+	}
+	x.tab.fit(len(x.list))
+	for j := x.pending; j < len(x.list); j++ {
+		e := &x.list[j]
+		h := x.tab.slot(e.key)
+		e.prev = x.tab.heads[h] - 1
+		x.tab.keys[h], x.tab.heads[h] = e.key, int32(j+1)
+	}
+	x.pending = len(x.list)
 }
 
 // reuseAt looks for an earlier text whose step at a line with the bytes
@@ -225,10 +245,8 @@ func (sg *segmenter) reuseAt(out []block, i, free int, key uint64, fence bool) (
 	tries := 0
 	for j := x.tab.heads[h] - 1; j >= 0 && tries < maxAnchorTries; j = x.list[j].prev {
 		e := x.list[j]
-		if e.text == sg.cur {
-			continue
-		}
 		tries++
+		x.walked++
 		t := &x.texts[e.text]
 		tl := &t.l
 		a := int(e.line)
@@ -394,10 +412,7 @@ func (sg *segmenter) run(out []block, i int) []block {
 		}
 		if ok && indexed {
 			x := sg.idx
-			x.tab.fit(len(x.list) + 1)
-			h := x.tab.slot(key)
-			x.list = append(x.list, segEntry{text: sg.cur, line: int32(i), free: int32(free), mark: int32(len(*sg.marks) - sg.markBase), prev: x.tab.heads[h] - 1})
-			x.tab.keys[h], x.tab.heads[h] = key, int32(len(x.list))
+			x.list = append(x.list, segEntry{text: sg.cur, line: int32(i), free: int32(free), mark: int32(len(*sg.marks) - sg.markBase), key: key})
 		}
 		if !ok && !plainLine(line) {
 			b, next, ok = sg.banner(i)
