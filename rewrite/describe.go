@@ -72,7 +72,7 @@ func (e *engine) newTurnBlocks() []Block {
 		}
 		h := o.sha // set by reference (or Elide): the SHA-256 of this span
 		if h == "" {
-			h = e.sha(content)
+			h = e.spanSHA(o)
 		}
 		if seen == nil && len(out) >= 16 {
 			seen = make(map[string]bool, 2*len(out))

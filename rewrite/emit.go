@@ -35,6 +35,48 @@ func (e *engine) sha(s string) string {
 	return h
 }
 
+// shaKey names the span of a block by its content's id and the bytes
+// around the content (the fence lines, a tag, a name line): two spans
+// with the same key are the same bytes, so the key stands for the span
+// in spanSHA's memo without hashing the whole span as a map key (the
+// 1 MB overhead request's re-sent documents made those string keys 3% of
+// the rewrite, issue 17).
+type shaKey struct {
+	cid        int32
+	head, tail string
+}
+
+// spanSHA returns the hex SHA-256 of o's span (spanOf), as sha does: the
+// one of the occurrence segReuse copied o from when it has one, else
+// from a memo keyed by shaKey when the span is the content framed by
+// head and tail, else sha's.
+func (e *engine) spanSHA(o *occ) string {
+	if o.copyOf > 0 {
+		if h := e.occs[o.copyOf-1].sha; h != "" {
+			return h // the same span
+		}
+	}
+	content, _ := e.spanOf(o)
+	b := &o.b
+	// A run's content is not an identity content (its cid is not set),
+	// and normalize may have changed a content (CRLF): then the span is
+	// not head + content + tail.
+	if b.kind == kindImage || b.kind == kindRun || o.cid < 0 || b.start > b.cstart || b.cstart > b.cend || b.cend > b.end || len(o.content) != b.cend-b.cstart {
+		return e.sha(content)
+	}
+	text := e.parts[o.tp].text
+	k := shaKey{o.cid, text[b.start:b.cstart], text[b.cend:b.end]}
+	if h, ok := e.st.shaSpans[k]; ok {
+		return h
+	}
+	h := e.sha(content)
+	if e.st.shaSpans == nil {
+		e.st.shaSpans = make(map[shaKey]string)
+	}
+	e.st.shaSpans[k] = h
+	return h
+}
+
 // str returns the bytes appended to e.strs since offset n as a string.
 //
 // e.strs holds the strings of the Report (hashes, references, names) back
@@ -70,15 +112,11 @@ func (e *engine) spanOf(o *occ) (content string, size int) {
 // reference fills o.sha and o.ref and reports whether replacing o pays: the
 // span is at least MinBlockBytes and the reference at most half its size.
 func (e *engine) reference(o *occ) bool {
-	content, size := e.spanOf(o)
+	_, size := e.spanOf(o)
 	if size < e.opts.MinBlockBytes || size < 2*len("[unchanged:  sha256:123456789abc]") {
 		return false
 	}
-	if o.copyOf > 0 && e.occs[o.copyOf-1].sha != "" {
-		o.sha = e.occs[o.copyOf-1].sha // the same span
-	} else {
-		o.sha = e.sha(content)
-	}
+	o.sha = e.spanSHA(o)
 	o.sumRaw = e.rawSpan(o)
 	o.ref = e.refText(o)
 	o.refBytes = len(o.ref)

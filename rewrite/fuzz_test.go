@@ -47,6 +47,10 @@ func FuzzSession(f *testing.F) {
 	f.Add("```go a.go\n"+strings.Repeat("func a() { return 1 }\n", 8)+"```", "<file path=\"b\">\n"+strings.Repeat("beta gamma\n", 16)+"</file>", uint16(0x0f0f), uint8(4))
 	f.Add("```\n# Guide\n"+strings.Repeat("Prose about the build.\n", 4)+"```go\nfunc a() {}\n```\n"+strings.Repeat("More prose.\n", 4)+"```\nraw\n```\nEnd.\n```", "Q?", uint16(0x0300), uint8(0))
 	f.Add("```go a.go\n"+strings.Repeat("func a() { return 1 }\n", 8)+"```", "```go a.go\n"+strings.Repeat("func a() { return 2 }\n", 8)+"```", uint16(0x0030), uint8(0x18))
+	// Long enough for the scan's marks, so that a text that repeats a
+	// after b copies a's decoding from an earlier text (anchors) and its
+	// blocks (segIndex).
+	f.Add("```go a.go\n"+strings.Repeat("\tfmt.Println(\"a\\tb\")\n", 40)+"```", "<file path=\"b\">\n"+strings.Repeat("beta \"gamma\" é\n", 40)+"</file>", uint16(0xf0f0), uint8(0))
 	f.Fuzz(func(t *testing.T, a, b string, pat uint16, shape uint8) {
 		var contents []map[string]any
 		for i := 0; i < 8; i++ {
@@ -137,7 +141,7 @@ func FuzzSegReuse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, a, tail string, k uint16) {
 		cut := int(k) % (len(a) + 1)
-		checkSegReuse(t, []string{a, a[:cut] + tail, a + tail, a[:cut/2] + tail + a[cut:]})
+		checkSegReuse(t, []string{a, a[:cut] + tail, a + tail, a[:cut/2] + tail + a[cut:], tail + "\n" + a + tail + a[:cut]})
 	})
 }
 

@@ -115,3 +115,59 @@ func (c *convInput) id() string {
 	hex.Encode(out[:], sum[:])
 	return string(out[:])
 }
+
+// chainTable maps 64-bit keys to the newest entry of a chain (one plus
+// its index in the caller's list, whose entries link to the entry with
+// the same key before them; 0: none), by open addressing. It holds no
+// more than half as many keys as slots. The zero value is ready to use
+// once fit is called.
+type chainTable struct {
+	keys  []uint64
+	heads []int32
+	used  bool // a key may have been stored since the last reset
+}
+
+// reset empties t, dropping a table that grew large. A table that was
+// not used costs nothing (a request of short texts never uses it).
+func (t *chainTable) reset() {
+	if !t.used {
+		return
+	}
+	if len(t.heads) > 1<<16 {
+		t.keys, t.heads = nil, nil
+	}
+	clear(t.heads)
+	t.used = false
+}
+
+// fit makes room for n keys (at least 256 slots); a caller may then store
+// keys in the slots that slot returns.
+func (t *chainTable) fit(n int) {
+	t.used = true
+	if 2*n <= len(t.keys) {
+		return
+	}
+	keys, heads := t.keys, t.heads
+	size := max(256, 2*len(keys))
+	for size < 2*n {
+		size *= 2
+	}
+	t.keys, t.heads = make([]uint64, size), make([]int32, size)
+	for j, hd := range heads {
+		if hd != 0 {
+			h := t.slot(keys[j])
+			t.keys[h], t.heads[h] = keys[j], hd
+		}
+	}
+}
+
+// slot returns the slot of key: the one holding it, or the empty slot
+// where it goes.
+func (t *chainTable) slot(key uint64) int {
+	mask := len(t.keys) - 1
+	for h := int(key>>32) & mask; ; h = (h + 1) & mask {
+		if t.heads[h] == 0 || t.keys[h] == key {
+			return h
+		}
+	}
+}

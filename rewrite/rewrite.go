@@ -120,12 +120,14 @@ type state struct {
 	arena []byte  // decoded texts (scanner.arena)
 	nls   []int32 // their line ends (scanner.nls)
 	marks []mark  // their offset marks (scanner.marks)
+	at    anchors // the scan's index of re-sent blocks (scanner.at)
 	// contents and parts are the request's contents and their parts
 	// (request.contents, scanner.parts).
 	contents []content
 	parts    []part
 	blocks   []block   // the blocks of every part, back to back
 	segs     []segMark // their segmentation marks, back to back (segReuse)
+	segIdx   segIndex  // the fence and tag steps of the texts segmented (segmenter.idx)
 	// copyOf holds, for each of blocks, the block it was copied from by
 	// segReuse (-1: none), and occOf the occurrence made of it.
 	copyOf, occOf []int32
@@ -146,6 +148,7 @@ type state struct {
 	byText   []int32
 	byName   map[string]int
 	shaMemo  map[string]string
+	shaSpans map[shaKey]string // spanSHA's memo
 	rawMemo  map[*occ]rawMapped
 	docs     []doc
 	docPtrs  []*doc
@@ -218,6 +221,7 @@ func (st *state) reset() {
 		st.tparts, st.occs = nil, nil
 	}
 	st.blocks, st.segs, st.copyOf, st.occOf = st.blocks[:0], st.segs[:0], st.copyOf[:0], st.occOf[:0]
+	st.segIdx.reset()
 	if cap(st.blocks) > maxPooled/int(unsafe.Sizeof(block{})) || cap(st.segs) > maxPooled/int(unsafe.Sizeof(segMark{})) || cap(st.copyOf) > maxPooled/4 {
 		st.blocks, st.segs, st.copyOf, st.occOf = nil, nil, nil, nil
 	}
@@ -243,6 +247,10 @@ func (st *state) reset() {
 		st.shaMemo = nil
 	}
 	clear(st.shaMemo)
+	if len(st.shaSpans) > maxPooledKeys {
+		st.shaSpans = nil
+	}
+	clear(st.shaSpans)
 	if len(st.rawMemo) > maxPooledKeys {
 		st.rawMemo = nil
 	}
@@ -434,6 +442,7 @@ func (e *engine) analyse() error {
 	var texts []string
 	var found [][]block
 	sr := segReuse{off: e.exhaustive, limited: e.opts.MaxBlocks > 0}
+	e.st.segIdx.arena, e.st.segIdx.copies = e.st.arena, e.st.at.copies
 	// Options.MaxBlocks, counted as the texts are segmented: each block
 	// costs about a kilobyte of records once it is an occurrence (below),
 	// so a request over the limit stops before any of them exists, and
@@ -700,7 +709,10 @@ func firstLine(s string) string {
 // each text where the segmentation of a recent text with the same first
 // bytes leaves off (a file re-sent ahead of a new question): the blocks
 // before the last segMark inside the shared prefix are copied, not found
-// again. The blocks are exactly those of a fresh segmentation (segMark).
+// again. Inside a text, a fence or tag step at a line where an earlier
+// text found a block copies that text's blocks from there the same way
+// (st.segIdx, segmenter.reuseAt: a file re-sent after other text). The
+// blocks are exactly those of a fresh segmentation (segMark).
 type segReuse struct {
 	recent  [4]segText
 	nrecent int
@@ -736,7 +748,7 @@ func (sr *segReuse) segment(st *state, l lines, tags []string) segMark {
 		if r.l.text[0] != l.text[0] || need <= shared {
 			continue
 		}
-		c := commonPrefix(unsafe.Slice(unsafe.StringData(r.l.text), need), unsafe.Slice(unsafe.StringData(l.text), len(l.text)))
+		c := st.segIdx.samePrefix(l.text, 0, r.l.text[:need], 0)
 		if c > shared {
 			src, shared = r, c
 		}
@@ -772,11 +784,23 @@ func (sr *segReuse) segment(st *state, l lines, tags []string) segMark {
 	if sr.limited {
 		stop = n + sr.left // one block past the limit is enough to know
 	}
-	var steps int
-	st.blocks, steps = appendBlocksCounted(st.blocks, l, tags, from, &st.segs, stop)
-	st.steps += steps
+	sg := segmenter{l: l, tags: tags, hz: int(from.hz), marks: &st.segs, base: n, limited: stop >= 0, stop: stop}
+	if !sr.off {
+		sg.idx, sg.cur, sg.markBase = &st.segIdx, int32(len(st.segIdx.texts)), m
+	}
+	st.blocks = sg.run(st.blocks, int(from.line))
+	st.steps += sg.steps
 	for len(st.copyOf) < len(st.blocks) {
 		st.copyOf = append(st.copyOf, -1)
+	}
+	for _, c := range sg.copies {
+		for k := range c[2] {
+			st.copyOf[c[0]+k] = c[1] + k
+		}
+	}
+	if !sr.off {
+		st.segIdx.texts = append(st.segIdx.texts, segText{l: l, blockOff: n, markOff: m, markCount: len(st.segs) - m})
+		st.segIdx.commit()
 	}
 	if len(st.segs) > m && !sr.off {
 		sr.recent[sr.nrecent%len(sr.recent)] = segText{l: l, blockOff: n, markOff: m, markCount: len(st.segs) - m}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"sort"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
@@ -108,6 +109,10 @@ type scanner struct {
 	// bytes copies instead of decoding again (see resume).
 	recent  [4]recentText
 	nrecent int
+	// at finds, at a line start inside a text, a text decoded earlier
+	// whose raw bytes are the same from one of its line starts (copyAt);
+	// nil decodes every text from its start or resume point.
+	at *anchors
 	// lim bounds the parts and line ends the scan may record.
 	lim limits
 }
@@ -148,6 +153,12 @@ func scan(body []byte) (*request, error) {
 // never changed (issue 3: per-part cost at small bodies).
 func scanWith(body []byte, st *state, small int, lim limits) (*request, error) {
 	s := &scanner{b: body, st: st, parts: st.parts[:0], small: small, lim: lim}
+	if small > 0 {
+		// Request's path (small is MinBlockBytes); its exhaustive path
+		// for tests (small 0) decodes every text in full.
+		st.at.reset()
+		s.at = &st.at
+	}
 	req := &request{contents: st.contents[:0]}
 	s.ws()
 	if s.pos >= len(s.b) || s.b[s.pos] != '{' {
@@ -462,21 +473,27 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 		// The raw bytes up to mark m are those of the earlier text c, and
 		// the decoder's state at a mark depends on nothing else: take its
 		// decoded bytes, line ends and marks instead of decoding them.
-		copy(out[n:], out[c.off:c.off+int(m.u)])
-		cn := nls[c.nlOff:c.nlEnd]
-		k, _ := slices.BinarySearch(cn, m.u) // the line ends before the mark
-		nls = append(nls, cn[:k]...)
+		nls = s.take(out, n, nls, &c, mark{}, m, 0, 0)
 		if len(nls) > maxNL {
 			return span{}, false, d, ErrTooComplex
 		}
-		cm := s.marks[c.markOff:c.markEnd]
-		k, _ = slices.BinarySearchFunc(cm, m.u, func(x mark, u int32) int { return cmp.Compare(x.u, u) })
-		s.marks = append(s.marks, cm[:k+1]...) // m itself included
 		n += int(m.u)
 		i += int(m.r)
 		next = int(m.u) + markEvery
 		esc = true // marks follow escapes
+	} else if s.at != nil {
+		if c, a, m, ok := s.at.copyAt(s, start, start, 0); ok {
+			nls = s.take(out, n, nls, c, a, m, 0, 0)
+			if len(nls) > maxNL {
+				return span{}, false, d, ErrTooComplex
+			}
+			n += int(m.u - a.u)
+			i += int(m.r - a.r)
+			next = n - d.off + markEvery
+			esc = true
+		}
 	}
+outer:
 	for {
 		// Copy eight ordinary bytes at a time; stop at the first '"', '\\'
 		// or control byte (bytes stored past it are overwritten later).
@@ -527,6 +544,21 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 			if i >= len(b) {
 				return span{}, false, d, errSyntax
 			}
+			if v == '\n' && s.at != nil && anchorByte[b[i]] {
+				// A line that may start a re-sent block (a fence, a tag):
+				// when an earlier text has the same raw bytes from one of
+				// its line starts, take its decoded bytes up to its last
+				// mark inside them.
+				if c, a, m, ok := s.at.copyAt(s, start, i, int32(n-d.off)); ok {
+					if nls = s.take(out, n, nls, c, a, m, int32(n-d.off), int32(i-start)); len(nls) > maxNL {
+						return span{}, false, d, ErrTooComplex
+					}
+					n += int(m.u - a.u)
+					i += int(m.r - a.r)
+					next = n - d.off + markEvery
+					continue outer
+				}
+			}
 		}
 		if c := b[i]; c != '"' && c != '\\' && c >= 0x20 {
 			continue // an ordinary byte after the escapes
@@ -542,6 +574,11 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 			if d.markEnd > d.markOff {
 				s.recent[s.nrecent%len(s.recent)] = recentText{raw: span{start, i}, d: d}
 				s.nrecent++
+				if s.at != nil {
+					s.at.done(recentText{raw: span{start, i}, d: d})
+				}
+			} else if s.at != nil {
+				s.at.done(recentText{raw: span{start, i}, d: d}) // no mark: never a source
 			}
 			return span{start, i}, esc, d, nil
 		case c == '\\':
@@ -619,7 +656,6 @@ func skipPlain(b []byte, i int) int {
 // the longest look-ahead of an escape (a surrogate pair), so that decoding
 // up to the mark cannot depend on the bytes after it.
 func (s *scanner) resume(start int) (mark, decoded, bool) {
-	const lookAhead = 12
 	var best mark
 	var bestText decoded
 	found := false
@@ -658,6 +694,187 @@ func (s *scanner) resume(start int) (mark, decoded, bool) {
 		}
 	}
 	return best, bestText, found
+}
+
+// lookAhead is the longest look-ahead of an escape (a surrogate pair,
+// "\ud83d\ude00"): decoding a string up to a character boundary depends on
+// no byte more than lookAhead bytes past it.
+const lookAhead = 12
+
+// take copies to out[n:] the decoded bytes of the earlier text c from its
+// offsets a to its mark m, and appends their line ends to nls and their
+// marks (those after a, m included) to s.marks, moved to the text being
+// decoded, which is at cu decoded and cr raw bytes from its start where
+// c is at a. The raw bytes of both texts from there must be the same up
+// to lookAhead bytes past m.r, and a must be a character boundary of c:
+// decoding depends on nothing else, so the result is what decoding them
+// gives, except that the marks lie where c had them.
+func (s *scanner) take(out []byte, n int, nls []int32, c *decoded, a, m mark, cu, cr int32) []int32 {
+	copy(out[n:], out[c.off+int(a.u):c.off+int(m.u)])
+	if s.at != nil {
+		s.at.copies = append(s.at.copies, arenaCopy{int32(n), int32(c.off) + a.u, m.u - a.u})
+	}
+	cn := nls[c.nlOff:c.nlEnd]
+	lo, _ := slices.BinarySearch(cn, a.u)
+	hi, _ := slices.BinarySearch(cn, m.u)
+	if du := cu - a.u; du == 0 {
+		nls = append(nls, cn[lo:hi]...)
+	} else {
+		nls = slices.Grow(nls, hi-lo)
+		to := nls[len(nls) : len(nls)+hi-lo]
+		for k, v := range cn[lo:hi] {
+			to[k] = v + du
+		}
+		nls = nls[:len(nls)+hi-lo]
+	}
+	cm := s.marks[c.markOff:c.markEnd]
+	after := func(x mark, u int32) int { return cmp.Compare(x.u, u+1) }
+	lo, _ = slices.BinarySearchFunc(cm, a.u, after)
+	hi, _ = slices.BinarySearchFunc(cm, m.u, after)
+	if du, dr := cu-a.u, cr-a.r; du == 0 && dr == 0 {
+		s.marks = append(s.marks, cm[lo:hi]...)
+	} else {
+		s.marks = slices.Grow(s.marks, hi-lo)
+		to := s.marks[len(s.marks) : len(s.marks)+hi-lo]
+		for k, x := range cm[lo:hi] {
+			to[k] = mark{x.u + du, x.r + dr}
+		}
+		s.marks = s.marks[:len(s.marks)+hi-lo]
+	}
+	return nls
+}
+
+// anchors indexes places of the texts decoded so far in a body where a
+// later text that repeats their raw bytes may copy their decoding: each
+// text's start and its line starts whose first byte may open a re-sent
+// block (anchorByte: a fence, a tag, a banner). The key is the 16 raw
+// bytes there, and any match is confirmed by comparing the bytes. Issue
+// 17: the last turn of a long session often re-sends, inside one growing
+// text, the documents that every earlier turn sent, where resume (which
+// only compares the texts' starts) copies nothing. The zero value is
+// ready to use.
+type anchors struct {
+	texts []recentText // the texts decoded, in order
+	list  []anchor
+	tab   chainTable // key → 1 + the index in list of its newest anchor
+	// pending is the first anchor of the text being decoded: its anchors
+	// enter the table when it is done, so that a text of many alike
+	// lines does not walk its own anchors at each of them.
+	pending int
+	// copies lists every copy take made, in arena order: the segmentation
+	// need not compare again bytes the scan copied (segIndex.known).
+	copies []arenaCopy
+	// taken counts the copies found and walked the anchors compared, for
+	// tests.
+	taken, walked int
+}
+
+// arenaCopy is one copy of take: n decoded bytes at arena offset dst
+// copied from arena offset src.
+type arenaCopy struct{ dst, src, n int32 }
+
+// anchor is one indexed place: the text (an index into anchors.texts)
+// and its decoded and raw offsets there, its key, and the anchor with the
+// same key indexed before it (-1: none).
+type anchor struct {
+	text int32
+	at   mark
+	prev int32
+	key  uint64
+}
+
+// anchorByte marks the bytes after a line break that make the line an
+// anchor: those that open a fence or a tag, where segIndex resumes too.
+// Banner and heading lines ("--- a.go ---", "# a.md") would add an anchor
+// per Markdown list item and heading, which cost more on texts that
+// repeat nothing (the overhead bench's 70 KB request) than they save.
+var anchorByte = [256]bool{'`': true, '~': true, '<': true}
+
+// anchorBytes is the body's bytes per anchor it may record: a text of
+// tiny fences would otherwise cost more in anchors than in text
+// (TestLimitsBoundMemory), and an anchor closer than a mark's spacing to
+// the next saves little.
+const anchorBytes = 128
+
+// maxAnchorTries bounds the earlier anchors with the same key that one
+// place is compared with.
+const maxAnchorTries = 4
+
+// reset empties at for a new body.
+func (at *anchors) reset() {
+	if len(at.texts) > 0 || at.tab.used {
+		clear(at.texts)
+		at.texts, at.list, at.copies, at.taken, at.walked, at.pending = at.texts[:0], at.list[:0], at.copies[:0], 0, 0, 0
+		at.tab.reset()
+	}
+}
+
+// done records the end of the text being decoded, whose anchors were
+// recorded by copyAt.
+func (at *anchors) done(t recentText) {
+	at.texts = append(at.texts, t)
+	if at.pending == len(at.list) {
+		return
+	}
+	at.tab.fit(len(at.list))
+	for j := at.pending; j < len(at.list); j++ {
+		x := &at.list[j]
+		h := at.tab.slot(x.key)
+		x.prev = at.tab.heads[h] - 1
+		at.tab.keys[h], at.tab.heads[h] = x.key, int32(j+1)
+	}
+	at.pending = len(at.list)
+}
+
+// copyAt records the place at raw offset i of s.b, cu decoded bytes into
+// the text being decoded (whose contents start at start): its start, or a
+// line start. It returns the earlier text that shares the most raw bytes
+// from one of its anchors with that place, the anchor, and the last mark
+// of that text that the decoding of those bytes reaches (see take); ok is
+// false when no earlier text shares a mark's worth.
+func (at *anchors) copyAt(s *scanner, start, i int, cu int32) (c *decoded, a, m mark, ok bool) {
+	b := s.b
+	room := len(at.list) < len(b)/anchorBytes+64
+	if i+16 > len(b) || !room && len(at.tab.keys) == 0 {
+		return nil, a, m, false
+	}
+	w0, w1 := binary.LittleEndian.Uint64(b[i:]), binary.LittleEndian.Uint64(b[i+8:])
+	key := (w0*0x9e3779b97f4a7c15 ^ w1) * 0xbf58476d1ce4e5b9
+	head := int32(-1)
+	if len(at.tab.keys) > 0 {
+		head = at.tab.heads[at.tab.slot(key)] - 1
+	}
+	cur := int32(len(at.texts))
+	here := b[i:]
+	bestL := 0
+	tries := 0
+	for j := head; j >= 0 && tries < maxAnchorTries; j = at.list[j].prev {
+		x := &at.list[j]
+		tries++
+		at.walked++
+		t := &at.texts[x.text]
+		old := b[t.raw.start+int(x.at.r) : t.raw.end]
+		if ok && (bestL >= len(old) || bestL >= len(here) || old[bestL] != here[bestL]) {
+			continue // cannot share more than the best
+		}
+		l := commonPrefix(here, old)
+		marks := s.marks[t.d.markOff:t.d.markEnd]
+		// The last mark whose look-ahead the shared bytes cover.
+		k := sort.Search(len(marks), func(k int) bool { return int(marks[k].r)+lookAhead > int(x.at.r)+l }) - 1
+		if k < 0 || marks[k].u <= x.at.u {
+			continue
+		}
+		if !ok || marks[k].u-x.at.u > m.u-a.u {
+			c, a, m, ok, bestL = &t.d, x.at, marks[k], true, l
+		}
+	}
+	if room {
+		at.list = append(at.list, anchor{text: cur, at: mark{cu, int32(i - start)}, key: key})
+	}
+	if ok {
+		at.taken++
+	}
+	return c, a, m, ok
 }
 
 // commonPrefix returns the length of the longest common prefix of a and b.
@@ -1075,6 +1292,14 @@ func rawOffsets(raw []byte, offs []int, marks []mark) {
 	u := 0 // unescaped position
 	var buf [utf8.UTFMax]byte
 	m := 0
+	if len(offs) > 0 {
+		// Skip the marks before the first offset's without a walk over
+		// them: a block late in a long text is mapped by itself.
+		m = sort.Search(len(marks), func(j int) bool { return int(marks[j].u) > offs[0] })
+		if m > 0 {
+			m--
+		}
+	}
 	for i := 0; i <= len(raw) && k < len(offs); {
 		for m < len(marks) && int(marks[m].u) <= offs[k] {
 			if int(marks[m].u) > u {

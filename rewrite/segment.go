@@ -5,6 +5,7 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // blockKind says how a block was found.
@@ -107,6 +108,207 @@ type segmenter struct {
 	// sizes (TestPathologicalLinear), which, unlike time, does not depend
 	// on the machine's load.
 	steps int
+	// idx, when set, holds the fence and tag steps of the texts segmented
+	// before this one (index cur among them; marks then holds their
+	// marks, and out their blocks, this text's marks starting at
+	// markBase): a step of this text at a line where one of them found a
+	// block, with the same bytes from there, copies the blocks they found
+	// from there (reuseAt); copies lists each copied run as its first
+	// block in out, its source's and its length.
+	idx      *segIndex
+	cur      int32
+	markBase int
+	copies   [][3]int32
+}
+
+// segIndex indexes the lines of the texts segmented so far in a request
+// where a fence or tag step found a block, by the line's hash, so that a
+// text that re-sends such blocks anywhere inside it (not only at its
+// start, as segReuse's resume) finds them without segmenting them again
+// (issue 17: the 1 MB overhead request's last turn re-sends every
+// document three times inside one text). The zero value is ready to use.
+type segIndex struct {
+	texts []segText // the texts segmented, in order
+	list  []segEntry
+	tab   chainTable // line hash → 1 + the index in list of its newest entry
+	// pending is the first entry of the text being segmented, indexed
+	// once it is done (commit), as anchors.pending.
+	pending int
+	// taken counts the copies made (reuseAt) and walked the entries
+	// compared, for tests.
+	taken, walked int
+	// arena and copies are the scan's decoding arena and the copies it
+	// made there (anchors.copies), for known.
+	arena  []byte
+	copies []arenaCopy
+}
+
+// known returns how many bytes from cur[cs:] the scan copied from
+// src[ts:], which are therefore the same: both texts must lie in the
+// arena; 0 when they do not, or the scan did not copy there.
+func (x *segIndex) known(cur string, cs int, src string, ts int) int {
+	pc, ps := arenaOff(x.arena, cur), arenaOff(x.arena, src)
+	if pc < 0 || ps < 0 || len(x.copies) == 0 {
+		return 0
+	}
+	pc, ps = pc+cs, ps+ts
+	// The last copy starting at or before pc.
+	k := sort.Search(len(x.copies), func(k int) bool { return int(x.copies[k].dst) > pc }) - 1
+	if k < 0 {
+		return 0
+	}
+	c := x.copies[k]
+	if off := pc - int(c.dst); off < int(c.n) && int(c.src)+off == ps {
+		return int(c.n) - off
+	}
+	return 0
+}
+
+// arenaOff returns the offset of s in arena, -1 when s is not a part of it.
+func arenaOff(arena []byte, s string) int {
+	if len(s) == 0 || cap(arena) == 0 {
+		return -1
+	}
+	p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+	b := uintptr(unsafe.Pointer(unsafe.SliceData(arena)))
+	if p < b || p+uintptr(len(s)) > b+uintptr(cap(arena)) {
+		return -1
+	}
+	return int(p - b)
+}
+
+// samePrefix is commonPrefix of a[i:] and b[j:], for texts of the
+// segmentation: the bytes that the scan copied (known) are not compared
+// again.
+func (x *segIndex) samePrefix(a string, i int, b string, j int) int {
+	k := min(x.known(a, i, b, j), len(a)-i, len(b)-j)
+	return k + commonPrefix(unsafe.Slice(unsafe.StringData(a[i+k:]), len(a)-i-k), unsafe.Slice(unsafe.StringData(b[j+k:]), len(b)-j-k))
+}
+
+// segEntry is one indexed step: its text (an index into segIndex.texts),
+// its line and the first free line then, the index among the text's
+// marks of the mark after the block it found, the entry with the same
+// key indexed before it (-1: none), and the key.
+type segEntry struct {
+	text, line, free, mark, prev int32
+	key                          uint64
+}
+
+// reset empties x for a new request.
+func (x *segIndex) reset() {
+	clear(x.texts) // their strings may be a request's decoded values
+	if cap(x.list) > maxPooledKeys {
+		x.texts, x.list = nil, nil
+	}
+	x.texts, x.list, x.taken, x.walked, x.pending = x.texts[:0], x.list[:0], 0, 0, 0
+	x.arena, x.copies = nil, nil
+	x.tab.reset()
+}
+
+// commit indexes the entries of the text just segmented.
+func (x *segIndex) commit() {
+	if x.pending == len(x.list) {
+		return
+	}
+	x.tab.fit(len(x.list))
+	for j := x.pending; j < len(x.list); j++ {
+		e := &x.list[j]
+		h := x.tab.slot(e.key)
+		e.prev = x.tab.heads[h] - 1
+		x.tab.keys[h], x.tab.heads[h] = e.key, int32(j+1)
+	}
+	x.pending = len(x.list)
+}
+
+// reuseAt looks for an earlier text whose step at a line with the bytes
+// of line i (free the first free line, key the line's hash) found a
+// block, and whose bytes from there are this text's from line i on, up
+// to the "\n" ending the last line that a later mark of it depends on
+// (segMark's hz). The steps from a mark's line
+// read nothing before it but, for a fence, the line above as its name
+// when that line is not taken (free < i): either neither text takes a
+// name there or both have the same line above. It appends the blocks that
+// text found from there up to that mark, moved to this text, and their
+// marks, and returns the line of the last one; ok is false when no text
+// shares a mark's worth.
+func (sg *segmenter) reuseAt(out []block, i, free int, key uint64, fence bool) ([]block, int, bool) {
+	x := sg.idx
+	if len(x.tab.keys) == 0 {
+		return out, 0, false
+	}
+	h := x.tab.slot(key)
+	l := &sg.l
+	segs := *sg.marks
+	var src *segText
+	var from segEntry
+	best, bestK := 0, 0
+	tries := 0
+	for j := x.tab.heads[h] - 1; j >= 0 && tries < maxAnchorTries; j = x.list[j].prev {
+		e := x.list[j]
+		tries++
+		x.walked++
+		t := &x.texts[e.text]
+		tl := &t.l
+		a := int(e.line)
+		if fence {
+			name, tname := "", ""
+			if free < i {
+				name = nameLine(l.at(i - 1))
+			}
+			if int(e.free) < a {
+				tname = nameLine(tl.at(a - 1))
+			}
+			if (name != "" || tname != "") && (free == i || int(e.free) == a || tl.text[tl.s(a-1):tl.s(a)] != l.text[l.s(i-1):l.s(i)]) {
+				continue
+			}
+		}
+		marks := segs[t.markOff : t.markOff+t.markCount]
+		need := min(int(tl.nl[marks[len(marks)-1].hz])+1, len(tl.text))
+		ts, cs := tl.s(a), l.s(i)
+		if need <= ts {
+			continue
+		}
+		c := x.samePrefix(l.text, cs, tl.text[:need], ts)
+		// The last mark whose line hz ends, "\n" included, in the shared
+		// bytes.
+		k := sort.Search(len(marks), func(k int) bool { return int(tl.nl[marks[k].hz]) >= ts+c }) - 1
+		if k < int(e.mark) || int(marks[k].line)-a <= best {
+			continue
+		}
+		// The line ends: every line end of a text is a "\n" of it (the
+		// scanner records each decoded one, splitLines finds them), so
+		// the same bytes have the same line ends; the last one is
+		// compared, as a check that both texts count their lines alike.
+		hz := int(marks[k].hz)
+		if i+hz-a >= l.n() || int(tl.nl[hz])-ts != int(l.nl[i+hz-a])-cs {
+			continue
+		}
+		src, from, best, bestK = t, e, int(marks[k].line)-a, k
+	}
+	if src == nil {
+		return out, 0, false
+	}
+	marks := segs[src.markOff : src.markOff+src.markCount]
+	a := int(from.line)
+	nbA := int32(0)
+	if from.mark > 0 {
+		nbA = marks[from.mark-1].nblocks
+	}
+	nbB := marks[bestK].nblocks
+	delta := l.s(i) - src.l.s(a)
+	nb := int32(len(out) - sg.base)
+	x.taken++
+	sg.copies = append(sg.copies, [3]int32{int32(len(out)), int32(src.blockOff) + nbA, nbB - nbA})
+	for _, b := range out[src.blockOff+int(nbA) : src.blockOff+int(nbB)] {
+		b.start, b.end, b.cstart, b.cend = b.start+delta, b.end+delta, b.cstart+delta, b.cend+delta
+		out = append(out, b)
+	}
+	dl := int32(i - a)
+	for _, m := range marks[from.mark : bestK+1] {
+		sg.hz = max(sg.hz, int(m.hz+dl))
+		*sg.marks = append(*sg.marks, segMark{m.line + dl, m.nblocks - nbA + nb, int32(sg.hz)})
+	}
+	return out, int(marks[bestK].line + dl), true
 }
 
 // segMark records the segmenter after a step that found a block, so that
@@ -190,11 +392,27 @@ func (sg *segmenter) run(out []block, i int) []block {
 		var b block
 		var next int
 		ok := false
-		switch {
-		case isFenceCandidate(line):
-			b, next, ok = sg.fence(i, free)
-		case strings.HasPrefix(trimIndent(line), "<"):
-			b, next, ok = sg.tag(i)
+		var key uint64
+		indexed := false
+		switch fence := isFenceCandidate(line); {
+		case fence || strings.HasPrefix(trimIndent(line), "<"):
+			if sg.idx != nil {
+				key, indexed = hashLine(line), true
+				var j int
+				if out, j, ok = sg.reuseAt(out, i, free, key, fence); ok {
+					i, free = j, j
+					continue
+				}
+			}
+			if fence {
+				b, next, ok = sg.fence(i, free)
+			} else {
+				b, next, ok = sg.tag(i)
+			}
+		}
+		if ok && indexed {
+			x := sg.idx
+			x.list = append(x.list, segEntry{text: sg.cur, line: int32(i), free: int32(free), mark: int32(len(*sg.marks) - sg.markBase), key: key})
 		}
 		if !ok && !plainLine(line) {
 			b, next, ok = sg.banner(i)

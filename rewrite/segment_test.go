@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -185,14 +186,21 @@ var segTails = []string{"", "\n", "x", "```\n", "\n```\n", "~~~\n", "\nQuestion?
 	"--- End of content ---\n", "=====\n", "\n|-- a\n|-- b\n|-- c\n", "- c.go\n", "```go\nmore\n```\n", "// File: e.ts\n"}
 
 // checkSegReuse segments texts in order as analyse does and reports a
-// text whose blocks differ from a fresh segmentation; it returns how many
-// texts resumed at a mark.
+// text whose blocks differ from a fresh segmentation, or whose copied
+// blocks (st.copyOf) have not the bytes of their sources; it returns how
+// many texts resumed at a mark, and how many runs of blocks were copied
+// from inside earlier texts (segIndex).
 func checkSegReuse(t *testing.T, texts []string) int {
+	resumed, _ := checkSegReuseMid(t, texts)
+	return resumed
+}
+
+func checkSegReuseMid(t *testing.T, texts []string) (resumed, copied int) {
 	t.Helper()
 	tags := DefaultOptions().DocumentTags
 	st := &state{}
 	var sr segReuse
-	resumed := 0
+	var all []string // the text of each block
 	for _, text := range texts {
 		n := len(st.blocks)
 		if sr.segment(st, splitLines(text), tags).line > 0 {
@@ -203,8 +211,40 @@ func checkSegReuse(t *testing.T, texts []string) int {
 		if !cmp.Equal(want, got, cmp.AllowUnexported(block{}), cmpopts.EquateEmpty()) {
 			t.Fatalf("blocks of %q after %q differ from a fresh segmentation:\n%s", text, texts, cmp.Diff(want, got, cmp.AllowUnexported(block{}), cmpopts.EquateEmpty()))
 		}
+		for k, b := range got {
+			all = append(all, text[b.start:b.end]+"\x00"+text[b.cstart:b.cend])
+			if src := st.copyOf[n+k]; src >= 0 && all[src] != all[n+k] {
+				t.Fatalf("block %d of %q copied from block %d, %q, holds %q", k, text, src, all[src], all[n+k])
+			}
+		}
 	}
-	return resumed
+	return resumed, st.segIdx.taken
+}
+
+// TestSegReuseInside checks texts that re-send earlier texts' blocks
+// anywhere inside them, in the shape of the overhead bench's 1 MB request
+// (bench.Sizes: every turn re-sends the documents, the last turn several
+// times over, cut anywhere), against a fresh segmentation.
+func TestSegReuseInside(t *testing.T) {
+	docs := strings.Join(segSamples, "\n")
+	copied := 0
+	for q := range 2 {
+		first := fmt.Sprintf("Context:\n\n%s\nQuestion %d?", docs, q)
+		last := docs + docs + "Context:\n\n" + docs
+		for cut := 0; cut <= len(last); cut += 41 {
+			_, c := checkSegReuseMid(t, []string{first, "Noted.", first, last[:cut] + "..."})
+			copied += c
+		}
+	}
+	for _, a := range segSamples {
+		for _, b := range segSamples {
+			_, c := checkSegReuseMid(t, []string{a + "\n" + b, b + "x\n" + a + "\n" + b, "Name: a.go\n" + a, a[:len(a)/2] + b + "\n" + a[len(a)/3:]})
+			copied += c
+		}
+	}
+	if copied == 0 {
+		t.Error("no block copied from inside an earlier text")
+	}
 }
 
 // TestSegReuse checks that a text segmented after one it begins like has
