@@ -666,7 +666,9 @@ type ledgerState struct {
 const ledgerStateVersion = 4
 
 func (s *ledgerState) encode() []byte {
-	b := make([]byte, 0, 32+8*(len(s.naive)+len(s.sent)))
+	// Sized for the whole state, the tail's hashes included, so that it is
+	// one allocation (a short prompt's 32 tail hashes grew it three times).
+	b := make([]byte, 0, s.encodedMax())
 	b = append(b, ledgerStateVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(s.at.UnixMilli()))
 	b = binary.AppendUvarint(b, uint64(s.turn))
@@ -686,6 +688,15 @@ func (s *ledgerState) encode() []byte {
 		b = binary.BigEndian.AppendUint64(b, s.tail.sums[k])
 	}
 	return b
+}
+
+// encodedMax bounds the length of s.encode(): the fixed fields, every
+// varint at its longest.
+func (s *ledgerState) encodedMax() int {
+	const varint = binary.MaxVarintLen64
+	return 1 + 8 + varint + 2 + 2*varint +
+		2*varint + 8*(len(s.naive)+len(s.sent)) +
+		8 + varint + len(s.tail.ns)*(varint+8)
 }
 
 // flagByte encodes a boolean of the state: 1 for true, 0 for false.
@@ -723,17 +734,21 @@ func decodeLedgerState(b []byte) (*ledgerState, error) {
 		return nil, errLedgerState
 	}
 	s.sentTokens, s.naiveTokens = float64(tokens), float64(naiveTokens)
-	for _, dst := range []*[]uint64{&s.naive, &s.sent} {
+	// The naive and sent lists and the tail's hashes share one array,
+	// sized from the bytes left (each hash is 8 of them): one allocation
+	// where there were three.
+	sums := make([]uint64, 0, min(len(b)/8, 2*maxLedgerSums+maxTailSums))
+	for _, dst := range [...]*[]uint64{&s.naive, &s.sent} {
 		n, ok := uv()
 		if !ok || n > maxLedgerSums || uint64(len(b)) < 8*n {
 			return nil, errLedgerState
 		}
-		out := make([]uint64, n)
-		for i := range out {
-			out[i] = binary.BigEndian.Uint64(b[8*i:])
+		from := len(sums)
+		for i := range int(n) {
+			sums = append(sums, binary.BigEndian.Uint64(b[8*i:]))
 		}
 		b = b[8*n:]
-		*dst = out
+		*dst = sums[from:len(sums):len(sums)]
 	}
 	if len(b) < 8 {
 		return nil, errLedgerState
@@ -744,7 +759,7 @@ func decodeLedgerState(b []byte) (*ledgerState, error) {
 		return nil, errLedgerState
 	}
 	if count > 0 {
-		s.tail.ns, s.tail.sums = make([]int, 0, count), make([]uint64, 0, count)
+		s.tail.ns, s.tail.sums = make([]int, 0, count), sums[len(sums):len(sums)]
 	}
 	for range count {
 		n, ok := uv()
