@@ -289,6 +289,14 @@ var textLeads = [2]byte{3, 2}
 // newLayoutBuilder returns a builder whose layout has room for about n
 // checkpoints.
 func newLayoutBuilder(explicit bool, n int) *layoutBuilder {
+	b, _ := builderPool.Get().(*layoutBuilder)
+	if b == nil {
+		b = &layoutBuilder{h: sha256.New()}
+	} else {
+		h := b.h
+		h.Reset()
+		*b = layoutBuilder{h: h}
+	}
 	p, _ := layoutPool.Get().(*layout)
 	if p == nil {
 		p = &layout{}
@@ -298,8 +306,13 @@ func newLayoutBuilder(explicit bool, n int) *layoutBuilder {
 		p.sums, p.bytes, p.fixed = slices.Grow(p.sums, n), slices.Grow(p.bytes, n), slices.Grow(p.fixed, n)
 		p.leads, p.texts = slices.Grow(p.leads, n), slices.Grow(p.texts, n)
 	}
-	return &layoutBuilder{p: p, h: sha256.New()}
+	b.p = p
+	return b
 }
+
+// builderPool holds the builders of layouts done, with their SHA-256
+// state: two allocations a layout.
+var builderPool sync.Pool
 
 func (b *layoutBuilder) write(x []byte) {
 	b.h.Write(x) //nolint:errcheck // never fails
@@ -429,7 +442,8 @@ func (b *layoutBuilder) other(raw []byte) {
 	b.check(len(raw), 0, nil, nil)
 }
 
-// done returns the layout.
+// done returns the layout; b goes back to builderPool and must not be
+// used after.
 func (b *layoutBuilder) done() *layout {
 	p := b.p
 	var e [ledgerEndBytes]byte
@@ -442,6 +456,8 @@ func (b *layoutBuilder) done() *layout {
 		p.key = e
 	}
 	p.ends = append(p.ends, e)
+	b.p = nil
+	builderPool.Put(b)
 	return p
 }
 

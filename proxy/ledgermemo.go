@@ -327,7 +327,10 @@ func offsetIn(body, sub []byte) int {
 func (b *layoutBuilder) entry() [sha256.Size]byte {
 	s := b.exit
 	if !b.exitOK {
-		b.h.Sum(s[:0])
+		// Into the builder's scratch: a local array passed to the
+		// interface's Sum would be moved to the heap.
+		b.h.Sum(b.sum[:0])
+		s = b.sum
 	}
 	if len(b.p.sums) > 1 {
 		var e [ledgerEndBytes]byte
