@@ -677,6 +677,9 @@ type ledgerState struct {
 	kept bool
 	// tail is the naive prompt's end inside its last text chunk.
 	tail tail
+	// bufs are the arrays of a state from statePool, which its lists
+	// use; nil elsewhere.
+	bufs *stateBufs
 }
 
 const ledgerStateVersion = 4
@@ -726,10 +729,23 @@ func flagByte(v bool) byte {
 var errLedgerState = errors.New("proxy: malformed ledger state")
 
 func decodeLedgerState(b []byte) (*ledgerState, error) {
-	if len(b) < 9 || b[0] != ledgerStateVersion {
-		return nil, errLedgerState
+	s := &ledgerState{}
+	if _, _, err := s.decode(b, nil, nil); err != nil {
+		return nil, err
 	}
-	s := &ledgerState{at: time.UnixMilli(int64(binary.BigEndian.Uint64(b[1:9])))}
+	return s, nil
+}
+
+// decode sets s to the state encoded in b. The naive and sent lists and
+// the tail's hashes share one array, sums' when it has room (else one
+// allocated from the bytes left, each hash being 8 of them), and the
+// tail's lengths go to ns's when it has room: no allocation with room,
+// two without. It returns the arrays it used.
+func (s *ledgerState) decode(b []byte, sums []uint64, ns []int) ([]uint64, []int, error) {
+	if len(b) < 9 || b[0] != ledgerStateVersion {
+		return sums, ns, errLedgerState
+	}
+	*s = ledgerState{at: time.UnixMilli(int64(binary.BigEndian.Uint64(b[1:9]))), bufs: s.bufs}
 	b = b[9:]
 	uv := func() (uint64, bool) {
 		v, n := binary.Uvarint(b)
@@ -741,23 +757,23 @@ func decodeLedgerState(b []byte) (*ledgerState, error) {
 	}
 	turn, ok1 := uv()
 	if !ok1 || turn > math.MaxInt32 || len(b) < 2 || b[0] > 1 || b[1] > 1 {
-		return nil, errLedgerState
+		return sums, ns, errLedgerState
 	}
 	s.turn, s.holdout, s.kept, b = int(turn), b[0] == 1, b[1] == 1, b[2:]
 	tokens, ok2 := uv()
 	naiveTokens, ok3 := uv()
 	if !ok2 || !ok3 {
-		return nil, errLedgerState
+		return sums, ns, errLedgerState
 	}
 	s.sentTokens, s.naiveTokens = float64(tokens), float64(naiveTokens)
-	// The naive and sent lists and the tail's hashes share one array,
-	// sized from the bytes left (each hash is 8 of them): one allocation
-	// where there were three.
-	sums := make([]uint64, 0, min(len(b)/8, 2*maxLedgerSums+maxTailSums))
+	if most := min(len(b)/8, 2*maxLedgerSums+maxTailSums); cap(sums) < most {
+		sums = make([]uint64, 0, most)
+	}
+	sums = sums[:0]
 	for _, dst := range [...]*[]uint64{&s.naive, &s.sent} {
 		n, ok := uv()
 		if !ok || n > maxLedgerSums || uint64(len(b)) < 8*n {
-			return nil, errLedgerState
+			return sums, ns, errLedgerState
 		}
 		from := len(sums)
 		for i := range int(n) {
@@ -767,26 +783,63 @@ func decodeLedgerState(b []byte) (*ledgerState, error) {
 		*dst = sums[from:len(sums):len(sums)]
 	}
 	if len(b) < 8 {
-		return nil, errLedgerState
+		return sums, ns, errLedgerState
 	}
 	s.tail.pre, b = binary.BigEndian.Uint64(b), b[8:]
 	count, ok := uv()
 	if !ok || count > maxTailSums {
-		return nil, errLedgerState
+		return sums, ns, errLedgerState
 	}
 	if count > 0 {
-		s.tail.ns, s.tail.sums = make([]int, 0, count), sums[len(sums):len(sums)]
+		if cap(ns) < int(count) {
+			ns = make([]int, 0, count)
+		}
+		s.tail.ns, s.tail.sums = ns[:0], sums[len(sums):len(sums)]
 	}
 	for range count {
 		n, ok := uv()
 		if !ok || n == 0 || n >= ledgerChunk || len(b) < 8 {
-			return nil, errLedgerState
+			return sums, ns, errLedgerState
 		}
 		s.tail.ns = append(s.tail.ns, int(n))
 		s.tail.sums = append(s.tail.sums, binary.BigEndian.Uint64(b))
 		b = b[8:]
 	}
-	return s, nil
+	return sums, ns, nil
+}
+
+// stateBufs are the arrays of a pooled ledgerState (statePool).
+type stateBufs struct {
+	sums []uint64
+	ns   []int
+}
+
+// statePool holds the states lookupAt decodes, with their arrays, from
+// one request's settle to the next request's lookup.
+var statePool = sync.Pool{New: func() any { return &ledgerState{bufs: &stateBufs{}} }}
+
+// decodePooled is decodeLedgerState into a state of statePool, which
+// releaseState returns; nil when b is not a state.
+func decodePooled(b []byte) *ledgerState {
+	s := statePool.Get().(*ledgerState)
+	sums, ns, err := s.decode(b, s.bufs.sums, s.bufs.ns)
+	// Kept, grown or not, for the next state decoded in s.
+	s.bufs.sums, s.bufs.ns = sums[:0], ns[:0]
+	if err != nil {
+		releaseState(s)
+		return nil
+	}
+	return s
+}
+
+// releaseState returns a state of decodePooled to statePool; s and its
+// lists must not be used after. Other states are left alone.
+func releaseState(s *ledgerState) {
+	if s == nil || s.bufs == nil {
+		return
+	}
+	*s = ledgerState{bufs: s.bufs}
+	statePool.Put(s)
 }
 
 // sampleSums returns at most maxLedgerSums of sums, evenly spaced and ending
@@ -819,7 +872,8 @@ const maxLedgerLookups = 8
 
 // lookup finds the state of the conversation p continues: stored under
 // the end of its previous request when p extends it (the newest of p's
-// content ends that has one), else under p's start. One store call.
+// content ends that has one), else under p's start. One store call. The
+// state is decodePooled's: settle releases it.
 func (l *ledger) lookup(tenant string, p *layout) *ledgerState {
 	s, _ := l.lookupAt(tenant, p)
 	return s
@@ -835,8 +889,8 @@ func (l *ledger) lookupAt(tenant string, p *layout) (*ledgerState, int) {
 		if v == nil {
 			continue
 		}
-		s, err := decodeLedgerState(v)
-		if err != nil {
+		s := decodePooled(v)
+		if s == nil {
 			continue
 		}
 		// The state under p's start may be another conversation's that
@@ -845,6 +899,7 @@ func (l *ledger) lookupAt(tenant string, p *layout) (*ledgerState, int) {
 		// checkpoints with it, as a transcript that grows does.
 		if i == len(vs)-1 {
 			if 2*(p.sharedIn(s.naive)+1) < len(p.sums) {
+				releaseState(s)
 				return nil, 0
 			}
 			return s, 0
@@ -989,6 +1044,10 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	if !laidOut {
 		prev = l.lookup(st.tenant, naive)
 	}
+	// The state found goes back to the pool when the request is settled:
+	// the new state's tail may be its, and is encoded before.
+	st.prev = nil
+	defer releaseState(prev)
 	turn := 1
 	if prev != nil {
 		turn = prev.turn + 1

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
@@ -529,5 +530,52 @@ func TestLedgerStateAllocs(t *testing.T) {
 		if !slices.Equal(sent0, got.sent) || !slices.Equal(tail0, got.tail.sums) {
 			t.Error("the decoded lists overlap")
 		}
+	}
+}
+
+// TestDecodePooled checks that a pooled state decodes as decodeLedgerState
+// does, also after a larger or a smaller state was decoded in its arrays
+// (nothing of the previous one shows through), and that decoding into
+// arrays with room allocates nothing.
+func TestDecodePooled(t *testing.T) {
+	mk := func(n, tails int, base uint64) *ledgerState {
+		s := &ledgerState{at: time.UnixMilli(1764590000123 + int64(n)), turn: n, kept: n%2 == 0, naive: make([]uint64, n), sent: make([]uint64, n/2+1), sentTokens: float64(n), naiveTokens: float64(2 * n)}
+		for i := range s.naive {
+			s.naive[i] = base + uint64(i)
+		}
+		for i := range s.sent {
+			s.sent[i] = base<<1 + uint64(i)
+		}
+		if tails > 0 {
+			s.tail = tail{pre: base, ns: make([]int, tails), sums: make([]uint64, tails)}
+			for i := range tails {
+				s.tail.ns[i], s.tail.sums[i] = ledgerChunk-1-i, base<<2+uint64(i)
+			}
+		}
+		return s
+	}
+	for _, s := range []*ledgerState{mk(maxLedgerSums, maxTailSums, 1), mk(3, 0, 2), mk(40, 5, 3), mk(1, 32, 4), mk(700, 0, 5)} {
+		b := s.encode()
+		want, err := decodeLedgerState(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := decodePooled(b)
+		if got == nil {
+			t.Fatal("decodePooled failed")
+		}
+		if diff := cmp.Diff(want, got, cmp.AllowUnexported(ledgerState{}, tail{}), cmpopts.IgnoreFields(ledgerState{}, "bufs")); diff != "" {
+			t.Errorf("decodePooled (-decodeLedgerState +got):\n%s", diff)
+		}
+		releaseState(got)
+	}
+	if decodePooled([]byte{9}) != nil {
+		t.Error("decodePooled of a malformed state succeeded")
+	}
+	s := &ledgerState{bufs: &stateBufs{}}
+	b := mk(maxLedgerSums, maxTailSums, 1).encode()
+	sums, ns, _ := s.decode(b, nil, nil)
+	if n := testing.AllocsPerRun(20, func() { sums, ns, _ = s.decode(b, sums, ns) }); n != 0 {
+		t.Errorf("decode into arrays with room: %v allocations, want 0", n)
 	}
 }
