@@ -1140,7 +1140,8 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	c.billed.Add(actual)
 	c.squares.Add(actual * actual)
 	c.counterfactual.Add(counterfactual)
-	return &Ledger{Counterfactual: counterfactual, Billed: actual, Turn: turn, Holdout: st.holdout}
+	st.led = Ledger{Counterfactual: counterfactual, Billed: actual, Turn: turn, Holdout: st.holdout}
+	return &st.led
 }
 
 // Ledger is the ledger's account of one generate request (Exchange.Ledger).

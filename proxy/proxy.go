@@ -269,6 +269,7 @@ type reqState struct {
 	naive   *layout
 	prev    *ledgerState
 	holdout bool
+	led     Ledger // settle's account, Exchange.Ledger
 }
 
 func stateFrom(ctx context.Context) *reqState {
