@@ -914,15 +914,18 @@ func (l *ledger) lookupAt(tenant string, p *layout) (*ledgerState, int) {
 // stateKeys returns the store keys lookupAt asks for p: under the newest
 // maxLedgerLookups of its content ends, newest first, then under its
 // start. The first and the last are save's. They are made once per layout,
-// in one allocation, and kept in p.keys.
+// in one allocation (their slice is the pooled layout's), and kept in
+// p.keys.
 func (p *layout) stateKeys() []string {
-	if p.keys != nil {
+	if len(p.keys) > 0 {
 		return p.keys
 	}
 	const n = len("lg:e:") + 2*ledgerEndBytes
 	ends := min(len(p.ends), maxLedgerLookups)
 	buf := make([]byte, (ends+1)*n)
-	keys := make([]string, 0, ends+1)
+	// The slice is the pooled layout's (releaseLayout); the strings are
+	// buf's, which is never reused.
+	keys := p.keys[:0]
 	add := func(prefix string, sum [ledgerEndBytes]byte) {
 		b := buf[len(keys)*n : (len(keys)+1)*n]
 		copy(b, prefix)

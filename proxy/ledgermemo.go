@@ -456,7 +456,8 @@ func releaseLayout(p *layout) {
 	// Drop the references to the request's body.
 	clear(p.leads)
 	clear(p.texts)
+	clear(p.keys)
 	*p = layout{sums: p.sums[:0], bytes: p.bytes[:0], fixed: p.fixed[:0], leads: p.leads[:0], texts: p.texts[:0],
-		ends: p.ends[:0], esc: p.esc[:0]}
+		ends: p.ends[:0], esc: p.esc[:0], keys: p.keys[:0]}
 	layoutPool.Put(p)
 }
