@@ -213,7 +213,17 @@ func (st *reqState) requestBody(b []byte) io.ReadCloser {
 	if bb == nil {
 		return io.NopCloser(bytes.NewReader(b))
 	}
-	r := newBodyReader(bb, b)
+	var r *bodyReader
+	if n := st.nreaders; n < len(st.readerv) {
+		// The first bodies live in st: a request makes one, two with a
+		// fallback retry.
+		st.nreaders++
+		bb.acquire()
+		r = &st.readerv[n]
+		r.bb, r.b = bb, b
+	} else {
+		r = newBodyReader(bb, b)
+	}
 	st.readers = append(st.readers, r)
 	return r
 }

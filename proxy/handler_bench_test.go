@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gemini-proxy/gemini-proxy/bench"
+	"github.com/gemini-proxy/gemini-proxy/cache"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
+	"github.com/gemini-proxy/gemini-proxy/rewrite"
 )
 
 // fixedTransport answers every request with one fixed response after
@@ -48,6 +51,34 @@ func (w *discardWriter) Write(p []byte) (int, error) { w.n += len(p); return len
 // SetReadDeadline accepts the body's idle deadline, as the server's
 // writer does.
 func (w *discardWriter) SetReadDeadline(time.Time) error { return nil }
+
+// storeHandler is a Handler wired to a local cache.Store as serve wires
+// it (cmd/gemini-proxy/serve.go): the Verifier, the served recorder, the
+// ledger's and Interactions' store, an OnExchange that reads no text.
+func storeHandler(b *testing.B, up *url.URL, tr http.RoundTripper, on bool) http.Handler {
+	b.Helper()
+	store, err := cache.New(cache.Options{MaxBytes: 64 << 20, TTL: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	o := Options{Upstream: up, Transport: tr, Rewrite: RewriteOptions{Enabled: on}, BodyIdleTimeout: time.Minute}
+	o.Verifier = func(tenant string) rewrite.Verifier { return store.Verifier(tenant) }
+	o.Interactions = InteractionsOptions{Store: store}
+	o.Ledger = LedgerOptions{Store: store}
+	o.ServedText = func(tenant string) ServedWriter { return store.ServedRecorder(tenant) }
+	o.ExchangeWithoutText = true
+	o.OnExchange = func(ex Exchange) {
+		if ex.Complete && ex.Status == http.StatusOK && ex.Report != nil && len(ex.Report.Blocks) > 0 {
+			store.RecordBlocks(ex.Tenant, ex.Report.ConversationID(), ex.Report.Blocks)
+		}
+	}
+	h, err := New(o, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New(prometheus.NewRegistry()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return h
+}
 
 // sseAnswer returns a stream of n events of about 200 bytes each, the
 // last with usageMetadata.
@@ -109,6 +140,12 @@ func BenchmarkHandler(b *testing.B) {
 				name string
 				h    http.Handler
 			}{map[bool]string{false: "off", true: "on"}[on], h})
+		}
+		for _, on := range []bool{false, true} {
+			handlers = append(handlers, struct {
+				name string
+				h    http.Handler
+			}{map[bool]string{false: "store-off", true: "store-on"}[on], storeHandler(b, up, tr, on)})
 		}
 		for _, size := range sizes {
 			if a.name != "unary" && size.Name != "small" {

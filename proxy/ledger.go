@@ -289,6 +289,14 @@ var textLeads = [2]byte{3, 2}
 // newLayoutBuilder returns a builder whose layout has room for about n
 // checkpoints.
 func newLayoutBuilder(explicit bool, n int) *layoutBuilder {
+	b, _ := builderPool.Get().(*layoutBuilder)
+	if b == nil {
+		b = &layoutBuilder{h: sha256.New()}
+	} else {
+		h := b.h
+		h.Reset()
+		*b = layoutBuilder{h: h}
+	}
 	p, _ := layoutPool.Get().(*layout)
 	if p == nil {
 		p = &layout{}
@@ -298,8 +306,13 @@ func newLayoutBuilder(explicit bool, n int) *layoutBuilder {
 		p.sums, p.bytes, p.fixed = slices.Grow(p.sums, n), slices.Grow(p.bytes, n), slices.Grow(p.fixed, n)
 		p.leads, p.texts = slices.Grow(p.leads, n), slices.Grow(p.texts, n)
 	}
-	return &layoutBuilder{p: p, h: sha256.New()}
+	b.p = p
+	return b
 }
+
+// builderPool holds the builders of layouts done, with their SHA-256
+// state: two allocations a layout.
+var builderPool sync.Pool
 
 func (b *layoutBuilder) write(x []byte) {
 	b.h.Write(x) //nolint:errcheck // never fails
@@ -429,7 +442,8 @@ func (b *layoutBuilder) other(raw []byte) {
 	b.check(len(raw), 0, nil, nil)
 }
 
-// done returns the layout.
+// done returns the layout; b goes back to builderPool and must not be
+// used after.
 func (b *layoutBuilder) done() *layout {
 	p := b.p
 	var e [ledgerEndBytes]byte
@@ -442,6 +456,8 @@ func (b *layoutBuilder) done() *layout {
 		p.key = e
 	}
 	p.ends = append(p.ends, e)
+	b.p = nil
+	builderPool.Put(b)
 	return p
 }
 
@@ -661,12 +677,17 @@ type ledgerState struct {
 	kept bool
 	// tail is the naive prompt's end inside its last text chunk.
 	tail tail
+	// bufs are the arrays of a state from statePool, which its lists
+	// use; nil elsewhere.
+	bufs *stateBufs
 }
 
 const ledgerStateVersion = 4
 
 func (s *ledgerState) encode() []byte {
-	b := make([]byte, 0, 32+8*(len(s.naive)+len(s.sent)))
+	// Sized for the whole state, the tail's hashes included, so that it is
+	// one allocation (a short prompt's 32 tail hashes grew it three times).
+	b := make([]byte, 0, s.encodedMax())
 	b = append(b, ledgerStateVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(s.at.UnixMilli()))
 	b = binary.AppendUvarint(b, uint64(s.turn))
@@ -688,6 +709,15 @@ func (s *ledgerState) encode() []byte {
 	return b
 }
 
+// encodedMax bounds the length of s.encode(): the fixed fields, every
+// varint at its longest.
+func (s *ledgerState) encodedMax() int {
+	const varint = binary.MaxVarintLen64
+	return 1 + 8 + varint + 2 + 2*varint +
+		2*varint + 8*(len(s.naive)+len(s.sent)) +
+		8 + varint + len(s.tail.ns)*(varint+8)
+}
+
 // flagByte encodes a boolean of the state: 1 for true, 0 for false.
 func flagByte(v bool) byte {
 	if v {
@@ -699,10 +729,23 @@ func flagByte(v bool) byte {
 var errLedgerState = errors.New("proxy: malformed ledger state")
 
 func decodeLedgerState(b []byte) (*ledgerState, error) {
-	if len(b) < 9 || b[0] != ledgerStateVersion {
-		return nil, errLedgerState
+	s := &ledgerState{}
+	if _, _, err := s.decode(b, nil, nil); err != nil {
+		return nil, err
 	}
-	s := &ledgerState{at: time.UnixMilli(int64(binary.BigEndian.Uint64(b[1:9])))}
+	return s, nil
+}
+
+// decode sets s to the state encoded in b. The naive and sent lists and
+// the tail's hashes share one array, sums' when it has room (else one
+// allocated from the bytes left, each hash being 8 of them), and the
+// tail's lengths go to ns's when it has room: no allocation with room,
+// two without. It returns the arrays it used.
+func (s *ledgerState) decode(b []byte, sums []uint64, ns []int) ([]uint64, []int, error) {
+	if len(b) < 9 || b[0] != ledgerStateVersion {
+		return sums, ns, errLedgerState
+	}
+	*s = ledgerState{at: time.UnixMilli(int64(binary.BigEndian.Uint64(b[1:9]))), bufs: s.bufs}
 	b = b[9:]
 	uv := func() (uint64, bool) {
 		v, n := binary.Uvarint(b)
@@ -714,48 +757,89 @@ func decodeLedgerState(b []byte) (*ledgerState, error) {
 	}
 	turn, ok1 := uv()
 	if !ok1 || turn > math.MaxInt32 || len(b) < 2 || b[0] > 1 || b[1] > 1 {
-		return nil, errLedgerState
+		return sums, ns, errLedgerState
 	}
 	s.turn, s.holdout, s.kept, b = int(turn), b[0] == 1, b[1] == 1, b[2:]
 	tokens, ok2 := uv()
 	naiveTokens, ok3 := uv()
 	if !ok2 || !ok3 {
-		return nil, errLedgerState
+		return sums, ns, errLedgerState
 	}
 	s.sentTokens, s.naiveTokens = float64(tokens), float64(naiveTokens)
-	for _, dst := range []*[]uint64{&s.naive, &s.sent} {
+	if most := min(len(b)/8, 2*maxLedgerSums+maxTailSums); cap(sums) < most {
+		sums = make([]uint64, 0, most)
+	}
+	sums = sums[:0]
+	for _, dst := range [...]*[]uint64{&s.naive, &s.sent} {
 		n, ok := uv()
 		if !ok || n > maxLedgerSums || uint64(len(b)) < 8*n {
-			return nil, errLedgerState
+			return sums, ns, errLedgerState
 		}
-		out := make([]uint64, n)
-		for i := range out {
-			out[i] = binary.BigEndian.Uint64(b[8*i:])
+		from := len(sums)
+		for i := range int(n) {
+			sums = append(sums, binary.BigEndian.Uint64(b[8*i:]))
 		}
 		b = b[8*n:]
-		*dst = out
+		*dst = sums[from:len(sums):len(sums)]
 	}
 	if len(b) < 8 {
-		return nil, errLedgerState
+		return sums, ns, errLedgerState
 	}
 	s.tail.pre, b = binary.BigEndian.Uint64(b), b[8:]
 	count, ok := uv()
 	if !ok || count > maxTailSums {
-		return nil, errLedgerState
+		return sums, ns, errLedgerState
 	}
 	if count > 0 {
-		s.tail.ns, s.tail.sums = make([]int, 0, count), make([]uint64, 0, count)
+		if cap(ns) < int(count) {
+			ns = make([]int, 0, count)
+		}
+		s.tail.ns, s.tail.sums = ns[:0], sums[len(sums):len(sums)]
 	}
 	for range count {
 		n, ok := uv()
 		if !ok || n == 0 || n >= ledgerChunk || len(b) < 8 {
-			return nil, errLedgerState
+			return sums, ns, errLedgerState
 		}
 		s.tail.ns = append(s.tail.ns, int(n))
 		s.tail.sums = append(s.tail.sums, binary.BigEndian.Uint64(b))
 		b = b[8:]
 	}
-	return s, nil
+	return sums, ns, nil
+}
+
+// stateBufs are the arrays of a pooled ledgerState (statePool).
+type stateBufs struct {
+	sums []uint64
+	ns   []int
+}
+
+// statePool holds the states lookupAt decodes, with their arrays, from
+// one request's settle to the next request's lookup.
+var statePool = sync.Pool{New: func() any { return &ledgerState{bufs: &stateBufs{}} }}
+
+// decodePooled is decodeLedgerState into a state of statePool, which
+// releaseState returns; nil when b is not a state.
+func decodePooled(b []byte) *ledgerState {
+	s := statePool.Get().(*ledgerState)
+	sums, ns, err := s.decode(b, s.bufs.sums, s.bufs.ns)
+	// Kept, grown or not, for the next state decoded in s.
+	s.bufs.sums, s.bufs.ns = sums[:0], ns[:0]
+	if err != nil {
+		releaseState(s)
+		return nil
+	}
+	return s
+}
+
+// releaseState returns a state of decodePooled to statePool; s and its
+// lists must not be used after. Other states are left alone.
+func releaseState(s *ledgerState) {
+	if s == nil || s.bufs == nil {
+		return
+	}
+	*s = ledgerState{bufs: s.bufs}
+	statePool.Put(s)
 }
 
 // sampleSums returns at most maxLedgerSums of sums, evenly spaced and ending
@@ -788,7 +872,8 @@ const maxLedgerLookups = 8
 
 // lookup finds the state of the conversation p continues: stored under
 // the end of its previous request when p extends it (the newest of p's
-// content ends that has one), else under p's start. One store call.
+// content ends that has one), else under p's start. One store call. The
+// state is decodePooled's: settle releases it.
 func (l *ledger) lookup(tenant string, p *layout) *ledgerState {
 	s, _ := l.lookupAt(tenant, p)
 	return s
@@ -804,8 +889,8 @@ func (l *ledger) lookupAt(tenant string, p *layout) (*ledgerState, int) {
 		if v == nil {
 			continue
 		}
-		s, err := decodeLedgerState(v)
-		if err != nil {
+		s := decodePooled(v)
+		if s == nil {
 			continue
 		}
 		// The state under p's start may be another conversation's that
@@ -814,6 +899,7 @@ func (l *ledger) lookupAt(tenant string, p *layout) (*ledgerState, int) {
 		// checkpoints with it, as a transcript that grows does.
 		if i == len(vs)-1 {
 			if 2*(p.sharedIn(s.naive)+1) < len(p.sums) {
+				releaseState(s)
 				return nil, 0
 			}
 			return s, 0
@@ -828,15 +914,18 @@ func (l *ledger) lookupAt(tenant string, p *layout) (*ledgerState, int) {
 // stateKeys returns the store keys lookupAt asks for p: under the newest
 // maxLedgerLookups of its content ends, newest first, then under its
 // start. The first and the last are save's. They are made once per layout,
-// in one allocation, and kept in p.keys.
+// in one allocation (their slice is the pooled layout's), and kept in
+// p.keys.
 func (p *layout) stateKeys() []string {
-	if p.keys != nil {
+	if len(p.keys) > 0 {
 		return p.keys
 	}
 	const n = len("lg:e:") + 2*ledgerEndBytes
 	ends := min(len(p.ends), maxLedgerLookups)
 	buf := make([]byte, (ends+1)*n)
-	keys := make([]string, 0, ends+1)
+	// The slice is the pooled layout's (releaseLayout); the strings are
+	// buf's, which is never reused.
+	keys := p.keys[:0]
 	add := func(prefix string, sum [ledgerEndBytes]byte) {
 		b := buf[len(keys)*n : (len(keys)+1)*n]
 		copy(b, prefix)
@@ -958,6 +1047,10 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	if !laidOut {
 		prev = l.lookup(st.tenant, naive)
 	}
+	// The state found goes back to the pool when the request is settled:
+	// the new state's tail may be its, and is encoded before.
+	st.prev = nil
+	defer releaseState(prev)
 	turn := 1
 	if prev != nil {
 		turn = prev.turn + 1
@@ -1050,7 +1143,8 @@ func (l *ledger) settle(st *reqState, label, model string, u *Usage, removed flo
 	c.billed.Add(actual)
 	c.squares.Add(actual * actual)
 	c.counterfactual.Add(counterfactual)
-	return &Ledger{Counterfactual: counterfactual, Billed: actual, Turn: turn, Holdout: st.holdout}
+	st.led = Ledger{Counterfactual: counterfactual, Billed: actual, Turn: turn, Holdout: st.holdout}
+	return &st.led
 }
 
 // Ledger is the ledger's account of one generate request (Exchange.Ledger).

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gemini-proxy/gemini-proxy/internal/emulator"
@@ -474,5 +475,107 @@ func TestLedgerGrowingTranscriptCachedShare(t *testing.T) {
 				history += tt.open + question + tt.answer + "Answer " + strings.Repeat("ok ", 20*turn) + tt.after
 			}
 		})
+	}
+}
+
+// TestLedgerStateAllocs checks that a state is encoded in one allocation
+// of at most encodedMax bytes and decoded in three, also at its largest
+// (every list full, varints at their longest), and that the decoded lists,
+// which share one array, do not overlap.
+func TestLedgerStateAllocs(t *testing.T) {
+	full := func(n int, base uint64) []uint64 {
+		out := make([]uint64, n)
+		for i := range out {
+			out[i] = base + uint64(i)*0x9e3779b97f4a7c15
+		}
+		return out
+	}
+	ns := make([]int, maxTailSums)
+	for i := range ns {
+		ns[i] = ledgerChunk - 1 - i
+	}
+	for _, s := range []*ledgerState{
+		{at: time.UnixMilli(1764590000123), turn: math.MaxInt32, holdout: true, kept: true, naive: full(maxLedgerSums, 1), sent: full(maxLedgerSums, 2),
+			sentTokens: 1 << 62, naiveTokens: 1 << 62, tail: tail{pre: math.MaxUint64, ns: ns, sums: full(maxTailSums, 3)}},
+		{at: time.UnixMilli(1764590000123), turn: 2, naive: full(4, 1), sent: full(4, 1), tail: tail{pre: 7, ns: ns, sums: full(maxTailSums, 3)}},
+		{at: time.UnixMilli(1764590000123), turn: 1, naive: full(1, 1), sent: full(1, 1)},
+	} {
+		var b []byte
+		if n := testing.AllocsPerRun(20, func() { b = s.encode() }); n != 1 {
+			t.Errorf("encode of a state of %d+%d sums and %d tail hashes: %v allocations, want 1", len(s.naive), len(s.sent), len(s.tail.ns), n)
+		}
+		if len(b) > s.encodedMax() {
+			t.Errorf("encode: %d bytes, more than encodedMax %d", len(b), s.encodedMax())
+		}
+		var got *ledgerState
+		var err error
+		if n := testing.AllocsPerRun(20, func() { got, err = decodeLedgerState(b) }); n > 3 {
+			t.Errorf("decode of a state of %d+%d sums and %d tail hashes: %v allocations, want at most 3", len(s.naive), len(s.sent), len(s.tail.ns), n)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := *s
+		if len(want.tail.ns) == 0 {
+			want.tail.ns, want.tail.sums = nil, nil
+		}
+		if diff := cmp.Diff(&want, got, cmp.AllowUnexported(ledgerState{}, tail{})); diff != "" {
+			t.Errorf("round trip (-want +got):\n%s", diff)
+		}
+		// Growing one list must not write into the next.
+		sent0 := slices.Clone(got.sent)
+		tail0 := slices.Clone(got.tail.sums)
+		_ = append(got.naive, 0)
+		_ = append(got.sent, 0)
+		if !slices.Equal(sent0, got.sent) || !slices.Equal(tail0, got.tail.sums) {
+			t.Error("the decoded lists overlap")
+		}
+	}
+}
+
+// TestDecodePooled checks that a pooled state decodes as decodeLedgerState
+// does, also after a larger or a smaller state was decoded in its arrays
+// (nothing of the previous one shows through), and that decoding into
+// arrays with room allocates nothing.
+func TestDecodePooled(t *testing.T) {
+	mk := func(n, tails int, base uint64) *ledgerState {
+		s := &ledgerState{at: time.UnixMilli(1764590000123 + int64(n)), turn: n, kept: n%2 == 0, naive: make([]uint64, n), sent: make([]uint64, n/2+1), sentTokens: float64(n), naiveTokens: float64(2 * n)}
+		for i := range s.naive {
+			s.naive[i] = base + uint64(i)
+		}
+		for i := range s.sent {
+			s.sent[i] = base<<1 + uint64(i)
+		}
+		if tails > 0 {
+			s.tail = tail{pre: base, ns: make([]int, tails), sums: make([]uint64, tails)}
+			for i := range tails {
+				s.tail.ns[i], s.tail.sums[i] = ledgerChunk-1-i, base<<2+uint64(i)
+			}
+		}
+		return s
+	}
+	for _, s := range []*ledgerState{mk(maxLedgerSums, maxTailSums, 1), mk(3, 0, 2), mk(40, 5, 3), mk(1, 32, 4), mk(700, 0, 5)} {
+		b := s.encode()
+		want, err := decodeLedgerState(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := decodePooled(b)
+		if got == nil {
+			t.Fatal("decodePooled failed")
+		}
+		if diff := cmp.Diff(want, got, cmp.AllowUnexported(ledgerState{}, tail{}), cmpopts.IgnoreFields(ledgerState{}, "bufs")); diff != "" {
+			t.Errorf("decodePooled (-decodeLedgerState +got):\n%s", diff)
+		}
+		releaseState(got)
+	}
+	if decodePooled([]byte{9}) != nil {
+		t.Error("decodePooled of a malformed state succeeded")
+	}
+	s := &ledgerState{bufs: &stateBufs{}}
+	b := mk(maxLedgerSums, maxTailSums, 1).encode()
+	sums, ns, _ := s.decode(b, nil, nil)
+	if n := testing.AllocsPerRun(20, func() { sums, ns, _ = s.decode(b, sums, ns) }); n != 0 {
+		t.Errorf("decode into arrays with room: %v allocations, want 0", n)
 	}
 }

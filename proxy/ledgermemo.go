@@ -327,7 +327,10 @@ func offsetIn(body, sub []byte) int {
 func (b *layoutBuilder) entry() [sha256.Size]byte {
 	s := b.exit
 	if !b.exitOK {
-		b.h.Sum(s[:0])
+		// Into the builder's scratch: a local array passed to the
+		// interface's Sum would be moved to the heap.
+		b.h.Sum(b.sum[:0])
+		s = b.sum
 	}
 	if len(b.p.sums) > 1 {
 		var e [ledgerEndBytes]byte
@@ -453,7 +456,8 @@ func releaseLayout(p *layout) {
 	// Drop the references to the request's body.
 	clear(p.leads)
 	clear(p.texts)
+	clear(p.keys)
 	*p = layout{sums: p.sums[:0], bytes: p.bytes[:0], fixed: p.fixed[:0], leads: p.leads[:0], texts: p.texts[:0],
-		ends: p.ends[:0], esc: p.esc[:0]}
+		ends: p.ends[:0], esc: p.esc[:0], keys: p.keys[:0]}
 	layoutPool.Put(p)
 }

@@ -228,7 +228,12 @@ type reqState struct {
 	bodyBuf *bodyBuf
 	readers []*bodyReader // the bodies made by requestBody, closed by releaseBody
 	reader0 [2]*bodyReader
-	outBufs []*bodyBuf // the pooled buffers of rewritten bodies (outBuffer), released by releaseBody
+	// readerv holds the first len(readerv) of them (requestBody), nreaders
+	// how many it gave out; never reused, as a transport may still read one
+	// after the request.
+	readerv  [2]bodyReader
+	nreaders int
+	outBufs  []*bodyBuf // the pooled buffers of rewritten bodies (outBuffer), released by releaseBody
 
 	// Rewrite.
 	mode      string // metrics.Mode*
@@ -264,6 +269,7 @@ type reqState struct {
 	naive   *layout
 	prev    *ledgerState
 	holdout bool
+	led     Ledger // settle's account, Exchange.Ledger
 }
 
 func stateFrom(ctx context.Context) *reqState {
@@ -483,11 +489,16 @@ func (h *Handler) prepareRewrite(st *reqState, out *http.Request) error {
 		}
 	}
 	out.Body = st.requestBody(send)
-	out.ContentLength = int64(len(send))
-	out.TransferEncoding = nil
-	if out.Header.Get("Content-Length") != "" {
-		out.Header.Set("Content-Length", strconv.Itoa(len(send)))
+	if n := int64(len(send)); n != out.ContentLength {
+		// The transport writes ContentLength; the header, which it
+		// ignores, says the same for the hooks. A body sent as it came
+		// keeps both (two allocations).
+		out.ContentLength = n
+		if out.Header.Get("Content-Length") != "" {
+			out.Header.Set("Content-Length", strconv.Itoa(len(send)))
+		}
 	}
+	out.TransferEncoding = nil
 	return nil
 }
 
