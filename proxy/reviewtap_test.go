@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -156,5 +157,113 @@ func TestReviewTapNearMaxEvent(t *testing.T) {
 	if got.Text != want.Text || got.TextTruncated != want.TextTruncated {
 		t.Fatalf("streamed: text %.40q (%d bytes), truncated %v; the old read: %.40q (%d bytes), truncated %v",
 			got.Text, len(got.Text), got.TextTruncated, want.Text, len(want.Text), want.TextTruncated)
+	}
+}
+
+// TestReviewTapRecorderCap: a streamed text past MaxTextBytes, cut inside
+// a rune, then taken back (a thought) or kept, leaves the real recorder
+// with the record of the old read's text.
+func TestReviewTapRecorderCap(t *testing.T) {
+	s, err := cache.New(cache.Options{MaxBytes: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ref, err := cache.New(cache.Options{MaxBytes: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	long := "x" + strings.Repeat("日本語 ", MaxTextBytes/10+100) // a rune across the cap
+	for i, parts := range []string{
+		`{"text":"` + long + `","thought":true},{"text":"the answer, after a long thought"}`,
+		`{"thought":true,"text":"` + long + `"},{"text":"the answer"},{"text":"` + long + `"}`,
+		`{"text":"` + long + `"},{"text":"more"}`,
+		`{"text":"` + long[:MaxTextBytes-3] + `"},{"text":"日本"}`,
+	} {
+		body := []byte(`{"candidates":[{"content":{"parts":[` + parts + `]},"index":0}],"usageMetadata":{"promptTokenCount":1}}`)
+		want := feedTapWith(body, nil, false)
+		tenant := fmt.Sprint("t", i)
+		tp := newTap("", true)
+		tp.text.keep = false
+		rec := s.ServedRecorder(tenant)
+		tp.text.w = rec
+		for k := 0; k < len(body); k += 32 << 10 {
+			tp.Write(body[k:min(k+32<<10, len(body))]) //nolint:errcheck // never fails
+		}
+		tp.finish()
+		rec.Served(tp.textTruncated)
+		ref.RecordServed(tenant, want.Text, want.TextTruncated)
+		s.Wait()
+		ref.Wait()
+		for _, q := range []string{want.Text, want.Text[:len(want.Text)/2], want.Text[:len(want.Text)-1] + "y", "the answer"} {
+			if a, b := s.Verifier(tenant).Served(q), ref.Verifier(tenant).Served(q); a != b {
+				t.Errorf("case %d: Served(%.40q…) = %v; the old read's record says %v", i, q, a, b)
+			}
+		}
+		if tp.textTruncated != want.TextTruncated {
+			t.Errorf("case %d: truncated %v; want %v", i, tp.textTruncated, want.TextTruncated)
+		}
+	}
+}
+
+// rewindKeepBody is a streamed JSON array whose text reaches 512 KB,
+// then many objects whose first text is a thought, each taken back.
+func rewindKeepBody() []byte {
+	var sb strings.Builder
+	sb.WriteString(`[{"candidates":[{"content":{"parts":[{"text":"` + strings.Repeat("answer text ", (512<<10)/12) + `"}]}}]}`)
+	for range 500 {
+		sb.WriteString(`,{"candidates":[{"content":{"parts":[{"text":"a thought","thought":true},{"text":"x"}]}}]}`)
+	}
+	sb.WriteString("]")
+	return []byte(sb.String())
+}
+
+// TestReviewTapRewindKeepAlloc: taking back a streamed thought must not
+// copy the text kept so far (OnServed, OnExchange with text): the tap
+// allocated 280 MB for this 560 KB body (500 rewinds of a 512 KB text);
+// reading each object whole allocates under 3 MB.
+func TestReviewTapRewindKeepAlloc(t *testing.T) {
+	body := rewindKeepBody()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	tp := newTap("", true)
+	tp.text.w = &markWriter{}
+	for k := 0; k < len(body); k += 32 << 10 {
+		tp.Write(body[k:min(k+32<<10, len(body))]) //nolint:errcheck // never fails
+	}
+	tp.finish()
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 20*uint64(len(body)) {
+		t.Errorf("reading a %d-byte body allocated %d bytes", len(body), got)
+	}
+	if want := feedTapWith(body, nil, false).Text; tp.text.String() != want {
+		t.Errorf("text %d bytes; want %d", len(tp.text.String()), len(want))
+	}
+}
+
+// BenchmarkReviewTapRewindKeep: rewindKeepBody read with keep
+// (OnServed, OnExchange with text); keep=false (the served recorder
+// only, as cmd/gemini-proxy runs) and stream=false (a writer without
+// Mark: the old read of each object whole) are the baselines.
+func BenchmarkReviewTapRewindKeep(b *testing.B) {
+	body := rewindKeepBody()
+	for _, c := range []struct{ keep, stream bool }{{false, true}, {true, true}, {true, false}} {
+		b.Run(fmt.Sprintf("keep=%v/stream=%v", c.keep, c.stream), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				tp := newTap("", true)
+				tp.text.keep = c.keep
+				if c.stream {
+					tp.text.w = &markWriter{}
+				} else {
+					tp.text.w = &noMarkWriter{} // the old read: nothing streamed
+				}
+				for k := 0; k < len(body); k += 32 << 10 {
+					tp.Write(body[k:min(k+32<<10, len(body))]) //nolint:errcheck // never fails
+				}
+				tp.finish()
+			}
+		})
 	}
 }
