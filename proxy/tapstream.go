@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"strings"
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -169,7 +168,7 @@ func (t *tap) startStream(b []byte) bool {
 		out = (*streamBufs.Get().(*[]byte))[:0]
 	}
 	t.st = strStream{on: true, hi: -1, out: out[:0]}
-	t.tm = textMark{n: t.text.n, keep: t.text.b.Len(), truncated: t.textTruncated}
+	t.tm = textMark{n: t.text.n, keep: len(t.text.b), truncated: t.textTruncated}
 	if m, ok := t.text.w.(servedMarker); ok {
 		m.Mark()
 	}
@@ -192,11 +191,7 @@ func (t *tap) streamable() bool {
 
 // rewindText takes back the streamed text; commitText keeps it.
 func (t *tap) rewindText() {
-	if t.text.b.Len() > t.tm.keep {
-		s := t.text.b.String()[:t.tm.keep]
-		t.text.b = strings.Builder{}
-		t.text.b.WriteString(s)
-	}
+	t.text.b = t.text.b[:min(len(t.text.b), t.tm.keep)] // what follows is overwritten
 	t.text.n, t.textTruncated = t.tm.n, t.tm.truncated
 	if m, ok := t.text.w.(servedMarker); ok {
 		m.Rewind()
