@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -146,7 +147,10 @@ func newTap(contentEncoding string, needText bool) *tap {
 // when there is one, so that recording the served answer needs no copy of
 // it.
 type tapText struct {
-	b    strings.Builder
+	// b is a byte slice, not a strings.Builder, so that Rewind of a
+	// streamed text (tapstream.go) truncates it instead of copying the
+	// text kept so far.
+	b    []byte
 	keep bool
 	n    int
 	w    ServedWriter
@@ -158,7 +162,7 @@ func (x *tapText) Len() int { return x.n }
 // Grow makes room for n more bytes.
 func (x *tapText) Grow(n int) {
 	if x.keep {
-		x.b.Grow(n)
+		x.b = slices.Grow(x.b, n)
 	}
 	if x.w != nil {
 		x.w.Grow(n)
@@ -169,7 +173,7 @@ func (x *tapText) Grow(n int) {
 func (x *tapText) Write(p []byte) {
 	x.n += len(p)
 	if x.keep {
-		x.b.Write(p)
+		x.b = append(x.b, p...)
 	}
 	if x.w != nil {
 		x.w.Write(p) //nolint:errcheck // a ServedWriter never fails
@@ -180,7 +184,7 @@ func (x *tapText) Write(p []byte) {
 func (x *tapText) WriteString(s string) {
 	x.n += len(s)
 	if x.keep {
-		x.b.WriteString(s)
+		x.b = append(x.b, s...)
 	}
 	if x.w != nil {
 		x.w.WriteString(s) //nolint:errcheck // a ServedWriter never fails
@@ -188,7 +192,8 @@ func (x *tapText) WriteString(s string) {
 }
 
 // String returns the text kept ("" without keep).
-func (x *tapText) String() string { return x.b.String() }
+// It is called once the body is read, once or twice (OnServed, OnExchange).
+func (x *tapText) String() string { return string(x.b) }
 
 // Write feeds body bytes to the tap. It always reports len(p), nil.
 func (t *tap) Write(p []byte) (int, error) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"strings"
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -169,7 +168,7 @@ func (t *tap) startStream(b []byte) bool {
 		out = (*streamBufs.Get().(*[]byte))[:0]
 	}
 	t.st = strStream{on: true, hi: -1, out: out[:0]}
-	t.tm = textMark{n: t.text.n, keep: t.text.b.Len(), truncated: t.textTruncated}
+	t.tm = textMark{n: t.text.n, keep: len(t.text.b), truncated: t.textTruncated}
 	if m, ok := t.text.w.(servedMarker); ok {
 		m.Mark()
 	}
@@ -192,11 +191,7 @@ func (t *tap) streamable() bool {
 
 // rewindText takes back the streamed text; commitText keeps it.
 func (t *tap) rewindText() {
-	if t.text.b.Len() > t.tm.keep {
-		s := t.text.b.String()[:t.tm.keep]
-		t.text.b = strings.Builder{}
-		t.text.b.WriteString(s)
-	}
+	t.text.b = t.text.b[:min(len(t.text.b), t.tm.keep)] // what follows is overwritten
 	t.text.n, t.textTruncated = t.tm.n, t.tm.truncated
 	if m, ok := t.text.w.(servedMarker); ok {
 		m.Rewind()
@@ -251,15 +246,14 @@ func (t *tap) streamOut() {
 // is taken back and the object read from its tail, as appendObj does for
 // an object too large (the framing goes on inside the string at the index
 // returned).
-func (t *tap) streamText(p []byte, i int) (end int, over bool) {
+func (t *tap) streamText(all []byte, i int) (end int, over bool) {
 	s := &t.st
-	if len(t.obj)+s.raw+len(p)-i > maxEventBytes {
-		t.rewindText()
-		t.textTruncated = true
-		t.st.on, t.phOn = false, false
-		t.obj, t.objTrimmed = lastBytes(t.obj, nil, tailBytes), true
-		t.inStr, t.esc = true, s.esc == 1
-		return i, true
+	// Only the string's own bytes count against maxEventBytes, not what
+	// follows it in this read (the next object of an array): the string
+	// is read up to the limit, and is over only if it goes on past it.
+	p := all
+	if room := maxEventBytes - len(t.obj) - s.raw; len(p)-i > room {
+		p = p[:i+max(room, 0)]
 	}
 	from := i
 	for i < len(p) {
@@ -332,6 +326,14 @@ func (t *tap) streamText(p []byte, i int) (end int, over bool) {
 		if len(s.out) >= streamFlush {
 			t.streamOut()
 		}
+	}
+	if len(p) < len(all) {
+		t.rewindText()
+		t.textTruncated = true
+		t.st.on, t.phOn = false, false
+		t.obj, t.objTrimmed = lastBytes(t.obj, nil, tailBytes), true
+		t.inStr, t.esc = true, s.esc == 1
+		return len(p), true
 	}
 	s.raw += len(p) - from
 	t.streamOut()
