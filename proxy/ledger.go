@@ -794,7 +794,7 @@ func (s *ledgerState) decode(b []byte, sums []uint64, ns []int) ([]uint64, []int
 		if cap(ns) < int(count) {
 			ns = make([]int, 0, count)
 		}
-		s.tail.ns, s.tail.sums = ns[:0], sums[len(sums):len(sums)]
+		s.tail.ns, s.tail.sums = ns[:0], sums[len(sums):]
 	}
 	for range count {
 		n, ok := uv()

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +16,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/tools/txtar"
+
+	"github.com/gemini-proxy/gemini-proxy/internal/goenv"
 )
 
 // scanAnchored scans the JSON string contents texts as the turns of one
@@ -224,9 +225,13 @@ func TestSpanSHA(t *testing.T) {
 // afresh (no resume, anchors or segmentation reuse), and that the audit
 // passes.
 func TestReuseSameOutput(t *testing.T) {
+	env, err := goenv.Lookup()
+	if err != nil {
+		t.Skipf("Go installation: %v", err)
+	}
 	var docs strings.Builder
 	for _, f := range []string{"net/http/httputil/reverseproxy.go", "text/scanner/scanner.go", "sort/sort.go", "container/list/list.go"} {
-		src, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "src", f))
+		src, err := os.ReadFile(filepath.Join(env.GOROOT, "src", f))
 		if err != nil {
 			t.Skipf("Go sources: %v", err)
 		}
