@@ -503,7 +503,10 @@ func (au *auditor) contents() error {
 				var s string
 				s, ok = decodeBase64(raw, bytes.IndexByte(raw, '\\') >= 0)
 				content = unsafe.Slice(unsafe.StringData(s), len(s))
-			} else if content, ok = decodeRaw(au.buf, raw); ok && cap(content) > cap(au.buf) {
+			} else if content, ok = decodeRaw(au.buf, raw); ok && cap(content) > cap(au.buf) && unsafe.SliceData(content) != unsafe.SliceData(raw) {
+				// Keep a decoding as scratch, never raw itself: raw views
+				// the original body, which a later decoding would
+				// overwrite.
 				au.buf = content
 			}
 			if !ok {

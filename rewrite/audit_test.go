@@ -35,11 +35,16 @@ func auditKnownReason(err error) bool {
 
 // auditBoth returns Audit's verdict and fails t when the audit without
 // the rewrite's memo of hashes (which computes every hash itself) gives
-// another one: the memo only saves work.
+// another one (the memo only saves work), or when either audit wrote into
+// the original body.
 func auditBoth(t *testing.T, in, out []byte, rep *Report) error {
 	t.Helper()
+	orig := bytes.Clone(in)
 	err := Audit(in, out, rep)
 	full := audit(in, out, rep, false)
+	if !bytes.Equal(in, orig) {
+		t.Fatalf("the audit modified the original body")
+	}
 	if reasonOf(err) != reasonOf(full) {
 		t.Fatalf("Audit = %v, without the memo %v", err, full)
 	}
@@ -356,5 +361,57 @@ func auditTranscript(t *testing.T, text string, v Verifier) {
 	}
 	if err := auditBoth(t, body, out, rep); err != nil && !auditKnownReason(err) {
 		t.Fatalf("audit: %v\nin:  %q\nout: %q", err, body, out)
+	}
+}
+
+// TestAuditLeavesOriginal checks that the audit, with and without the
+// memo of hashes, never writes into the original body it is given (the
+// proxy forwards that body when the audit fails, and in dry-run mode).
+// Fuzz input FuzzSession/06ee7b0a5fbc3c0c: the audit that hashes every
+// cut itself kept a span without escapes (the "Answer" of turn 1, a view
+// of the original) as its decoding scratch, then decoded the escaped
+// secondary copy of turn 2 over it, and found "two contents under one
+// hash" at turn 3.
+func TestAuditLeavesOriginal(t *testing.T) {
+	answer := strings.TrimSpace(strings.Repeat("the quick brown fox jumps over the lazy dog ", 5))
+	for _, tc := range []struct {
+		name  string
+		turns []string // user, model, user, …
+	}{
+		{"plain then escaped then plain", []string{"Why?\n" + answer, answer, "Why?\n" + answer, answer, "And?"}},
+		{"escaped then plain", []string{"Why?\n" + answer, "Why?\n" + answer, answer, answer, "And?"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var contents []map[string]any
+			for i, s := range tc.turns {
+				role := "user"
+				if i%2 == 1 {
+					role = "model"
+				}
+				contents = append(contents, map[string]any{"role": role, "parts": []any{map[string]any{"text": s}}})
+			}
+			body, err := json.Marshal(map[string]any{"contents": contents})
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := DefaultOptions()
+			opts.MinBlockBytes = 16
+			out, rep, err := Request(body, opts, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Replacements) < 2 {
+				t.Fatalf("%d replacements, want at least 2: the case no longer reaches the audit's hashing", len(rep.Replacements))
+			}
+			orig := bytes.Clone(body)
+			for _, memo := range []bool{false, true} {
+				if err := audit(body, out, rep, memo); err != nil {
+					t.Errorf("audit (memo %v): %v", memo, err)
+				}
+				if !bytes.Equal(body, orig) {
+					t.Fatalf("audit (memo %v) modified the original body:\n%s", memo, body)
+				}
+			}
+		})
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"testing"
+	"unicode/utf8"
 )
 
 // jsonToken is one token of a JSON value, with whether a string is a key.
@@ -209,4 +211,59 @@ func subSource(reps []Replacement) Source {
 		}
 	}
 	return ""
+}
+
+// TestCheckInvariantsInvalidUTF8 checks that the test oracle accepts a
+// JSON-text rewrite of an input holding invalid UTF-8 (fuzz inputs
+// FuzzRequest/149fa3a96cb00f84 and 96cdf3e096b468a0): encoding/json
+// decodes such a byte to U+FFFD, so the oracle's text is not the one the
+// rewrite hashed and it must leave these parts to the audit, which checks
+// the bytes themselves, as it does for plain text parts.
+func TestCheckInvariantsInvalidUTF8(t *testing.T) {
+	var b strings.Builder
+	for i := range 24 {
+		fmt.Fprintf(&b, "// f%d returns the %dth value of the alpha table.\nfunc f%d(x int) int { return x*%d + 7 }\n\n", i, i, i, i)
+	}
+	src := b.String()
+	file := func(content string) string {
+		v, err := json.Marshal([]map[string]string{{"path": "a.go", "content": content}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(v)
+	}
+	for _, tc := range []struct{ name, old string }{
+		{"fenced", "Here:\n```json\n" + strings.Replace(file(src), "alpha table.\\nfunc f2", "alpha\xe5table.\\nfunc f2", 1) + "\n```\nThanks."},
+		{"json text", strings.Replace(file(src), "alpha table.\\nfunc f2", "alpha\xe5table.\\nfunc f2", 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			newer := file(src + "// g doubles x.\nfunc g(x int) int { return 2 * x }\n")
+			var raw strings.Builder
+			raw.WriteString(`{"contents":[{"role":"user","parts":[{"text":`)
+			// Marshal would replace the invalid byte: quote by hand.
+			raw.WriteString(`"` + strings.ReplaceAll(strings.ReplaceAll(strings.ReplaceAll(tc.old, `\`, `\\`), `"`, `\"`), "\n", `\n`) + `"`)
+			raw.WriteString(`}]},{"role":"model","parts":[{"text":"Read it."}]},{"role":"user","parts":[{"text":`)
+			nb, _ := json.Marshal(newer)
+			raw.Write(nb)
+			raw.WriteString(`}]}]}`)
+			body := []byte(raw.String())
+			if utf8.Valid(body) || !json.Valid(body) {
+				t.Fatalf("want a valid JSON body with invalid UTF-8")
+			}
+			opts := DefaultOptions()
+			out, rep, err := Request(body, opts, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if subSource(rep.Replacements) == "" {
+				t.Fatalf("no JSON-text replacement: %s", renderReport(rep, nil))
+			}
+			if err := checkInvariants(body, out, rep, opts, nil); err != nil {
+				t.Errorf("invariants: %v", err)
+			}
+			if err := auditBoth(t, body, out, rep); err != nil {
+				t.Errorf("audit: %v", err)
+			}
+		})
+	}
 }

@@ -32,6 +32,8 @@ import (
 //     Options.MinBlockBytes (4 KB, about 1,000 tokens, by default: the
 //     smallest documented implicit-cache minimum), so that a split is made
 //     only where the cache can gain;
+//   - the lead holds no reference line (a block replaced in the lead,
+//     which the first pass would have seen as the first block);
 //   - the lead is not a caption of the blocks: its last line does not end
 //     with a colon ("Here is my file:", "Explain the following code:"),
 //     and it uses no word that points by position ("below", "following",
@@ -145,10 +147,30 @@ func (e *engine) stableAt(tp *textPart, in []*occ, minMoved int) (int, bool) {
 	// The lead holds no block of its own: the first block is not one
 	// file of a blob whose fence opens in the lead (split keeps only
 	// the files as blocks), nor was anything else cut.
-	if len(appendBlocks(nil, splitLines(lead), e.opts.DocumentTags)) > 0 {
+	if len(appendBlocks(nil, splitLines(lead), e.opts.DocumentTags)) > 0 || holdsRefLine(lead) {
 		return 0, false
 	}
 	return s + delta, true
+}
+
+// holdsRefLine reports whether a line of lead is a reference: a block
+// replaced there, by this rewrite's first pass or by the client. A lead
+// holding one is not split, as when the first block is replaced, so that
+// rewriting an output whose first block became a reference splits
+// nothing (FuzzRequest/e10fbaa2eb2d2a49).
+func holdsRefLine(lead string) bool {
+	for len(lead) > 0 {
+		line := lead
+		if i := strings.IndexByte(lead, '\n'); i >= 0 {
+			line, lead = lead[:i], lead[i+1:]
+		} else {
+			lead = ""
+		}
+		if isRefLine(line) {
+			return true
+		}
+	}
+	return false
 }
 
 // caption reports whether lead introduces what follows it: its last line

@@ -334,3 +334,43 @@ func TestCaption(t *testing.T) {
 		}
 	}
 }
+
+// TestStableLeadReference checks that a part whose first block became a
+// reference is not split when the output is rewritten again: the
+// reference is then the lead of the kept blocks, and splitting it off
+// made the rewrite not idempotent (FuzzRequest/e10fbaa2eb2d2a49).
+func TestStableLeadReference(t *testing.T) {
+	a := "```go a.go\n" + strings.Repeat("func a() { return 1 }\n", 8) + "```\n"
+	b := "```go b.go\n" + strings.Repeat("func b() { return 2 }\n", 12) + "```\n"
+	for _, tc := range []struct{ name, first string }{
+		{"reference first", a + b},
+		{"question then reference", "Why?\n" + a + b},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body, err := json.Marshal(map[string]any{"contents": []any{
+				map[string]any{"role": "user", "parts": []any{map[string]any{"text": tc.first}}},
+				map[string]any{"role": "model", "parts": []any{map[string]any{"text": "Read."}}},
+				map[string]any{"role": "user", "parts": []any{map[string]any{"text": "```go a.go\n" + strings.Repeat("func a() { return 3 }\n", 8) + "```\nAnd now?"}}},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := DefaultOptions()
+			opts.MinBlockBytes = 24
+			out, rep, err := Request(body, opts, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Replacements) != 1 || rep.Replacements[0].Rule != RuleSuperseded {
+				t.Fatalf("want a.go superseded in turn 0: %s", renderReport(rep, nil))
+			}
+			again, rep2, err := Request(out, opts, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(again, out) || rep2.Changed() {
+				t.Errorf("not idempotent\nonce:  %s\ntwice: %s\n%s", out, again, renderReport(rep2, nil))
+			}
+		})
+	}
+}
