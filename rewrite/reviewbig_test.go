@@ -165,10 +165,67 @@ func rbBody(texts []string) []byte {
 
 var rbAuditMB int
 
+// rbPooled is one state reused across the generator's requests, reset as
+// release does, as the pool hands states out.
+var rbPooled = &state{}
+
+// rbMutate returns body with a letter changed every 300 bytes of its
+// last two thirds (same length, same layout in the arena).
+func rbMutate(body []byte) []byte {
+	b := bytes.Clone(body)
+	for j := len(b) / 3; j < len(b); j += 300 {
+		for ; j < len(b); j++ {
+			if b[j] >= 'a' && b[j] <= 'z' && b[j-1] != '\\' {
+				b[j] = 'a' + (b[j]-'a'+1)%26
+				break
+			}
+		}
+	}
+	return b
+}
+
+// rbSessionBlocks is SessionBlocks (scan with small 0, reuse on) on st.
+func rbSessionBlocks(t *testing.T, st *state, body []byte, opts Options) ([]Block, error) {
+	t.Helper()
+	req, err := scanWith(body, st, 0, limitsOf(&opts))
+	if err != nil {
+		return nil, err
+	}
+	if len(req.contents) == 0 {
+		return nil, ErrNoContents
+	}
+	e := newEngine(body, req, &opts, st)
+	if err := e.analyse(); err != nil {
+		return nil, err
+	}
+	for i := range e.occs {
+		if o := &e.occs[i]; o.tp >= 0 && o.b.kind != kindRun && normalize(e.parts[o.tp].text[o.b.cstart:o.b.cend]) != o.content {
+			t.Fatalf("occurrence %d (%s) holds content that is not its text's", i, o.b.name)
+		}
+	}
+	return e.newTurnBlocks(), nil
+}
+
 func rbCheck(t *testing.T, texts []string) (taken, segTaken int) {
 	t.Helper()
 	scanAnchored(t, texts)
 	body := rbBody(texts)
+	{
+		// A pooled state: a fast rewrite, then SessionBlocks' path on the
+		// same state, against a fresh state.
+		opts := DefaultOptions()
+		_, _, _ = rbPooled.rewrite(body, opts, nil, true)
+		rbPooled.reset()
+		// The next body: this one with a letter of its last text changed
+		// (same length, same layout in the arena).
+		body := rbMutate(body)
+		got, err := rbSessionBlocks(t, rbPooled, body, opts)
+		rbPooled.reset()
+		want, err2 := rbSessionBlocks(t, &state{}, body, opts)
+		if (err == nil) != (err2 == nil) || !cmp.Equal(got, want) {
+			t.Fatalf("SessionBlocks on a pooled state (err %v) differs from a fresh one (err %v):\n%s", err, err2, cmp.Diff(want, got))
+		}
+	}
 	for _, small := range []int{0, 1} {
 		opts := DefaultOptions()
 		if small == 1 {
