@@ -324,3 +324,32 @@ func TestReviewbigLinear(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReviewbigFences rewrites a body of texts of fence lines re-sent
+// across turns at 10k, 100k and 1M bytes per text: ns/op and allocs/op
+// divided by the size must stay flat (compare the sizes' ratios in one
+// run).
+func BenchmarkReviewbigFences(b *testing.B) {
+	for _, unit := range []string{"```\n", "```go\nx := \"é\"\n```\n", "<a>\n</a>\n```\n"} {
+		for _, size := range []int{10_000, 100_000, 1_000_000} {
+			text := strings.Repeat(unit, size/len(unit))
+			grow := text + text[:len(text)/2] + "```\n" + text
+			c := func(s string) map[string]any {
+				return map[string]any{"role": "user", "parts": []any{map[string]any{"text": s}}}
+			}
+			m := map[string]any{"role": "model", "parts": []any{map[string]any{"text": "ok"}}}
+			body, _ := json.Marshal(map[string]any{"contents": []any{c(text), m, c(text + "q"), m, c(grow)}})
+			opts := DefaultOptions()
+			opts.MaxLines, opts.MaxBlocks = 0, 0
+			b.Run(fmt.Sprintf("%q/%d", unit[:3], size), func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(body)))
+				for range b.N {
+					if _, _, err := request1(body, opts, nil, true); err != nil && !errors.Is(err, ErrTooComplex) {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
