@@ -153,10 +153,13 @@ func scan(body []byte) (*request, error) {
 // never changed (issue 3: per-part cost at small bodies).
 func scanWith(body []byte, st *state, small int, lim limits) (*request, error) {
 	s := &scanner{b: body, st: st, parts: st.parts[:0], small: small, lim: lim}
+	// Always emptied: a pooled state keeps the last body's anchors and
+	// copies, and analyse hands st.at.copies to segIndex.known, which
+	// must never see copies of another body (TestStaleScanCopies).
+	st.at.reset()
 	if small > 0 {
 		// Request's path (small is MinBlockBytes); its exhaustive path
 		// for tests (small 0) decodes every text in full.
-		st.at.reset()
 		s.at = &st.at
 	}
 	req := &request{contents: st.contents[:0]}
