@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -479,62 +478,7 @@ func TestFleetSlowRedis(t *testing.T) {
 // connections are closed when the test ends.
 func slowRelay(t *testing.T, target string, delay func(n int) time.Duration) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	pipe := func(dst, src net.Conn) {
-		defer wg.Done()
-		defer dst.Close()
-		defer src.Close()
-		buf := make([]byte, 32<<10)
-		for n := 0; ; n++ {
-			m, err := src.Read(buf)
-			if m > 0 {
-				time.Sleep(delay(n))
-				if _, err := dst.Write(buf[:m]); err != nil {
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.DialTimeout("tcp", target, 5*time.Second)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, u)
-			mu.Unlock()
-			wg.Add(2)
-			go pipe(u, c)
-			go pipe(c, u)
-		}
-	}()
-	return ln.Addr().String()
+	return cachetest.Relay(t, target, func(_ bool, n int) (time.Duration, bool) { return delay(n), false })
 }
 
 // dbSize returns the number of keys the Redis server at addr holds.

@@ -288,11 +288,24 @@ type relay struct {
 // target until the test ends.
 func startRelay(t testing.TB, target string) *relay {
 	t.Helper()
+	r := &relay{}
+	r.addr = Relay(t, target, func(fromTarget bool, _ int) (time.Duration, bool) {
+		return 0, fromTarget && r.hold.Load()
+	})
+	return r
+}
+
+// Relay listens on a loopback port and forwards each connection to
+// target, both ways, until the test ends, and returns its address. Each
+// chunk read is first given to pass, with its direction (fromTarget) and
+// its number in that direction of its connection (from 0): pass says how
+// long to hold it before it is written on, or to drop it.
+func Relay(t testing.TB, target string, pass func(fromTarget bool, n int) (delay time.Duration, drop bool)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &relay{addr: ln.Addr().String()}
 	var mu sync.Mutex
 	var conns []net.Conn
 	var wg sync.WaitGroup
@@ -305,16 +318,20 @@ func startRelay(t testing.TB, target string) *relay {
 		mu.Unlock()
 		wg.Wait()
 	})
-	pipe := func(dst, src net.Conn, held bool) {
+	pipe := func(dst, src net.Conn, fromTarget bool) {
 		defer wg.Done()
 		defer dst.Close()
 		defer src.Close()
 		buf := make([]byte, 32<<10)
-		for {
+		for n := 0; ; n++ {
 			m, err := src.Read(buf)
-			if m > 0 && !(held && r.hold.Load()) {
-				if _, err := dst.Write(buf[:m]); err != nil {
-					return
+			if m > 0 {
+				delay, drop := pass(fromTarget, n)
+				time.Sleep(delay)
+				if !drop {
+					if _, err := dst.Write(buf[:m]); err != nil {
+						return
+					}
 				}
 			}
 			if err != nil {
@@ -343,7 +360,7 @@ func startRelay(t testing.TB, target string) *relay {
 			go pipe(c, u, true)
 		}
 	}()
-	return r
+	return ln.Addr().String()
 }
 
 // KillMaster fails the master over to the replica the way a crash does:
