@@ -115,3 +115,29 @@ func BenchmarkRecordServedNew(b *testing.B) {
 		s.RecordServed("tenant", strconv.Itoa(i)+" "+body, false)
 	}
 }
+
+// TestRecordServedBackToBack records two new answers sharing their first
+// 5,000 bytes right after each other, many times: each shared prefix's
+// candidate list must hold both, so the first answer's new lists must be
+// visible to the second's read-modify-write (ristretto applies a new key
+// asynchronously) however the writes of one answer are grouped.
+func TestRecordServedBackToBack(t *testing.T) {
+	s, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := s.areas[AreaServed]
+	for i := range 300 {
+		common := strconv.Itoa(i) + strings.Repeat(" shared words", 400)
+		s.RecordServed("t", common+" and then the first answer", false)
+		s.RecordServed("t", common+" and then another", false)
+		for _, c := range []int{64, 256, 1024, 4096} {
+			p := digest(sha256.Sum256([]byte(common[:c])))
+			list, _ := a.get(idKey("t", kindPrefix, p))
+			if len(list) != 2*sha256.Size {
+				t.Fatalf("round %d: the list of prefix cut %d holds %d ids, want 2", i, c, len(list)/sha256.Size)
+			}
+		}
+	}
+}
