@@ -87,9 +87,7 @@ func (s *Store) storeServed(tenant string, id digest, rec []byte, prefixes []dig
 	s.recorded.Add(1)
 	a := s.areas[AreaServed]
 	a.set(idKey(tenant, kindRecord, id), rec, s.opts.TTL)
-	for _, p := range prefixes {
-		s.addCandidate(tenant, p, id, nil)
-	}
+	s.addCandidates(tenant, prefixes, id)
 	if s.redis != nil {
 		s.redis.enqueue(servedWrite{tenant: tenant, id: id, rec: rec, prefixes: append([]digest(nil), prefixes...)})
 	}
@@ -100,10 +98,58 @@ func (s *Store) storeServed(tenant string, id digest, rec []byte, prefixes []dig
 // appended after the local ones.
 func (s *Store) addCandidate(tenant string, p, id digest, more []byte) {
 	k := idKey(tenant, kindPrefix, p)
-	a := s.areas[AreaServed]
 	mu := s.lock(k)
 	mu.Lock()
 	defer mu.Unlock()
+	if s.putCandidate(k, id, more) {
+		s.areas[AreaServed].c.Wait()
+	}
+}
+
+// addCandidates is addCandidate of id for each of an answer's prefixes
+// with one Wait for all the lists that are new instead of one each (a
+// round trip to ristretto's policy goroutine per prefix cut): the keys'
+// locks are taken together, each once and in index order (no other code
+// holds two), and released after the Wait.
+func (s *Store) addCandidates(tenant string, prefixes []digest, id digest) {
+	var keys [len(prefixCuts)]string
+	if len(prefixes) > len(keys) {
+		for _, p := range prefixes {
+			s.addCandidate(tenant, p, id, nil)
+		}
+		return
+	}
+	var held [len(s.locks)]bool
+	for i, p := range prefixes {
+		keys[i] = idKey(tenant, kindPrefix, p)
+		held[s.lockIndex(keys[i])] = true
+	}
+	for i := range held {
+		if held[i] {
+			s.locks[i].Lock()
+		}
+	}
+	added := false
+	for _, k := range keys[:len(prefixes)] {
+		added = s.putCandidate(k, id, nil) || added
+	}
+	if added {
+		s.areas[AreaServed].c.Wait()
+	}
+	for i := range held {
+		if held[i] {
+			s.locks[i].Unlock()
+		}
+	}
+}
+
+// putCandidate is addCandidate's read-modify-write of list key k, under
+// k's lock. It reports that k was a new key: ristretto applies a new key's
+// Set asynchronously, so the caller must Wait, still holding the lock,
+// for the next read-modify-write of k to see it instead of starting a new
+// list (an update is immediate).
+func (s *Store) putCandidate(k string, id digest, more []byte) (added bool) {
+	a := s.areas[AreaServed]
 	old, _ := a.get(k)
 	// Sized exactly: the cost charged is the slice's length.
 	list := make([]byte, 0, min(len(old)+len(more)+sha256.Size, maxCandidates*sha256.Size))
@@ -119,15 +165,10 @@ func (s *Store) addCandidate(tenant string, p, id digest, more []byte) {
 		}
 	}
 	if len(list) == 0 {
-		return
+		return false
 	}
 	a.setChanged(k, old, list, old != nil, s.opts.TTL)
-	if old == nil {
-		// Ristretto applies a new key's Set asynchronously; wait, still
-		// holding the lock, so that the next read-modify-write of this key
-		// sees it instead of starting a new list (an update is immediate).
-		a.c.Wait()
-	}
+	return old == nil
 }
 
 func containsID(list, id []byte) bool {

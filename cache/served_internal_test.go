@@ -2,6 +2,7 @@ package cache
 
 import (
 	"crypto/sha256"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -91,5 +92,52 @@ func BenchmarkRecordServed(b *testing.B) {
 	b.SetBytes(int64(len(text)))
 	for b.Loop() {
 		s.RecordServed("tenant", text, false)
+	}
+}
+
+// BenchmarkRecordServedNew records a new 64 KB answer each time (its first
+// bytes differ), so that every prefix cut's candidate list is a new key, as
+// in traffic, where an answer is rarely served twice.
+//
+//	go test ./cache -run '^$' -bench RecordServedNew -benchmem
+func BenchmarkRecordServedNew(b *testing.B) {
+	s, err := New(Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	body := strings.Repeat("The difference is ownership of the backing storage.\n\n", 64<<10/54)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	i := 0
+	for b.Loop() {
+		i++
+		s.RecordServed("tenant", strconv.Itoa(i)+" "+body, false)
+	}
+}
+
+// TestRecordServedBackToBack records two new answers sharing their first
+// 5,000 bytes right after each other, many times: each shared prefix's
+// candidate list must hold both, so the first answer's new lists must be
+// visible to the second's read-modify-write (ristretto applies a new key
+// asynchronously) however the writes of one answer are grouped.
+func TestRecordServedBackToBack(t *testing.T) {
+	s, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := s.areas[AreaServed]
+	for i := range 300 {
+		common := strconv.Itoa(i) + strings.Repeat(" shared words", 400)
+		s.RecordServed("t", common+" and then the first answer", false)
+		s.RecordServed("t", common+" and then another", false)
+		for _, c := range []int{64, 256, 1024, 4096} {
+			p := digest(sha256.Sum256([]byte(common[:c])))
+			list, _ := a.get(idKey("t", kindPrefix, p))
+			if len(list) != 2*sha256.Size {
+				t.Fatalf("round %d: the list of prefix cut %d holds %d ids, want 2", i, c, len(list)/sha256.Size)
+			}
+		}
 	}
 }

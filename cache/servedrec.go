@@ -36,6 +36,7 @@ type ServedRecorder struct {
 	// hashed, so that Rewind can take it back.
 	mark   recorderMark
 	marked bool
+	head   [2 + maxTrail]byte // the record's header, while it is made
 }
 
 // recorderMark is what Rewind restores.
@@ -142,15 +143,24 @@ func normalizeTo[T string | []byte](r *ServedRecorder, p T, final bool) int {
 			// A run of ASCII text with single spaces between words.
 			j := i + 1
 			for {
+				// p[j-1] is not a space here. sp has 0x80 in its low byte
+				// when the word before ends in a space, so that a space
+				// last in a word costs no break: only the next word's
+				// first byte tells whether it is a single space.
+				sp := uint64(0)
 				for j+8 <= len(p) {
 					x := le64(p[j:])
 					m := spaceMask(x)
-					// No byte >= 0x80 or < ' ', no two spaces in a row,
-					// and no space last (what follows it decides).
-					if (x|(x-0x2020202020202020)&^x|m&(m<<8))&msb|m>>63 != 0 {
+					// No byte >= 0x80 or < ' ', no two spaces in a row.
+					if (x|(x-0x2020202020202020)&^x|m&(m<<8|sp))&msb != 0 {
 						break
 					}
+					sp = m >> 56
 					j += 8
+				}
+				if sp != 0 {
+					// A space last: the byte by byte step below decides it.
+					j--
 				}
 				if j >= len(p) {
 					break
@@ -344,13 +354,17 @@ func (r *ServedRecorder) record(truncated bool) (id digest, rec []byte, prefixes
 		// Shorter responses match only in full, which the key proves.
 		size += len(n)
 	}
-	rec = make([]byte, size)
-	copy(rec[hl:], n)
-	rec[0] = flag
+	// The header is built apart and the text appended to it, so that the
+	// allocation is not cleared before the text is copied over it (append
+	// clears only past what it copies; a make would clear it all).
+	head := &r.head // in the recorder, already on the heap: no allocation
+	head[0] = flag
 	if flag&flagTrail != 0 {
-		rec[1] = byte(r.nt)
-		copy(rec[2:], r.trail[:r.nt])
+		head[1] = byte(r.nt)
+		copy(head[2:], r.trail[:r.nt])
 	}
+	rec = append(head[:hl:hl], n[:size-hl]...)
+	rec = rec[:size:size]
 	r.putBuf()
 	return id, rec, r.pref[:r.cut], true
 }

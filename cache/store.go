@@ -321,12 +321,15 @@ func refreshSlack(ttl time.Duration) time.Duration { return min(ttl/100, time.Se
 func (a *area) get(k string) ([]byte, bool) { return a.c.Get(k) }
 
 // lock returns the mutex that serialises read-modify-write of k.
-func (s *Store) lock(k string) *sync.Mutex {
+func (s *Store) lock(k string) *sync.Mutex { return &s.locks[s.lockIndex(k)] }
+
+// lockIndex is the index in s.locks of k's mutex.
+func (s *Store) lockIndex(k string) int {
 	var h uint32 = 2166136261
 	for i := 0; i < len(k); i++ {
 		h = (h ^ uint32(k[i])) * 16777619
 	}
-	return &s.locks[h%uint32(len(s.locks))]
+	return int(h % uint32(len(s.locks)))
 }
 
 // AreaStats are one area's figures.
