@@ -35,9 +35,13 @@ import "sort"
 // coalesce returns reps, in request order, with each mergeable sequence
 // replaced by one merged reference; reps is rewritten in place.
 func (e *engine) coalesce(reps []*occ) []*occ {
+	if len(reps) < 2 {
+		return reps
+	}
+	kept := e.keptCopies(reps)
 	w := 0
 	for i := 0; i < len(reps); {
-		if n, m := e.group(reps, i, reps[:w]); n >= 2 {
+		if n, m := e.group(reps, i, reps[:w], kept); n >= 2 {
 			reps[w] = m
 			w++
 			i += n
@@ -48,6 +52,33 @@ func (e *engine) coalesce(reps []*occ) []*occ {
 		i++
 	}
 	return reps[:w]
+}
+
+// keptSpan is a block that stays in full as the full copy a reference
+// names (decide).
+type keptSpan struct{ tp, start, end int }
+
+// keptCopies returns the text blocks that stay in full as the full copy
+// that a reference of reps names, in request order. A merged reference's
+// extension stops at them: one that took in a line of such a block (the
+// opening fence line of a copy that follows the repeated span in the same
+// text) left the reference naming that copy without its full text (audit
+// target_missing). Other blocks that stay, small fences a re-sent
+// document ends with, may still be taken in.
+func (e *engine) keptCopies(reps []*occ) []keptSpan {
+	var out []keptSpan
+	for _, r := range reps {
+		if r.b.kind == kindRun || r.b.kind == kindImage || r.tgt < 0 || int(r.tgt) >= len(e.occs) {
+			continue
+		}
+		if t := &e.occs[r.tgt]; t.tp >= 0 && !t.replace {
+			out = append(out, keptSpan{t.tp, t.b.start, t.b.end})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].tp < out[j].tp || out[i].tp == out[j].tp && out[i].start < out[j].start
+	})
+	return out
 }
 
 // mergeable reports whether o may be part of a merged reference: a text
@@ -89,7 +120,7 @@ func (e *engine) source(o *occ) (q, delta int, ok bool) {
 // group tries to merge the references starting at reps[i]; done holds the
 // final references before it. It returns how many references the merged
 // one replaces (fewer than 2: none) and the merged reference.
-func (e *engine) group(reps []*occ, i int, done []*occ) (int, *occ) {
+func (e *engine) group(reps []*occ, i int, done []*occ, kept []keptSpan) (int, *occ) {
 	o := reps[i]
 	if i+1 == len(reps) || !mergeable(o) || !joins(o, reps[i+1]) {
 		return 0, nil
@@ -169,10 +200,21 @@ func (e *engine) group(reps []*occ, i int, done []*occ) (int, *occ) {
 	}
 	// Extend over adjacent lines that still match, up to the last
 	// non-blank one.
+	// The kept full copies of o's part just before start and from end on
+	// (keptCopies) bound the extension as references do.
+	k := sort.Search(len(kept), func(k int) bool {
+		return kept[k].tp > o.tp || kept[k].tp == o.tp && kept[k].start >= end
+	})
 	if start == l.s(a) {
 		prevEnd := 0
 		if len(done) > 0 && done[len(done)-1].tp == o.tp {
 			prevEnd = done[len(done)-1].b.end
+		}
+		for j := k - 1; j >= 0 && kept[j].tp == o.tp; j-- {
+			if kept[j].end <= start {
+				prevEnd = max(prevEnd, kept[j].end)
+				break
+			}
 		}
 		for k := a; k > 0 && k-1+delta >= floor && l.s(k-1) >= prevEnd && match(k-1, k-1); {
 			if k--; !blank(l.at(k)) {
@@ -184,6 +226,9 @@ func (e *engine) group(reps []*occ, i int, done []*occ) (int, *occ) {
 		next := len(l.text)
 		if i+n < len(reps) && reps[i+n].tp == o.tp {
 			next = reps[i+n].b.start
+		}
+		if k < len(kept) && kept[k].tp == o.tp {
+			next = min(next, kept[k].start)
 		}
 		for k := z; k+1 < l.n() && l.e(k+1) <= next && match(k+1, k+1); {
 			if k++; !blank(l.at(k)) {

@@ -389,12 +389,14 @@ func (e *engine) identify(o *occ) int {
 			// document of its own, as a retrieval chunk is: it is then
 			// never taken as a newer version, so nothing is superseded.
 			if e.chunkScan < len(latest) {
+				e.chunkedAgainst(d)
 				return e.newDoc(o.b.name, o.b.kind)
 			}
 			e.chunkScan -= len(latest)
 		}
 		switch e.chunk(latest, o.content) {
 		case -1: // a retrieval chunk of the file: a document of its own
+			e.chunkedAgainst(d)
 			return e.newDoc(o.b.name, o.b.kind)
 		case 1: // the earlier copy was a chunk of this one
 			d = e.newDoc(o.b.name, o.b.kind)
@@ -454,6 +456,20 @@ func (e *engine) identify(o *occ) int {
 	return e.newDoc(firstLine(o.content), o.b.kind)
 }
 
+// chunkedAgainst marks the latest version of named document d as one that
+// a block of the same name was taken as a retrieval chunk of (or, past the
+// scan budget, as a document of its own because of its size): that
+// version is never superseded (decide). Superseded, it would be gone from
+// the output, and a second rewrite would test that block against whatever
+// version of the name comes before it, or none: two chunks of the file
+// would become two versions of one document, the older superseded
+// (FuzzSession, testdata identity_chunk_superseded).
+func (e *engine) chunkedAgainst(d int) {
+	if i, ok := e.versions[verKey{int32(d), e.docs[d].latestID}]; ok {
+		e.occs[i].chunked = true
+	}
+}
+
 // decide applies "keep once" (DESIGN §3). The active versions are the
 // latest version of each document, every version with an occurrence in
 // the newest user turn (what the user asks about now reaches the model
@@ -497,6 +513,10 @@ func (e *engine) decideWith(compact bool) {
 			}
 		case o.cid != d.latestID && o.b.kind != kindImage && e.holdsLabel(o):
 			// Never superseded: it may hold turns of a transcript.
+			e.occs[e.versions[verKey{d.id, o.cid}]].active = true
+		case o.cid != d.latestID && e.occs[e.versions[verKey{d.id, o.cid}]].chunked:
+			// Never superseded: a later block was taken as a chunk of it
+			// (chunkedAgainst).
 			e.occs[e.versions[verKey{d.id, o.cid}]].active = true
 		}
 	}

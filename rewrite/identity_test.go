@@ -562,3 +562,41 @@ func TestLatestVersionLastBlock(t *testing.T) {
 		})
 	}
 }
+
+// TestChunkOfSupersededVersion covers retrieval chunks of a named file
+// taken as chunks of a version that a newer version of the file follows:
+// that version stays in full, since superseded it would be gone from the
+// output and a second rewrite would find the chunks first, take them as
+// two versions of the file and supersede the older chunk (found by
+// FuzzSession, testdata identity_chunk_superseded).
+func TestChunkOfSupersededVersion(t *testing.T) {
+	v1, v2 := goVersion(1), goVersion(2)
+	// Two chunks of v1, neither a chunk of the other, the second in v2 too.
+	c1 := v1[:strings.Index(v1, "\n// Allow3 ")]
+	c2 := v1[strings.Index(v1, "// Allow5 "):]
+	opts := DefaultOptions()
+	for _, tc := range []struct {
+		name  string
+		turns []string // alternating user, model
+	}{
+		{"chunks between versions", []string{wrap("fence", "go", "limiter.go", v1), "Read it.", wrap("fence", "go", "limiter.go", c1), "Read it.", wrap("fence", "go", "limiter.go", c2), "Read it.", wrap("fence", "go", "limiter.go", v2) + "\nWhat changed?"}},
+		{"chunks repeated", []string{wrap("fence", "go", "limiter.go", v1) + "\n" + wrap("fence", "go", "limiter.go", c1), "Read it.", wrap("fence", "go", "limiter.go", c2), wrap("fence", "go", "limiter.go", v2), wrap("fence", "go", "limiter.go", c1) + "\nAnd this?", "Read it.", "What changed?"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var contents []map[string]any
+			for i, s := range tc.turns {
+				role := "user"
+				if i%2 == 1 {
+					role = "model"
+				}
+				contents = append(contents, map[string]any{"role": role, "parts": []map[string]any{{"text": s}}})
+			}
+			body, err := json.Marshal(map[string]any{"contents": contents})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fuzzCheck(t, body, opts)
+			checkTwoDocuments(t, body, opts, []string{v1, c1, c2, v2})
+		})
+	}
+}

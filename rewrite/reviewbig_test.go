@@ -353,3 +353,31 @@ func BenchmarkReviewbigFences(b *testing.B) {
 		}
 	}
 }
+
+// TestReviewbigTargetMissing rewrites generator requests whose merged
+// reference (coalesce.go) once took in the opening fence line of a copy
+// kept in full right after the repeated span, a copy that a later
+// reference named: the audit refused the rewrite with target_missing
+// (the original was sent; a missed saving).
+func TestReviewbigTargetMissing(t *testing.T) {
+	for _, seed := range []uint64{95672, 21707, 7280} {
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+			body := rbBody(rbTexts(rand.New(rand.NewPCG(seed, 7))))
+			opts := DefaultOptions()
+			opts.MinBlockBytes = 64
+			out, rep, err := Request(body, opts, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rep.Changed() {
+				t.Fatal("nothing replaced")
+			}
+			if err := Audit(body, out, rep); err != nil {
+				t.Fatalf("audit: %v", err)
+			}
+			if err := checkInvariants(body, out, rep, opts, nil); err != nil {
+				t.Fatalf("invariant: %v", err)
+			}
+		})
+	}
+}

@@ -310,12 +310,16 @@ type occ struct {
 	// that may keep its full text, pinned one in the newest user turn
 	// (see decide).
 	active, pinned bool
-	sha            string
-	ref            string
-	refEsc         bool   // ref holds a byte that JSON escapes (set with ref)
-	refName        string // the name inside ref, when refText made it
-	refBytes       int
-	from           loc // a run: the part and line where its earlier copy starts
+	// chunked marks the first occurrence of a version of a named document
+	// that a later block of the name was taken as a retrieval chunk of
+	// (identity.go, chunkedAgainst): it is never superseded.
+	chunked  bool
+	sha      string
+	ref      string
+	refEsc   bool   // ref holds a byte that JSON escapes (set with ref)
+	refName  string // the name inside ref, when refText made it
+	refBytes int
+	from     loc // a run: the part and line where its earlier copy starts
 	// tgt is the index into engine.occs of the occurrence holding the
 	// full copy (set with target by decide), and merged marks a
 	// reference made by coalesce, whose copy starts at from (audit.go).
