@@ -173,15 +173,26 @@ func (mm *layoutMemo) find(scope uint64, body []byte, pos int) (*memoNode, *memo
 		hashes[i] = nodes[i].hash
 	}
 	mm.mu.Unlock()
+	rest := body[pos:]
 	for i, n := range nodes[:c] {
-		if bytes.HasPrefix(body[pos:], n.raw) {
-			mm.mu.Lock()
-			if !n.dropped {
-				mm.touch(n)
-			}
-			mm.mu.Unlock()
-			return n, hashes[i]
+		if len(rest) < len(n.raw) {
+			continue
 		}
+		// A candidate starts as the content does (its name); one that is
+		// not the content (an edited turn, a longer or shorter text)
+		// differs most often near its end, where it closes: the last
+		// word is compared first, so that such a miss costs 8 bytes
+		// rather than up to the content's length. A hit compares every byte once.
+		t := len(n.raw) - 8 // len(n.raw) >= memoWindow
+		if !bytes.Equal(rest[t:len(n.raw)], n.raw[t:]) || !bytes.Equal(rest[:t], n.raw[:t]) {
+			continue
+		}
+		mm.mu.Lock()
+		if !n.dropped {
+			mm.touch(n)
+		}
+		mm.mu.Unlock()
+		return n, hashes[i]
 	}
 	return nil, nil
 }

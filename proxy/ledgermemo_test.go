@@ -370,3 +370,59 @@ func TestLayoutMemoTenants(t *testing.T) {
 		releaseLayout(p)
 	}
 }
+
+// TestLayoutMemoNearMiss lays out a long content, then bodies whose
+// content starts with the same bytes (the memo's name for it) but
+// differs at one byte: near its start, in the middle, at its last text
+// byte and in its closing bytes. No such body may be laid out from the
+// remembered content (a wrong hit would give it the other content's
+// checkpoints), and each must match the reference layout.
+func TestLayoutMemoNearMiss(t *testing.T) {
+	text := strings.Repeat(`func f() {\n\treturn \"x\"\n}\n`, 4096) // ~120 KB
+	mk := func(text, end string) []byte {
+		return []byte(`{"contents":[{"parts":[{"text":"` + text + `"}],"role":"user"` + end + `,{"parts":[{"text":"` + strings.Repeat("q", 300) + `"}],"role":"user"}]}`)
+	}
+	base := mk(text, "}")
+	flip := func(i int) string {
+		b := []byte(text)
+		if b[i] == 'x' {
+			b[i] = 'y'
+		} else {
+			b[i] = 'x'
+		}
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{
+		{"start", mk(flip(memoWindow), "}")},
+		{"middle", mk(flip(len(text)/2), "}")},
+		{"last text byte", mk(text[:len(text)-1]+"Z", "}")},
+		{"closing bytes", mk(text, `,"x":1}`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &ledger{memo: newLayoutMemo(ledgerMemoBytes)}
+			if p, err := l.layoutOf("t", base, "m"); err != nil {
+				t.Fatal(err)
+			} else {
+				releaseLayout(p)
+			}
+			// The base is remembered: laying it out again replays it.
+			before := l.memo.replays.Load()
+			if d := diffMemo(l.memo, base, "m"); d != "" {
+				t.Fatal(d)
+			}
+			if l.memo.replays.Load() == before {
+				t.Fatal("the base body was not laid out from the memo")
+			}
+			before = l.memo.replays.Load()
+			if d := diffMemo(l.memo, tc.body, "m"); d != "" {
+				t.Fatal(d)
+			}
+			if n := l.memo.replays.Load() - before; n != 0 {
+				t.Errorf("%d contents laid out from the memo, want 0", n)
+			}
+		})
+	}
+}
