@@ -70,13 +70,15 @@ type interactions struct {
 	m       *metrics.Metrics
 	lookups int
 	rwOpts  rewrite.Options
+	// elide is rewrite.Elide, which audits its own output; tests wrap it.
+	elide func(body []byte, opts rewrite.Options, sent func(string) bool) ([]byte, []rewrite.Replacement, error)
 }
 
 func newInteractions(o InteractionsOptions, rw rewrite.Options, m *metrics.Metrics) *interactions {
 	if !o.Enabled || o.Store == nil {
 		return nil
 	}
-	x := &interactions{store: o.Store, m: m, lookups: o.MaxLookups, rwOpts: rw}
+	x := &interactions{store: o.Store, m: m, lookups: o.MaxLookups, rwOpts: rw, elide: rewrite.Elide}
 	if x.lookups <= 0 {
 		x.lookups = 8
 	}
@@ -449,8 +451,17 @@ func (x *interactions) decide(body []byte, tenant, apiModel string, stream bool,
 			for _, h := range s.Blocks {
 				sent[h] = true
 			}
-			if out, _, err := rewrite.Elide(body, x.rwOpts, func(h string) bool { return sent[h] }); err == nil {
+			// Elide audits its references (each names the hash of the
+			// bytes it replaced, and the session sent that hash); when
+			// the audit fails the body goes as Request made it, which
+			// its own audit accepted.
+			out, _, err := x.elide(body, x.rwOpts, func(h string) bool { return sent[h] })
+			var ae *rewrite.AuditError
+			switch {
+			case err == nil:
 				send = out
+			case errors.As(err, &ae):
+				x.m.RewriteAuditFails.WithLabelValues(string(ae.Reason)).Inc()
 			}
 		}
 		out, ok, err := upstream.ToInteraction(send, apiModel, s.ID, len(req.Contents), stream)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -878,5 +879,48 @@ func TestInteractionsModelVersionChain(t *testing.T) {
 	}
 	if x := decodeIx(t, lastReceived(t, f.emu).Body); x.Prev == "" {
 		t.Error("the same model's request did not continue")
+	}
+}
+
+// TestInteractionsSessionElideAuditFails: when the audit of an elision
+// fails (here the session's sent set answers yes to Elide and no to its
+// audit, as a set changing under the request would), the document goes in
+// full, the question too, and the failure is counted.
+func TestInteractionsSessionElideAuditFails(t *testing.T) {
+	f := newIxFixture(t, emulator.Options{})
+	var wrapped atomic.Int32
+	f.h.ix.elide = func(body []byte, opts rewrite.Options, sent func(string) bool) ([]byte, []rewrite.Replacement, error) {
+		wrapped.Add(1)
+		asked := map[string]bool{}
+		return rewrite.Elide(body, opts, func(h string) bool {
+			if asked[h] {
+				return false // the audit's own question
+			}
+			asked[h] = true
+			return sent(h)
+		})
+	}
+	doc := "```go main.go\n" + strings.Repeat("func handler() error { return nil } // keep\n", 30) + "```\n"
+	ask := func(q string) emulator.Received {
+		t.Helper()
+		code, got := call(t, f.front.URL, genURL, keyA, fmt.Sprintf(turnsJSON, userTurn(doc+q)), HeaderSession, "s1")
+		if code != 200 {
+			t.Fatalf("%s: %d %s", q, code, got)
+		}
+		return lastReceived(t, f.emu)
+	}
+	ask("What does it do?")
+	r2 := ask("Add logging.")
+	if x := decodeIx(t, r2.Body); x.Prev == "" {
+		t.Fatal("second request did not continue the session")
+	}
+	if wrapped.Load() == 0 {
+		t.Fatal("Elide was not called")
+	}
+	if !strings.Contains(string(r2.Body), "func handler") || strings.Contains(string(r2.Body), rewrite.SessionWhere) || !strings.Contains(string(r2.Body), "Add logging.") {
+		t.Errorf("after a failed elision audit, want the document and question in full and no session reference:\n%s", r2.Body)
+	}
+	if got := testutil.ToFloat64(f.m.RewriteAuditFails.WithLabelValues(string(rewrite.AuditTargetMissing))); got != 1 {
+		t.Errorf("audit failures (target_missing) = %v, want 1", got)
 	}
 }

@@ -176,6 +176,9 @@ type auditor struct {
 	boxes map[span]*subBox
 	// memo enables the rewrite's memo of hashes (memoed).
 	memo bool
+	// sent is the session's set of blocks the upstream holds (Elide); nil
+	// for Request, where a session reference always fails.
+	sent func(sha256 string) bool
 }
 
 // ufSpans is one rebuilt turn: its text string and the raw spans of its
@@ -321,6 +324,9 @@ func (au *auditor) spans() error {
 	}
 	for i := range au.a.cuts {
 		c := &au.a.cuts[i]
+		if c.session {
+			continue // no full copy in the body (sessionCut)
+		}
 		r := AuditTargetMissing
 		if c.super {
 			r = AuditSupersededTargetMissing
@@ -519,6 +525,12 @@ func (au *auditor) contents() error {
 				return auditFail(AuditRefMismatch, i, "replaced bytes do not have the recorded hash")
 			}
 			hashes[r.SHA256] = raw
+		}
+		if c.session {
+			if err := au.sessionCut(i, c, r); err != nil {
+				return err
+			}
+			continue
 		}
 		if c.super {
 			if err := au.superseded(i, c, r); err != nil {

@@ -240,6 +240,9 @@ func (au *auditor) subCut(i int, c *auditCut, r *Replacement) error {
 	if hex.EncodeToString(sum[:]) != r.SHA256 {
 		return auditFail(AuditRefMismatch, i, "replaced bytes do not have the recorded hash")
 	}
+	if c.session {
+		return au.sessionCut(i, c, r)
+	}
 	if c.super {
 		if c.kind == kindTool || c.x != nil && c.x.tool {
 			return auditFail(AuditSupersededNotDocument, i, "a superseded tool result")

@@ -23,6 +23,9 @@ type auditRec struct {
 	// body is the body the rewrite hashed, whose spans auditCut.sum name:
 	// the original, or the body after un-flattening.
 	body []byte
+	// last is the object of the last content (the new turn), in which
+	// alone a session reference may stand (Elide); zero for Request.
+	last span
 }
 
 // auditCut is one replaced span and the full copy it refers to.
@@ -45,6 +48,10 @@ type auditCut struct {
 	super  bool
 	merged bool // a coalesced reference
 	user   bool // the cut is in a user turn
+	// session says that the full copy is not in the body but earlier in
+	// the session (Elide, Replacement.Target -1): there is no target
+	// span, and the audit checks the hash against the session's sent set.
+	session bool
 	// x and tx say that the cut, or its full copy, is in a string value
 	// of a JSON text or a tool result (auditjson.go); nil in a text.
 	x, tx *auditSub
@@ -95,20 +102,26 @@ func (e *engine) auditCuts(reps []*occ) []auditCut {
 		c := &out[i]
 		c.kind, c.super, c.merged = o.b.kind, o.super, o.merged
 		c.user = e.role(o.turn) == "user"
-		if o.sha != "" && o.sumRaw.end > o.sumRaw.start {
+		c.session = o.target < 0
+		if o.sha != "" && o.sumRaw.end > o.sumRaw.start && !c.session {
 			c.sum, c.sumSHA = o.sumRaw, o.sha
 		}
 		if o.b.kind == kindImage {
-			t := &e.occs[o.tgt]
 			c.start, c.end, c.str = o.img.obj.start, o.img.obj.end, o.img.str
 			c.cs, c.ce = o.img.str.start, o.img.str.end
-			c.tstr, c.ts, c.te, c.tfull = t.img.str, t.img.str.start, t.img.str.end, t.img.obj
+			if !c.session {
+				t := &e.occs[o.tgt]
+				c.tstr, c.ts, c.te, c.tfull = t.img.str, t.img.str.start, t.img.str.end, t.img.obj
+			}
 			continue
 		}
 		tp := &e.parts[o.tp]
 		offs = e.rawBlock(o)
 		c.start, c.cs, c.ce, c.end, c.str = offs[0], offs[1], offs[2], offs[3], tp.p.str
 		c.x = e.auditSubOf(tp)
+		if c.session {
+			continue
+		}
 		var q *textPart
 		var ts, te, fs, fe int
 		if o.b.kind == kindRun || o.merged {

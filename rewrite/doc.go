@@ -222,4 +222,10 @@
 // copy before it (auditjson.go). A failure is an
 // *AuditError whose Reason is one of AuditReasons. Every golden output and
 // every rewrite of the fuzz targets is audited.
+//
+// Elide (session mode) audits its own output before returning it
+// (auditsession.go): a session reference has no full copy in the body, so
+// the audit re-hashes the bytes it replaced and asks the caller's sent set
+// again with that hash, and the span must lie in the new turn. Audit never
+// accepts a session reference.
 package rewrite

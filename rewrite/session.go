@@ -28,7 +28,30 @@ const SessionWhere = "earlier in this session"
 // returned Replacements are in request order; those made for the session
 // have Target -1 and Rule RuleUnchanged (RuleImage for inline data). When
 // nothing is replaced the returned slice is body itself.
+//
+// Elide audits its output before returning it (auditsession.go): each
+// reference names the SHA-256 of the bytes it replaced, that hash is in
+// sent, the span is in the new turn, and expanding the references gives
+// body back. When the audit fails it returns the *AuditError and no body;
+// the caller sends body as it is.
 func Elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, []Replacement, error) {
+	out, rep, err := elide(body, opts, sent)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rep.aud == nil {
+		return body, nil, nil
+	}
+	if err := auditSession(body, out, rep, sent); err != nil {
+		return nil, nil, err
+	}
+	return out, rep.Replacements, nil
+}
+
+// elide is Elide without the audit: it returns the output and a Report
+// holding only the Replacements and the audit's records (nil records when
+// nothing was replaced).
+func elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, *Report, error) {
 	st := states.Get().(*state)
 	defer st.release()
 	req, err := scanWith(body, st, 0, limitsOf(&opts))
@@ -45,21 +68,21 @@ func Elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, []
 	last := len(req.contents) - 1
 	// Spans already replaced in a part, so that nested blocks (a fence
 	// inside a document tag) are never replaced twice.
-	type span struct{ tp, start, end int }
-	var taken []span
+	type partSpan struct{ tp, start, end int }
+	var taken []partSpan
 	overlaps := func(o *occ) bool {
-		return slices.ContainsFunc(taken, func(s span) bool {
+		return slices.ContainsFunc(taken, func(s partSpan) bool {
 			return s.tp == o.tp && o.tp >= 0 && o.b.start < s.end && s.start < o.b.end
 		})
 	}
 	for i := range e.occs {
 		if o := &e.occs[i]; o.replace && o.tp >= 0 {
-			taken = append(taken, span{o.tp, o.b.start, o.b.end})
+			taken = append(taken, partSpan{o.tp, o.b.start, o.b.end})
 		}
 	}
 	for i := range e.runs {
 		o := &e.runs[i]
-		taken = append(taken, span{o.tp, o.b.start, o.b.end})
+		taken = append(taken, partSpan{o.tp, o.b.start, o.b.end})
 	}
 	for i := range e.occs {
 		o := &e.occs[i]
@@ -74,7 +97,9 @@ func Elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, []
 		if !sent(h) {
 			continue
 		}
-		o.sha, o.target, o.rule = h, -1, RuleUnchanged
+		// No memo of the hash for the audit: it hashes a session
+		// reference's bytes itself.
+		o.sha, o.sumRaw, o.target, o.rule = h, span{}, -1, RuleUnchanged
 		name := displayName(e.name(o))
 		o.refEsc, o.refName = needsEscape(name), "" // name may view the arena
 		if o.b.kind == kindImage {
@@ -90,12 +115,17 @@ func Elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, []
 		}
 		o.replace = true
 		if o.tp >= 0 {
-			taken = append(taken, span{o.tp, o.b.start, o.b.end})
+			taken = append(taken, partSpan{o.tp, o.b.start, o.b.end})
 		}
 	}
 	reps := e.final()
 	out := e.emit(reps)
-	return out, e.report(reps), nil
+	rep := &Report{}
+	if len(reps) > 0 {
+		rep.aud = &auditRec{cuts: e.auditCuts(reps), newest: newestUser(e.req), body: e.body, last: req.contents[last].obj}
+	}
+	rep.Replacements = e.report(reps)
+	return out, rep, nil
 }
 
 // SessionBlocks returns the distinct blocks of the last content (the new

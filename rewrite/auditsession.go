@@ -1,0 +1,74 @@
+package rewrite
+
+import "strings"
+
+// The audit of Elide (session mode, issue 8). Elide's references point at
+// a copy the upstream holds from an earlier request of the same session,
+// not at one in the body, so the audit cannot check a full copy in the
+// output. It checks instead, from the bytes Elide was given and the
+// session's own record of what was sent:
+//
+//   - replacing each recorded span of the input by its reference gives
+//     the output byte for byte, and nothing else changed (output);
+//   - each span is in order, inside a text string (or is an inlineData
+//     part), and decodes to content whose SHA-256, computed by the audit,
+//     is the hash the reference names (contents; no memo is used for a
+//     session reference);
+//   - that full hash is in the session's sent set, asked again by the
+//     audit with the hash it computed, and the span lies inside the last
+//     content, the new turn (sessionCut);
+//   - the reference is exactly the session form for the recorded name
+//     (which holds no bracket or newline) and hash, so it says where the
+//     copy is;
+//   - every other reference Elide made (one Request would still make) is
+//     audited as Audit audits Request's: its full copy stays in the output.
+
+// auditSession is Audit for the output of Elide: session references are
+// checked against sent. original is the body given to Elide.
+func auditSession(original, rewritten []byte, rep *Report, sent func(string) bool) error {
+	if sent == nil {
+		return auditFail(AuditStructure, -1, "no sent set")
+	}
+	if rep == nil || rep.aud == nil || rep.aud.uf != nil || len(rep.aud.splits) > 0 {
+		return auditFail(AuditStructure, -1, "no records, or records Elide does not make")
+	}
+	a := rep.aud
+	if len(a.cuts) != len(rep.Replacements) {
+		return auditFail(AuditStructure, -1, "%d records for %d replacements", len(a.cuts), len(rep.Replacements))
+	}
+	au := auditor{rep: rep, a: a, b1: original, memo: true, sent: sent}
+	if err := au.spans(); err != nil {
+		return err
+	}
+	if err := au.contents(); err != nil {
+		return err
+	}
+	return au.output(rewritten)
+}
+
+// sessionCut checks session reference i (cut c, replacement r), whose
+// hash contents has verified against the replaced bytes.
+func (au *auditor) sessionCut(i int, c *auditCut, r *Replacement) error {
+	if au.sent == nil {
+		return auditFail(AuditTargetMissing, i, "a reference to a copy earlier in a session, outside session mode")
+	}
+	if c.super || r.Target != -1 {
+		return auditFail(AuditRefMismatch, i, "a session reference recorded as another kind")
+	}
+	var want string
+	if c.kind == kindImage {
+		want = "[same " + r.Document + " sha256:" + r.SHA256[:12] + " as " + SessionWhere + "]"
+	} else {
+		want = "[unchanged: " + r.Document + " sha256:" + r.SHA256[:12] + ", identical to the copy " + SessionWhere + "]"
+	}
+	if r.Reference != want || strings.ContainsAny(r.Document, "[]\n") {
+		return auditFail(AuditRefMismatch, i, "not the session reference for its name and hash")
+	}
+	if !au.sent(r.SHA256) {
+		return auditFail(AuditTargetMissing, i, "the replaced content was not sent earlier in the session")
+	}
+	if l := au.a.last; l.end <= l.start || !insideSpan(l, c.start, c.end) {
+		return auditFail(AuditTargetMissing, i, "a session reference outside the new turn")
+	}
+	return nil
+}
