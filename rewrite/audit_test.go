@@ -382,18 +382,7 @@ func TestAuditLeavesOriginal(t *testing.T) {
 		{"escaped then plain", []string{"Why?\n" + answer, "Why?\n" + answer, answer, answer, "And?"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var contents []map[string]any
-			for i, s := range tc.turns {
-				role := "user"
-				if i%2 == 1 {
-					role = "model"
-				}
-				contents = append(contents, map[string]any{"role": role, "parts": []any{map[string]any{"text": s}}})
-			}
-			body, err := json.Marshal(map[string]any{"contents": contents})
-			if err != nil {
-				t.Fatal(err)
-			}
+			body := alternating(t, tc.turns)
 			opts := DefaultOptions()
 			opts.MinBlockBytes = 16
 			out, rep, err := Request(body, opts, nil)

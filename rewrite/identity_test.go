@@ -545,18 +545,7 @@ func TestLatestVersionLastBlock(t *testing.T) {
 		{"undo with trailing model turn", []string{"Why?\n" + v2 + "\n", v2, "Why?\n" + v1 + "\n", v1, "Why?\n" + v2 + "\n", v2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var contents []map[string]any
-			for i, s := range tc.turns {
-				role := "user"
-				if i%2 == 1 {
-					role = "model"
-				}
-				contents = append(contents, map[string]any{"role": role, "parts": []map[string]any{{"text": s}}})
-			}
-			body, err := json.Marshal(map[string]any{"contents": contents})
-			if err != nil {
-				t.Fatal(err)
-			}
+			body := alternating(t, tc.turns)
 			fuzzCheck(t, body, opts)
 			checkTwoDocuments(t, body, opts, []string{strings.TrimPrefix(v2, "```go a.go\n")})
 		})
@@ -583,20 +572,28 @@ func TestChunkOfSupersededVersion(t *testing.T) {
 		{"chunks repeated", []string{wrap("fence", "go", "limiter.go", v1) + "\n" + wrap("fence", "go", "limiter.go", c1), "Read it.", wrap("fence", "go", "limiter.go", c2), wrap("fence", "go", "limiter.go", v2), wrap("fence", "go", "limiter.go", c1) + "\nAnd this?", "Read it.", "What changed?"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var contents []map[string]any
-			for i, s := range tc.turns {
-				role := "user"
-				if i%2 == 1 {
-					role = "model"
-				}
-				contents = append(contents, map[string]any{"role": role, "parts": []map[string]any{{"text": s}}})
-			}
-			body, err := json.Marshal(map[string]any{"contents": contents})
-			if err != nil {
-				t.Fatal(err)
-			}
+			body := alternating(t, tc.turns)
 			fuzzCheck(t, body, opts)
 			checkTwoDocuments(t, body, opts, []string{v1, c1, c2, v2})
 		})
 	}
+}
+
+// alternating is a request body whose contents are turns, alternating
+// user and model, each one text part.
+func alternating(t testing.TB, turns []string) []byte {
+	t.Helper()
+	var contents []map[string]any
+	for i, s := range turns {
+		role := "user"
+		if i%2 == 1 {
+			role = "model"
+		}
+		contents = append(contents, map[string]any{"role": role, "parts": []map[string]any{{"text": s}}})
+	}
+	body, err := json.Marshal(map[string]any{"contents": contents})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
 }
