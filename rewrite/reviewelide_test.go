@@ -212,3 +212,57 @@ func TestReviewElideAfterRequest(t *testing.T) {
 	}
 	t.Logf("%s", out)
 }
+
+// TestReviewElideSupersededTarget: Request supersedes an older version in
+// history by the newer one in the new turn, and the session sent the newer
+// one. Elide must not cut the full copy that Request's reference names:
+// the audit rejects that (superseded_target_missing) and Elide then
+// fails, so the proxy loses the session saving and counts an audit
+// failure.
+func TestReviewElideSupersededTarget(t *testing.T) {
+	v1 := "```go main.go\n" + elideFile(1) + "```"
+	v2 := "```go main.go\n" + strings.Replace(elideFile(1), "return 5 * 1", "return 5 * 2", 1) + "```"
+	opts := DefaultOptions()
+	sent := reviewSent(t, opts, tpart(v2))
+	in := elideBody(t, textTurn("user", "Old:\n"+v1+"\nQ1"), textTurn("model", "ok"), textTurn("user", "New:\n"+v2+"\nQ2"))
+	isSent := func(h string) bool { return sent[h] }
+	out, rep, err := elide(in, opts, isSent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Replacements {
+		t.Logf("%s target %d turn %d", r.Rule, r.Target, r.Turn)
+	}
+	aerr := auditSession(in, out, rep, isSent)
+	_, _, eerr := Elide(in, opts, isSent)
+	t.Logf("auditSession = %v; Elide err = %v", aerr, eerr)
+	if aerr != nil || eerr != nil {
+		t.Fatal("Elide cut the full copy a kept reference names: the audit fails and the session saving is lost")
+	}
+	if len(rep.Replacements) != 1 || rep.Replacements[0].Rule != RuleSuperseded {
+		t.Fatalf("replacements %+v, want only Request's superseded reference", rep.Replacements)
+	}
+}
+
+// TestReviewElideTargetInNewTurn: the new turn holds a sent file twice;
+// Request refers the second to the first, which must stay in full.
+func TestReviewElideTargetInNewTurn(t *testing.T) {
+	fence := "```go main.go\n" + elideFile(4) + "```"
+	opts := DefaultOptions()
+	sent := reviewSent(t, opts, tpart(fence))
+	for _, in := range [][]byte{
+		elideBody(t, textTurn("user", "hi"), textTurn("model", "ok"), textTurn("user", "A:\n"+fence+"\nB:\n"+fence+"\nQ?")),
+		elideBody(t, textTurn("user", "hi"), textTurn("model", "ok"), map[string]any{"role": "user", "parts": []any{tpart("A:\n" + fence), tpart("B:\n" + fence + "\nQ?")}}),
+	} {
+		out, reps, err := Elide(in, opts, func(h string) bool { return sent[h] })
+		if err != nil {
+			t.Fatalf("Elide: %v", err)
+		}
+		if len(reps) == 0 || bytes.Equal(out, in) {
+			t.Fatal("nothing replaced")
+		}
+		for _, r := range reps {
+			t.Logf("%s target %d", r.Rule, r.Target)
+		}
+	}
+}
