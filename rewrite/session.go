@@ -84,9 +84,18 @@ func elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, *R
 		o := &e.runs[i]
 		taken = append(taken, partSpan{o.tp, o.b.start, o.b.end})
 	}
+	// The full copy a kept reference names stays in full: cut, the
+	// reference would name nothing in the body and the audit fail (a
+	// superseded older version names the newer one in the new turn).
+	targets := map[int32]bool{}
+	for i := range e.occs {
+		if o := &e.occs[i]; o.replace && o.tgt >= 0 && int(o.tgt) < len(e.occs) {
+			targets[o.tgt] = true
+		}
+	}
 	for i := range e.occs {
 		o := &e.occs[i]
-		if o.turn != last || o.b.shell || o.replace || overlaps(o) {
+		if o.turn != last || o.b.shell || o.replace || targets[int32(i)] || overlaps(o) {
 			continue
 		}
 		content, size := e.spanOf(o)
