@@ -179,6 +179,9 @@ type auditor struct {
 	// sent is the session's set of blocks the upstream holds (Elide); nil
 	// for Request, where a session reference always fails.
 	sent func(sha256 string) bool
+	// last is the span of the last content, which auditSession finds in
+	// the body itself.
+	last span
 }
 
 // ufSpans is one rebuilt turn: its text string and the raw spans of its

@@ -23,9 +23,6 @@ type auditRec struct {
 	// body is the body the rewrite hashed, whose spans auditCut.sum name:
 	// the original, or the body after un-flattening.
 	body []byte
-	// last is the object of the last content (the new turn), in which
-	// alone a session reference may stand (Elide); zero for Request.
-	last span
 }
 
 // auditCut is one replaced span and the full copy it refers to.

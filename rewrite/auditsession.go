@@ -1,6 +1,10 @@
 package rewrite
 
-import "strings"
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+)
 
 // The audit of Elide (session mode, issue 8). Elide's references point at
 // a copy the upstream holds from an earlier request of the same session,
@@ -16,7 +20,9 @@ import "strings"
 //     session reference);
 //   - that full hash is in the session's sent set, asked again by the
 //     audit with the hash it computed, and the span lies inside the last
-//     content, the new turn (sessionCut);
+//     content, the new turn, which the audit finds in the body itself with
+//     encoding/json (lastContent), not from the engine's records
+//     (sessionCut);
 //   - the reference is exactly the session form for the recorded name
 //     (which holds no bracket or newline) and hash, so it says where the
 //     copy is;
@@ -36,7 +42,13 @@ func auditSession(original, rewritten []byte, rep *Report, sent func(string) boo
 	if len(a.cuts) != len(rep.Replacements) {
 		return auditFail(AuditStructure, -1, "%d records for %d replacements", len(a.cuts), len(rep.Replacements))
 	}
-	au := auditor{rep: rep, a: a, b1: original, memo: true, sent: sent}
+	// Where the new turn is, found by the audit itself (encoding/json,
+	// no code of the scanner), not taken from the engine's record.
+	last, ok := lastContent(original)
+	if !ok {
+		return auditFail(AuditStructure, -1, "no last content found in the body")
+	}
+	au := auditor{rep: rep, a: a, b1: original, memo: true, sent: sent, last: last}
 	if err := au.spans(); err != nil {
 		return err
 	}
@@ -67,8 +79,59 @@ func (au *auditor) sessionCut(i int, c *auditCut, r *Replacement) error {
 	if !au.sent(r.SHA256) {
 		return auditFail(AuditTargetMissing, i, "the replaced content was not sent earlier in the session")
 	}
-	if l := au.a.last; l.end <= l.start || !insideSpan(l, c.start, c.end) {
+	if l := au.last; l.end <= l.start || !insideSpan(l, c.start, c.end) {
 		return auditFail(AuditTargetMissing, i, "a session reference outside the new turn")
 	}
 	return nil
+}
+
+// lastContent returns the raw span of the last element of the top-level
+// "contents" array of body, read with encoding/json (one pass over the
+// body; only a session request with a session reference pays it). It
+// fails on a body that is not one JSON object, on "contents" given twice,
+// and on an empty or missing array.
+func lastContent(body []byte) (span, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return span{}, false
+	}
+	var last span
+	seen := false
+	var raw json.RawMessage
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return span{}, false
+		}
+		if k != "contents" {
+			if dec.Decode(&raw) != nil {
+				return span{}, false
+			}
+			continue
+		}
+		if seen {
+			return span{}, false
+		}
+		seen = true
+		if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+			return span{}, false
+		}
+		for dec.More() {
+			if dec.Decode(&raw) != nil {
+				return span{}, false
+			}
+			end := int(dec.InputOffset())
+			last = span{end - len(raw), end}
+		}
+		if t, err := dec.Token(); err != nil || t != json.Delim(']') {
+			return span{}, false
+		}
+	}
+	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
+		return span{}, false
+	}
+	if _, err := dec.Token(); err == nil {
+		return span{}, false // more than one value
+	}
+	return last, seen && last.end > last.start && last.end <= len(body) && body[last.start] == '{'
 }

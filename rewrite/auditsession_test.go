@@ -130,8 +130,8 @@ func TestAuditSessionFails(t *testing.T) {
 			return in, out
 		}, AuditRefMismatch},
 		{"outside the new turn", func(in, out []byte, rep *Report, sent map[string]bool) ([]byte, []byte) {
-			rep.aud.last = span{0, 10}
-			return in, out
+			// Turns appended after the one Elide took for the new turn.
+			return appendTurns(in), appendTurns(out)
 		}, AuditTargetMissing},
 		{"text dropped next to a reference", func(in, out []byte, rep *Report, sent map[string]bool) ([]byte, []byte) {
 			return in, replaceOut(out, "And the picture:", "And the")
@@ -288,4 +288,38 @@ func FuzzElideAudit(f *testing.F) {
 			}
 		}
 	})
+}
+
+// appendTurns returns body, whose last member is "contents", with a model
+// turn and a new user turn appended to contents.
+func appendTurns(body []byte) []byte {
+	i := bytes.LastIndex(body, []byte("]}"))
+	return append(append(body[:i:i], `,{"role":"model","parts":[{"text":"ok"}]},{"role":"user","parts":[{"text":"new question"}]}`...), body[i:]...)
+}
+
+func TestLastContent(t *testing.T) {
+	for _, tt := range []struct {
+		body string
+		want string // "" for not found
+	}{
+		{`{"contents":[{"a":1},{"b":[2]}]}`, `{"b":[2]}`},
+		{` { "x" : {"contents":[{"no":1}]} , "contents" : [ {"a":"]}"} ] , "y":[{"z":1}] } `, `{"a":"]}"}`},
+		{`{"contents":[]}`, ""},
+		{`{"contents":[{"a":1}],"contents":[{"b":1}]}`, ""},
+		{`{"contents":[{"a":1}]}{}`, ""},
+		{`{"contents":[1]}`, ""},
+		{`[{"contents":[{"a":1}]}]`, ""},
+		{`{"contents":[{"a":1}]`, ""},
+	} {
+		got, ok := lastContent([]byte(tt.body))
+		if tt.want == "" {
+			if ok {
+				t.Errorf("lastContent(%s) = %q, want none", tt.body, tt.body[got.start:got.end])
+			}
+			continue
+		}
+		if !ok || tt.body[got.start:got.end] != tt.want {
+			t.Errorf("lastContent(%s) = %v %v, want %s", tt.body, got, ok, tt.want)
+		}
+	}
 }

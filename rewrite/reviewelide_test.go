@@ -174,19 +174,16 @@ func TestReviewElideJSONPath(t *testing.T) {
 			return in, bytes.Replace(out, []byte(`,\"path\":\"main.go\"`), nil, 1)
 		},
 		"outside the new turn": func(in, out []byte) ([]byte, []byte) {
-			rep.aud.last = span{0, 20}
-			return in, out
+			return appendTurns(in), appendTurns(out)
 		},
 	} {
-		last := rep.aud.last
 		in2, out2 := tamper(bytes.Clone(in), bytes.Clone(out))
-		if bytes.Equal(in2, in) && bytes.Equal(out2, out) && rep.aud.last == last {
+		if bytes.Equal(in2, in) && bytes.Equal(out2, out) {
 			t.Fatalf("%s: tamper changed nothing", name)
 		}
 		if err := auditSession(in2, out2, rep, isSent); err == nil {
 			t.Errorf("%s: the audit passed", name)
 		}
-		rep.aud.last = last
 	}
 }
 
