@@ -99,6 +99,8 @@ func (e *engine) auditCuts(reps []*occ) []auditCut {
 		c := &out[i]
 		c.kind, c.super, c.merged = o.b.kind, o.super, o.merged
 		c.user = e.role(o.turn) == "user"
+		// No memo of the hash for a session reference: the audit hashes
+		// its bytes itself.
 		c.session = o.target < 0
 		if o.sha != "" && o.sumRaw.end > o.sumRaw.start && !c.session {
 			c.sum, c.sumSHA = o.sumRaw, o.sha

@@ -3,6 +3,7 @@ package rewrite
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 )
 
@@ -42,13 +43,16 @@ func auditSession(original, rewritten []byte, rep *Report, sent func(string) boo
 	if len(a.cuts) != len(rep.Replacements) {
 		return auditFail(AuditStructure, -1, "%d records for %d replacements", len(a.cuts), len(rep.Replacements))
 	}
+	au := auditor{rep: rep, a: a, b1: original, memo: true, sent: sent}
 	// Where the new turn is, found by the audit itself (encoding/json,
-	// no code of the scanner), not taken from the engine's record.
-	last, ok := lastContent(original)
-	if !ok {
-		return auditFail(AuditStructure, -1, "no last content found in the body")
+	// no code of the scanner), not taken from the engine's record; only
+	// a body with a session reference pays for it.
+	if slices.ContainsFunc(a.cuts, func(c auditCut) bool { return c.session }) {
+		var ok bool
+		if au.last, ok = lastContent(original); !ok {
+			return auditFail(AuditStructure, -1, "no last content found in the body")
+		}
 	}
-	au := auditor{rep: rep, a: a, b1: original, memo: true, sent: sent, last: last}
 	if err := au.spans(); err != nil {
 		return err
 	}

@@ -106,9 +106,7 @@ func elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, *R
 		if !sent(h) {
 			continue
 		}
-		// No memo of the hash for the audit: it hashes a session
-		// reference's bytes itself.
-		o.sha, o.sumRaw, o.target, o.rule = h, span{}, -1, RuleUnchanged
+		o.sha, o.target, o.rule = h, -1, RuleUnchanged
 		name := displayName(e.name(o))
 		o.refEsc, o.refName = needsEscape(name), "" // name may view the arena
 		if o.b.kind == kindImage {
