@@ -23,7 +23,8 @@ import (
 //     audit with the hash it computed, and the span lies inside the last
 //     content, the new turn, which the audit finds in the body itself with
 //     encoding/json (lastContent), not from the engine's records
-//     (sessionCut);
+//     (sessionCut), and that content is a user turn: its one "role" is
+//     "user" or it has none, never a model prefill (userContent);
 //   - the reference is exactly the session form for the recorded name
 //     (which holds no bracket or newline) and hash, so it says where the
 //     copy is;
@@ -51,6 +52,9 @@ func auditSession(original, rewritten []byte, rep *Report, sent func(string) boo
 		var ok bool
 		if au.last, ok = lastContent(original); !ok {
 			return auditFail(AuditStructure, -1, "no last content found in the body")
+		}
+		if !userContent(original[au.last.start:au.last.end]) {
+			return auditFail(AuditTargetMissing, -1, "session references in a last content that is not a user turn")
 		}
 	}
 	if err := au.spans(); err != nil {
@@ -138,4 +142,36 @@ func lastContent(body []byte) (span, bool) {
 		return span{}, false // more than one value
 	}
 	return last, seen && last.end > last.start && last.end <= len(body) && body[last.start] == '{'
+}
+
+// userContent reports whether the content object raw (one element of
+// "contents", as lastContent found it) is a user turn: no "role" member,
+// or exactly one whose value is the JSON string "user" (any escaped
+// spelling of it). A role given twice is not a user turn: a reader that
+// keeps the first and one that keeps the last would disagree.
+func userContent(raw []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return false
+	}
+	roles := 0
+	var skip json.RawMessage
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if k != "role" {
+			if dec.Decode(&skip) != nil {
+				return false
+			}
+			continue
+		}
+		roles++
+		v, err := dec.Token()
+		if err != nil || v != "user" || roles > 1 {
+			return false
+		}
+	}
+	return true
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -132,6 +133,12 @@ func TestAuditSessionFails(t *testing.T) {
 		{"outside the new turn", func(in, out []byte, rep *Report, sent map[string]bool) ([]byte, []byte) {
 			// Turns appended after the one Elide took for the new turn.
 			return appendTurns(in), appendTurns(out)
+		}, AuditTargetMissing},
+		{"new turn a model prefill", func(in, out []byte, rep *Report, sent map[string]bool) ([]byte, []byte) {
+			return lastRole(in, `"role":"model"`), lastRole(out, `"role":"model"`)
+		}, AuditTargetMissing},
+		{"new turn's role given twice", func(in, out []byte, rep *Report, sent map[string]bool) ([]byte, []byte) {
+			return lastRole(in, `"role":"user","role":"model"`), lastRole(out, `"role":"user","role":"model"`)
 		}, AuditTargetMissing},
 		{"text dropped next to a reference", func(in, out []byte, rep *Report, sent map[string]bool) ([]byte, []byte) {
 			return in, replaceOut(out, "And the picture:", "And the")
@@ -295,6 +302,58 @@ func FuzzElideAudit(f *testing.F) {
 func appendTurns(body []byte) []byte {
 	i := bytes.LastIndex(body, []byte("]}"))
 	return append(append(body[:i:i], `,{"role":"model","parts":[{"text":"ok"}]},{"role":"user","parts":[{"text":"new question"}]}`...), body[i:]...)
+}
+
+// lastRole replaces the role member of body's last content.
+func lastRole(body []byte, role string) []byte {
+	i := bytes.LastIndex(body, []byte(`"role":"user"`))
+	return slices.Concat(body[:i], []byte(role), body[i+len(`"role":"user"`):])
+}
+
+// TestElideNotInPrefill: a trailing model content is the model's own
+// words, continued as they are: Elide puts no session reference there,
+// even when it holds a block the session sent.
+func TestElideNotInPrefill(t *testing.T) {
+	in, sent, _, _ := elideCase(t)
+	prefill := lastRole(in, `"role":"model"`)
+	out, reps, err := Elide(prefill, DefaultOptions(), func(h string) bool { return sent[h] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reps {
+		if r.Target == -1 {
+			t.Errorf("session reference in a model prefill: %s", r.Reference)
+		}
+	}
+	if !bytes.Equal(out, prefill) {
+		t.Errorf("Elide changed a prefill:\n%s", out)
+	}
+	// The same body as a user turn is elided (the case is live).
+	if _, reps, err := Elide(in, DefaultOptions(), func(h string) bool { return sent[h] }); err != nil || len(reps) != 2 {
+		t.Fatalf("user turn: %d replacements, err %v; want 2", len(reps), err)
+	}
+}
+
+func TestUserContent(t *testing.T) {
+	for _, tt := range []struct {
+		raw  string
+		want bool
+	}{
+		{`{"parts":[{"text":"a"}]}`, true},
+		{`{"role":"user","parts":[]}`, true},
+		{`{"parts":[],"r\u006fle":"us\u0065r"}`, true},
+		{`{"role":"model","parts":[]}`, false},
+		{`{"role":"","parts":[]}`, false},
+		{`{"role":"user","role":"user"}`, false},
+		{`{"role":null}`, false},
+		{`{"role":["user"]}`, false},
+		{`{"parts":[{"role":"model"}]}`, true},
+		{`[1]`, false},
+	} {
+		if got := userContent([]byte(tt.raw)); got != tt.want {
+			t.Errorf("userContent(%s) = %v, want %v", tt.raw, got, tt.want)
+		}
+	}
 }
 
 func TestLastContent(t *testing.T) {

@@ -226,6 +226,7 @@
 // Elide (session mode) audits its own output before returning it
 // (auditsession.go): a session reference has no full copy in the body, so
 // the audit re-hashes the bytes it replaced and asks the caller's sent set
-// again with that hash, and the span must lie in the new turn. Audit never
-// accepts a session reference.
+// again with that hash, and the span must lie in the new turn, a user
+// turn (never a trailing model prefill, which the model continues word for
+// word). Audit never accepts a session reference.
 package rewrite

@@ -8,7 +8,8 @@ import "slices"
 const SessionWhere = "earlier in this session"
 
 // Elide replaces, in the last content (the new turn) of a
-// generateContent request body, each block that sent reports as already
+// generateContent request body, when that content is a user turn (its
+// role "user" or omitted; never in a trailing model prefill), each block that sent reports as already
 // sent earlier in the same session by a reference in the package's format
 // (see the package documentation), with WHERE SessionWhere:
 //
@@ -66,6 +67,11 @@ func elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, *R
 		return nil, nil, err
 	}
 	last := len(req.contents) - 1
+	// Only a user turn is a new turn: a trailing model content is a
+	// prefill the model continues word for word, and a reference there
+	// would put words in its mouth (the proxy's session mode never sends
+	// one; a library caller may).
+	userTurn := req.contents[last].role == "" || req.contents[last].role == "user"
 	// Spans already replaced in a part, so that nested blocks (a fence
 	// inside a document tag) are never replaced twice.
 	type partSpan struct{ tp, start, end int }
@@ -95,7 +101,7 @@ func elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, *R
 	}
 	for i := range e.occs {
 		o := &e.occs[i]
-		if o.turn != last || o.b.shell || o.replace || targets[int32(i)] || overlaps(o) {
+		if !userTurn || o.turn != last || o.b.shell || o.replace || targets[int32(i)] || overlaps(o) {
 			continue
 		}
 		content, size := e.spanOf(o)
