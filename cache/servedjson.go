@@ -1,12 +1,19 @@
 package cache
 
+import (
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
 // WriteJSON adds the text that raw, the inside of a JSON string literal
 // (escaped), stands for, as far as it reads it in one pass: printable
-// ASCII, spaces and the escapes \n \t \r \f \b \" \\ \/. It stops before a
-// quote, a control byte, a byte of a multi-byte rune, a \u escape, any
-// other backslash sequence, and a backslash last in raw (cut between two
-// reads), and returns how many bytes of raw it read and how many bytes of
-// text they stand for (used minus one a simple escape). What it read is
+// ASCII, valid multi-byte runes, the escapes \n \t \r \f \b \" \\ \/ and
+// \u escapes but surrogates. It stops before a quote, a control byte,
+// invalid UTF-8, a rune or an escape cut at the end of raw (by the read),
+// a surrogate's \u escape (its pair may be cut) and anything not JSON, and
+// returns how many bytes of raw it read and how many bytes of text they
+// stand for. What it read is
 // recorded exactly as Write of its unescaped text would record it
 // (TestServedRecorderJSON); the caller unescapes what it stopped at itself
 // and writes that with Write.
@@ -57,10 +64,31 @@ func jsonTo(r *ServedRecorder, p []byte) (used, n int) {
 				textByte(r, '\b')
 			case '"', '\\', '/':
 				textByte(r, e)
-			default: // \u, or not JSON
+			case 'u':
+				k := jsonEscape(r, p[i:])
+				if k == 0 {
+					return i, n
+				}
+				i += 6
+				n += k
+				continue
+			default: // not JSON
 				return i, n
 			}
 			i++
+		case c >= utf8.RuneSelf:
+			ru, size := utf8.DecodeRune(p[i:])
+			if ru == utf8.RuneError && size <= 1 {
+				return i, n // invalid, or cut by the read
+			}
+			if unicode.IsSpace(ru) {
+				whiteTo(r, p[i:i+size])
+			} else {
+				textTo(r, p[i:i+size])
+			}
+			i += size
+			n += size
+			continue
 		default:
 			return i, n
 		}
@@ -68,6 +96,49 @@ func jsonTo(r *ServedRecorder, p []byte) (used, n int) {
 		n++
 	}
 	return i, n
+}
+
+// jsonEscape adds the rune of the \u escape that p starts with and returns
+// the bytes of text it stands for; 0, adding nothing, for a surrogate (a
+// half of a pair, perhaps cut by the read), an escape cut by the read, and
+// hex digits that are not.
+func jsonEscape(r *ServedRecorder, p []byte) int {
+	if len(p) < 6 {
+		return 0
+	}
+	var ru rune
+	for _, c := range p[2:6] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0
+		}
+		ru = ru<<4 | rune(c)
+	}
+	if utf16.IsSurrogate(ru) {
+		return 0
+	}
+	if ru < utf8.RuneSelf {
+		if c := byte(ru); asciiSpace[c] {
+			whiteByte(r, c)
+		} else {
+			textByte(r, c)
+		}
+		return 1
+	}
+	var q [utf8.UTFMax]byte
+	b := utf8.AppendRune(q[:0], ru)
+	if unicode.IsSpace(ru) {
+		whiteTo(r, b)
+	} else {
+		textTo(r, b)
+	}
+	return len(b)
 }
 
 // jsonRun returns the end of the run that starts before j (p[j-1] is a

@@ -131,6 +131,7 @@ var jsonSeps = []string{
 	" ", "  ", `\n`, `\r\n`, `\n\n`, ` \r\n `, `\t`, `\f`, `\b`, `\"`, `\\`, `\/`, `x\\\"`,
 	`\u0020`, `\u000b`, `\u00e9`, `\u00a0`, `\ud83d\ude00`, `\ud83d`, `\ud83d\u00e9`, `\ude00 `,
 	"é", " é", "日本", "\u00a0", " \u2003 ", "\xff", "\xe2\x82", "\x7f", `\n \t`,
+	`\u003c`, `\u0026`, `\u0085`, `\u2003`, `\u3000 `, `\u0000`, `\uFFFD`, "\ufffd", "\U0001F600", `\u00A0\u00a0`,
 }
 
 // TestServedRecorderJSON: WriteJSON, with what it stops at written by
