@@ -620,15 +620,12 @@ func (t *tap) decode(b []byte, tail bool) {
 			continue
 		}
 		for _, part := range cand.Content.Parts {
-			if part.Thought || part.Text == "" || t.textTruncated {
+			if part.Thought || part.Text == "" {
 				continue
 			}
-			if t.text.Len()+len(part.Text) > MaxTextBytes {
-				t.text.WriteString(part.Text[:MaxTextBytes-t.text.Len()])
-				t.textTruncated = true
-				continue
+			if k := t.textRoom(len(part.Text)); k >= 0 {
+				t.text.WriteString(part.Text[:k])
 			}
-			t.text.WriteString(part.Text)
 		}
 	}
 }
@@ -653,15 +650,9 @@ func (t *tap) apply(sc *chunkScanner) {
 		t.text.Grow(min(size, MaxTextBytes-t.text.Len()))
 	}
 	for _, text := range sc.texts {
-		if t.textTruncated {
-			break
+		if k := t.textRoom(len(text)); k >= 0 {
+			t.text.Write(text[:k])
 		}
-		if t.text.Len()+len(text) > MaxTextBytes {
-			t.text.Write(text[:MaxTextBytes-t.text.Len()])
-			t.textTruncated = true
-			break
-		}
-		t.text.Write(text)
 	}
 	clear(sc.texts) // drop references to the body
 	sc.texts, sc.b, sc.modelVersion = sc.texts[:0], nil, nil
@@ -671,6 +662,20 @@ func (t *tap) apply(sc *chunkScanner) {
 		putScratch(sc.scratch)
 		sc.scratch = nil
 	}
+}
+
+// textRoom returns how many bytes of a text of n bytes the tap's text
+// takes, up to MaxTextBytes in all, and marks it truncated when that is
+// fewer than n; -1 once it is truncated (nothing more is added).
+func (t *tap) textRoom(n int) int {
+	if t.textTruncated {
+		return -1
+	}
+	if room := MaxTextBytes - t.text.Len(); n > room {
+		t.textTruncated = true
+		return room
+	}
+	return n
 }
 
 func (t *tap) record(u *Usage, modelVersion string) {

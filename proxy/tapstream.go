@@ -243,16 +243,13 @@ func (t *tap) streamOut() {
 	b := t.st.out
 	t.st.got += len(b)
 	t.st.out = b[:0]
-	if len(b) == 0 || t.textTruncated {
+	if len(b) == 0 {
 		return
 	}
-	if t.text.Len()+len(b) > MaxTextBytes {
-		t.text.Write(b[:MaxTextBytes-t.text.Len()])
-		t.textTruncated = true
-		return
+	if k := t.textRoom(len(b)); k >= 0 {
+		t.text.Grow(k)
+		t.text.Write(b[:k])
 	}
-	t.text.Grow(len(b))
-	t.text.Write(b)
 }
 
 // streamText reads the streamed string's content from p[i:]. It returns
@@ -595,15 +592,9 @@ func (t *tap) decodeStreamed() {
 		t.rewindText()
 	}
 	for _, text := range texts {
-		if t.textTruncated {
-			break
+		if k := t.textRoom(len(text)); k >= 0 {
+			t.text.WriteString(text[:k])
 		}
-		if t.text.Len()+len(text) > MaxTextBytes {
-			t.text.WriteString(text[:MaxTextBytes-t.text.Len()])
-			t.textTruncated = true
-			break
-		}
-		t.text.WriteString(text)
 	}
 }
 
