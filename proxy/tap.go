@@ -595,6 +595,7 @@ func (t *tap) decode(b []byte, tail bool) {
 		t.decodeTail(b)
 		return
 	}
+	t.sc.rawText = t.jsonText()
 	if t.sc.scan(b, t.needText) {
 		t.events++
 		t.apply(&t.sc)
@@ -649,18 +650,44 @@ func (t *tap) apply(sc *chunkScanner) {
 		}
 		t.text.Grow(min(size, MaxTextBytes-t.text.Len()))
 	}
-	for _, text := range sc.texts {
+	for k, text := range sc.texts {
+		if k < 64 && sc.escaped&(1<<k) != 0 {
+			t.addEscaped(sc, text)
+			continue
+		}
 		if k := t.textRoom(len(text)); k >= 0 {
 			t.text.Write(text[:k])
 		}
 	}
 	clear(sc.texts) // drop references to the body
-	sc.texts, sc.b, sc.modelVersion = sc.texts[:0], nil, nil
+	sc.texts, sc.b, sc.modelVersion, sc.escaped = sc.texts[:0], nil, nil, 0
 	if cap(sc.scratch) > minPooledScratch {
 		// A large text's buffer is not kept for the next event: it goes
 		// back to the pool, its texts copied out above.
 		putScratch(sc.scratch)
 		sc.scratch = nil
+	}
+}
+
+// addEscaped adds a text still JSON-escaped (chunkScanner.escaped): to
+// the jsonTextWriter as it is, as far as it reads it, and unescaped for
+// what it stops at (surrogates, invalid UTF-8) and when the tap keeps the
+// text or it may reach MaxTextBytes (a byte of raw stands for one byte of
+// text at most).
+func (t *tap) addEscaped(sc *chunkScanner, raw []byte) {
+	if t.textTruncated {
+		return
+	}
+	if jw, ok := t.text.w.(jsonTextWriter); ok && !t.text.keep && t.text.Len()+len(raw) <= MaxTextBytes {
+		used, n := jw.WriteJSON(raw)
+		t.text.n += n
+		if raw = raw[used:]; len(raw) == 0 {
+			return
+		}
+	}
+	text := sc.unquote(raw) // from a whole escape or rune on: its own text
+	if k := t.textRoom(len(text)); k >= 0 {
+		t.text.Write(text[:k])
 	}
 }
 
@@ -676,6 +703,13 @@ func (t *tap) textRoom(n int) int {
 		return room
 	}
 	return n
+}
+
+// jsonText reports whether the tap's text goes only to a jsonTextWriter,
+// which reads it escaped.
+func (t *tap) jsonText() bool {
+	_, ok := t.text.w.(jsonTextWriter)
+	return ok && !t.text.keep
 }
 
 func (t *tap) record(u *Usage, modelVersion string) {

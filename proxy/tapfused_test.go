@@ -39,7 +39,8 @@ func fusedAnswer(rng *rand.Rand, size int, plain bool) []byte {
 // reads (cut at every offset of small bodies: inside escapes, \u pairs,
 // runes, CR LF; byte by byte; in random pieces), the recorder's record
 // answers every query as RecordServed of the text the whole-object read
-// gives, and the tap counts the same text and truncation.
+// gives, and the tap counts the same text and truncation. The same for
+// SSE streams, whose events' texts go to the recorder escaped as well.
 func TestTapFusedRecorder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 29))
 	sa, err := cache.New(cache.Options{MaxBytes: 256 << 20})
@@ -123,6 +124,29 @@ func TestTapFusedRecorder(t *testing.T) {
 			check(body, nil)
 			check(body, randomCutsOf(rng, len(body), 1+rng.IntN(16)))
 			if len(body) < 400 {
+				check(body, every(len(body)))
+			}
+		}
+	}
+	// Streams: each event's texts go to the recorder escaped (apply).
+	for _, shape := range []struct {
+		odd         bool
+		long, count int
+	}{{false, 40, 40}, {true, 40, 80}, {true, 600, 40}} {
+		g := &answerGen{r: rng, odd: shape.odd, long: shape.long}
+		for range shape.count {
+			var b strings.Builder
+			sep := []string{"\r\n\r\n", "\n\n"}[rng.IntN(2)]
+			for range 1 + rng.IntN(5) {
+				b.WriteString("data: " + strings.ReplaceAll(g.answer(), "\n", " ") + sep)
+			}
+			body := []byte(b.String())
+			check(body, nil)
+			check(body, randomCutsOf(rng, len(body), 1+rng.IntN(16)))
+			if len(body) < 1500 {
+				for k := range len(body) + 1 {
+					check(body, []int{k})
+				}
 				check(body, every(len(body)))
 			}
 		}

@@ -527,6 +527,7 @@ func (t *tap) decodeStreamed() {
 		return
 	}
 	b := t.obj
+	t.sc.rawText = t.jsonText()
 	if t.sc.scanPH(b, t.needText, ph, t.st.got > 0) {
 		at := -1
 		for k, x := range t.sc.texts {
