@@ -3,6 +3,7 @@ package cache
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -28,19 +29,27 @@ func checkOracle(t *testing.T, text string, cuts []int) {
 		r.WriteString(text[prev:c]) //nolint:errcheck // never fails
 		prev = c
 	}
+	checkRecord(t, r, text, func() string { return fmt.Sprintf("text %q cut at %v", text, cuts) })
+}
+
+// checkRecord compares r's key, record and prefix digests with those made
+// from normalizeOracle(text) and sha256.Sum256, and returns the record;
+// what names the case.
+func checkRecord(t *testing.T, r *ServedRecorder, text string, what func() string) []byte {
+	t.Helper()
 	id, rec, prefixes, ok := r.record(false)
 	n := normalizeOracle(text)
 	if ok != (n != "") {
-		t.Fatalf("text %q cut at %v: recorded %v, normalised %q", text, cuts, ok, n)
+		t.Fatalf("%s: recorded %v, normalised %q", what(), ok, n)
 	}
 	if !ok {
-		return
+		return nil
 	}
 	if want := digest(sha256.Sum256([]byte(n))); id != want {
-		t.Fatalf("text %q cut at %v: id %x, want sha256 of %q", text, cuts, id, n)
+		t.Fatalf("%s: id %x, want sha256 of %q", what(), id, n)
 	}
 	if len(n) >= MinPrefixBytes && !bytes.HasSuffix(rec, []byte(n)) {
-		t.Fatalf("text %q cut at %v: record %q does not end in %q", text, cuts, rec, n)
+		t.Fatalf("%s: record %q does not end in %q", what(), rec, n)
 	}
 	k := 0
 	for _, c := range prefixCuts {
@@ -48,13 +57,14 @@ func checkOracle(t *testing.T, text string, cuts []int) {
 			break
 		}
 		if k >= len(prefixes) || prefixes[k] != digest(sha256.Sum256([]byte(n[:cutAt(n, c)]))) {
-			t.Fatalf("text %q cut at %v: prefix %d (cut %d) differs", text, cuts, k, c)
+			t.Fatalf("%s: prefix %d (cut %d) differs", what(), k, c)
 		}
 		k++
 	}
 	if k != len(prefixes) {
-		t.Fatalf("text %q cut at %v: %d prefixes, want %d", text, cuts, len(prefixes), k)
+		t.Fatalf("%s: %d prefixes, want %d", what(), len(prefixes), k)
 	}
+	return rec
 }
 
 // TestServedRecorderWords puts each kind of white space and a multi-byte

@@ -595,6 +595,7 @@ func (t *tap) decode(b []byte, tail bool) {
 		t.decodeTail(b)
 		return
 	}
+	t.sc.rawText = t.jsonText()
 	if t.sc.scan(b, t.needText) {
 		t.events++
 		t.apply(&t.sc)
@@ -620,15 +621,12 @@ func (t *tap) decode(b []byte, tail bool) {
 			continue
 		}
 		for _, part := range cand.Content.Parts {
-			if part.Thought || part.Text == "" || t.textTruncated {
+			if part.Thought || part.Text == "" {
 				continue
 			}
-			if t.text.Len()+len(part.Text) > MaxTextBytes {
-				t.text.WriteString(part.Text[:MaxTextBytes-t.text.Len()])
-				t.textTruncated = true
-				continue
+			if k := t.textRoom(len(part.Text)); k >= 0 {
+				t.text.WriteString(part.Text[:k])
 			}
-			t.text.WriteString(part.Text)
 		}
 	}
 }
@@ -652,25 +650,66 @@ func (t *tap) apply(sc *chunkScanner) {
 		}
 		t.text.Grow(min(size, MaxTextBytes-t.text.Len()))
 	}
-	for _, text := range sc.texts {
-		if t.textTruncated {
-			break
+	for k, text := range sc.texts {
+		if k < 64 && sc.escaped&(1<<k) != 0 {
+			t.addEscaped(sc, text)
+			continue
 		}
-		if t.text.Len()+len(text) > MaxTextBytes {
-			t.text.Write(text[:MaxTextBytes-t.text.Len()])
-			t.textTruncated = true
-			break
+		if k := t.textRoom(len(text)); k >= 0 {
+			t.text.Write(text[:k])
 		}
-		t.text.Write(text)
 	}
 	clear(sc.texts) // drop references to the body
-	sc.texts, sc.b, sc.modelVersion = sc.texts[:0], nil, nil
+	sc.texts, sc.b, sc.modelVersion, sc.escaped = sc.texts[:0], nil, nil, 0
 	if cap(sc.scratch) > minPooledScratch {
 		// A large text's buffer is not kept for the next event: it goes
 		// back to the pool, its texts copied out above.
 		putScratch(sc.scratch)
 		sc.scratch = nil
 	}
+}
+
+// addEscaped adds a text still JSON-escaped (chunkScanner.escaped): to
+// the jsonTextWriter as it is, as far as it reads it, and unescaped for
+// what it stops at (surrogates, invalid UTF-8) and when the tap keeps the
+// text or it may reach MaxTextBytes (a byte of raw stands for one byte of
+// text at most).
+func (t *tap) addEscaped(sc *chunkScanner, raw []byte) {
+	if t.textTruncated {
+		return
+	}
+	if jw, ok := t.text.w.(jsonTextWriter); ok && !t.text.keep && t.text.Len()+len(raw) <= MaxTextBytes {
+		used, n := jw.WriteJSON(raw)
+		t.text.n += n
+		if raw = raw[used:]; len(raw) == 0 {
+			return
+		}
+	}
+	text := sc.unquote(raw) // from a whole escape or rune on: its own text
+	if k := t.textRoom(len(text)); k >= 0 {
+		t.text.Write(text[:k])
+	}
+}
+
+// textRoom returns how many bytes of a text of n bytes the tap's text
+// takes, up to MaxTextBytes in all, and marks it truncated when that is
+// fewer than n; -1 once it is truncated (nothing more is added).
+func (t *tap) textRoom(n int) int {
+	if t.textTruncated {
+		return -1
+	}
+	if room := MaxTextBytes - t.text.Len(); n > room {
+		t.textTruncated = true
+		return room
+	}
+	return n
+}
+
+// jsonText reports whether the tap's text goes only to a jsonTextWriter,
+// which reads it escaped.
+func (t *tap) jsonText() bool {
+	_, ok := t.text.w.(jsonTextWriter)
+	return ok && !t.text.keep
 }
 
 func (t *tap) record(u *Usage, modelVersion string) {

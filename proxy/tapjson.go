@@ -33,6 +33,12 @@ type chunkScanner struct {
 	modelVersion []byte   // unescaped; nil when absent
 	texts        [][]byte // text of the parts of candidate 0 to keep, in order
 	scratch      []byte   // unescaped strings; texts may point into it
+	// escaped has bit k set when texts[k] is still JSON-escaped (the
+	// inside of its string literal, validated): with rawText the scanner
+	// leaves a part's text so, for the tap to hand to a jsonTextWriter
+	// (apply), instead of unescaping it here and normalising it there.
+	escaped uint64
+	rawText bool
 
 	// ph is the offset in b of a placeholder string (tapstream.go), -1
 	// none; a part whose text it is is kept as a nil text when phText
@@ -53,7 +59,7 @@ func (s *chunkScanner) scan(b []byte, needText bool) bool {
 
 // scanPH is scan of a skeleton whose placeholder is at ph (chunkScanner.ph).
 func (s *chunkScanner) scanPH(b []byte, needText bool, ph int, phText bool) bool {
-	*s = chunkScanner{b: b, needText: needText, texts: s.texts[:0], scratch: s.scratch[:0], ph: ph, phText: phText}
+	*s = chunkScanner{b: b, needText: needText, texts: s.texts[:0], scratch: s.scratch[:0], ph: ph, phText: phText, rawText: s.rawText}
 	s.ws()
 	if !s.top() {
 		return false
@@ -279,13 +285,14 @@ func (s *chunkScanner) candidate() bool {
 	})
 	if index != 0 {
 		s.texts = s.texts[:first]
+		s.escaped &= 1<<first - 1
 	}
 	return ok
 }
 
 func (s *chunkScanner) part() bool {
 	var text []byte
-	thought, ph := false, false
+	thought, ph, escaped := false, false, false
 	var seen uint32
 	ok := s.object(func(name []byte) bool {
 		switch field(name, partNames, &seen) {
@@ -299,8 +306,8 @@ func (s *chunkScanner) part() bool {
 				ph = true
 				return ok
 			}
-			v, ok := s.text()
-			text = v
+			v, esc, ok := s.rawOrText(s.rawText)
+			text, escaped = v, esc
 			return ok && v != nil
 		default:
 			switch {
@@ -322,6 +329,13 @@ func (s *chunkScanner) part() bool {
 			s.texts = append(s.texts, nil)
 		}
 	case len(text) > 0:
+		if escaped {
+			if len(s.texts) < 64 {
+				s.escaped |= 1 << len(s.texts)
+			} else {
+				text = s.unquote(text)
+			}
+		}
 		s.texts = append(s.texts, text)
 	}
 	return ok
@@ -371,24 +385,40 @@ func (s *chunkScanner) int(bits int) (int64, bool) {
 // text reads a string value and returns it unescaped, or nil, false when
 // the value is not a string (null included).
 func (s *chunkScanner) text() ([]byte, bool) {
+	v, _, ok := s.rawOrText(false)
+	return v, ok
+}
+
+// rawOrText is text that, with raw, returns a string that needs
+// unescaping (escapes, invalid UTF-8) as it is, inside its quotes,
+// reporting escaped.
+func (s *chunkScanner) rawOrText(raw bool) (v []byte, escaped, ok bool) {
 	if s.i >= len(s.b) || s.b[s.i] != '"' {
-		return nil, false
+		return nil, false, false
 	}
 	start := s.i
 	esc, ok := s.str()
 	if !ok {
-		return nil, false
+		return nil, false, false
 	}
-	raw := s.b[start+1 : s.i-1]
-	if !esc && utf8.Valid(raw) {
-		return raw, true
+	in := s.b[start+1 : s.i-1]
+	if !esc && utf8.Valid(in) {
+		return in, false, true
 	}
+	if raw {
+		return in, true, true
+	}
+	return s.unquote(in), false, true
+}
+
+// unquote returns the inside of a valid JSON string literal unescaped.
+func (s *chunkScanner) unquote(raw []byte) []byte {
 	// Unescaped into the scratch buffer the scanner keeps between scans,
 	// grown once to what the text needs at most (but for invalid UTF-8):
 	// appending a 256 KB text grew it by doubling, a megabyte in all.
-	start = len(s.scratch)
+	start := len(s.scratch)
 	s.scratch = appendUnquoted(growScratch(s.scratch, len(raw)), raw)
-	return s.scratch[start:len(s.scratch):len(s.scratch)], true
+	return s.scratch[start:len(s.scratch):len(s.scratch)]
 }
 
 // scratchBuffers recycles the scanner's scratch buffers of more than

@@ -37,6 +37,14 @@ type servedMarker interface {
 	Commit()
 }
 
+// jsonTextWriter is a ServedWriter that reads text still JSON-escaped
+// (cache.ServedRecorder.WriteJSON): as far as it can, it unescapes and
+// records it in one pass, and returns the bytes of raw read and of text
+// written.
+type jsonTextWriter interface {
+	WriteJSON(raw []byte) (used, n int)
+}
+
 // phRaw is the placeholder written in the skeleton, between the streamed
 // string's quotes. It is recognised by its offset (chunkScanner) or by its
 // address (encoding/json, with tapChunkPH), not by its bytes.
@@ -137,6 +145,10 @@ type strStream struct {
 	got   int    // bytes of text produced
 	raw   int    // bytes of the string read
 	out   []byte // text produced, not yet written
+	// jw, when the tap keeps no text of its own, takes the string's bytes
+	// as they are (jsonTextWriter): out is then only for what it does not
+	// read (surrogates, invalid UTF-8, what a read cuts).
+	jw jsonTextWriter
 }
 
 // streamBufs recycles the streams' output buffers.
@@ -168,6 +180,9 @@ func (t *tap) startStream(b []byte) bool {
 		out = (*streamBufs.Get().(*[]byte))[:0]
 	}
 	t.st = strStream{on: true, hi: -1, out: out[:0]}
+	if !t.text.keep {
+		t.st.jw, _ = t.text.w.(jsonTextWriter)
+	}
 	t.tm = textMark{n: t.text.n, keep: len(t.text.b), truncated: t.textTruncated}
 	if m, ok := t.text.w.(servedMarker); ok {
 		m.Mark()
@@ -228,16 +243,13 @@ func (t *tap) streamOut() {
 	b := t.st.out
 	t.st.got += len(b)
 	t.st.out = b[:0]
-	if len(b) == 0 || t.textTruncated {
+	if len(b) == 0 {
 		return
 	}
-	if t.text.Len()+len(b) > MaxTextBytes {
-		t.text.Write(b[:MaxTextBytes-t.text.Len()])
-		t.textTruncated = true
-		return
+	if k := t.textRoom(len(b)); k >= 0 {
+		t.text.Grow(k)
+		t.text.Write(b[:k])
 	}
-	t.text.Grow(len(b))
-	t.text.Write(b)
 }
 
 // streamText reads the streamed string's content from p[i:]. It returns
@@ -297,6 +309,12 @@ func (t *tap) streamText(all []byte, i int) (end int, over bool) {
 			}
 			continue
 		}
+		if s.jw != nil && s.nc == 0 && s.hi < 0 && jsonFast[p[i]] {
+			i = t.streamJSON(p, i)
+			if i == len(p) {
+				break
+			}
+		}
 		j, ascii := plainRunASCII(p, i)
 		if ascii && s.nc == 0 && s.hi < 0 {
 			s.out = append(s.out, p[i:j]...)
@@ -338,6 +356,39 @@ func (t *tap) streamText(all []byte, i int) (end int, over bool) {
 	s.raw += len(p) - from
 	t.streamOut()
 	return len(p), false
+}
+
+// jsonFast marks the bytes a jsonTextWriter may read: all but the quote
+// and control bytes (the backslash begins an escape).
+var jsonFast = func() (t [256]bool) {
+	for c := ' '; c < 256; c++ {
+		t[c] = true
+	}
+	t['"'] = false
+	return t
+}()
+
+// streamJSON hands the streamed string's bytes from p[i] to the text's
+// jsonTextWriter, after the text gathered in out, up to MaxTextBytes in
+// all (a byte of the string stands for one byte of text at most), and
+// returns where it stopped.
+func (t *tap) streamJSON(p []byte, i int) int {
+	s := &t.st
+	if len(s.out) > 0 {
+		t.streamOut()
+	}
+	if t.textTruncated {
+		return i
+	}
+	end := min(len(p), i+MaxTextBytes-t.text.n)
+	if end <= i {
+		return i
+	}
+	t.text.w.Grow(end - i)
+	used, n := s.jw.WriteJSON(p[i:end])
+	t.text.n += n
+	s.got += n
+	return i + used
 }
 
 // emit adds the rune of an escape other than \u.
@@ -476,6 +527,7 @@ func (t *tap) decodeStreamed() {
 		return
 	}
 	b := t.obj
+	t.sc.rawText = t.jsonText()
 	if t.sc.scanPH(b, t.needText, ph, t.st.got > 0) {
 		at := -1
 		for k, x := range t.sc.texts {
@@ -541,15 +593,9 @@ func (t *tap) decodeStreamed() {
 		t.rewindText()
 	}
 	for _, text := range texts {
-		if t.textTruncated {
-			break
+		if k := t.textRoom(len(text)); k >= 0 {
+			t.text.WriteString(text[:k])
 		}
-		if t.text.Len()+len(text) > MaxTextBytes {
-			t.text.WriteString(text[:MaxTextBytes-t.text.Len()])
-			t.textTruncated = true
-			break
-		}
-		t.text.WriteString(text)
 	}
 }
 

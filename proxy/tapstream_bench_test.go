@@ -45,6 +45,7 @@ func BenchmarkTapUnary(b *testing.B) {
 		body, read := c.body, c.read
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
+			cpu0 := processCPU()
 			for b.Loop() {
 				tp := newTap("", true)
 				tp.text.keep = false
@@ -55,6 +56,7 @@ func BenchmarkTapUnary(b *testing.B) {
 				tp.finish()
 				tp.text.w.Served(tp.textTruncated)
 			}
+			reportCPU(b, cpu0)
 		})
 	}
 }

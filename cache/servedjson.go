@@ -1,0 +1,212 @@
+package cache
+
+import (
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// WriteJSON adds the text that raw, the inside of a JSON string literal
+// (escaped), stands for, as far as it reads it in one pass: printable
+// ASCII, valid multi-byte runes, the escapes \n \t \r \f \b \" \\ \/ and
+// \u escapes but surrogates. It stops before a quote, a control byte,
+// invalid UTF-8, a rune or an escape cut at the end of raw (by the read),
+// a surrogate's \u escape (its pair may be cut) and anything not JSON, and
+// returns how many bytes of raw it read and how many bytes of text they
+// stand for. What it read is
+// recorded exactly as Write of its unescaped text would record it
+// (TestServedRecorderJSON); the caller unescapes what it stopped at itself
+// and writes that with Write.
+//
+// The tap reads a long unary answer's text with it: unescaping the JSON
+// string into a buffer and normalising that buffer here were two passes
+// over every byte of the answer, and an eight-byte copy between them; this
+// is one.
+func (r *ServedRecorder) WriteJSON(raw []byte) (used, n int) {
+	if r.nc > 0 {
+		// A rune cut by the last Write is waiting for its end: only Write
+		// can finish it.
+		return 0, 0
+	}
+	used, n = jsonTo(r, raw)
+	r.hashOn()
+	return used, n
+}
+
+// jsonTo is WriteJSON's scan.
+func jsonTo(r *ServedRecorder, p []byte) (used, n int) {
+	i := 0
+	for i < len(p) {
+		c := p[i]
+		switch {
+		case jsonWord[c]:
+			j := jsonRun(p, i+1)
+			textTo(r, p[i:j])
+			n += j - i
+			i = j
+			continue
+		case c == ' ':
+			whiteByte(r, ' ')
+		case c == '\\':
+			if i+1 == len(p) {
+				return i, n
+			}
+			switch e := p[i+1]; e {
+			case 'n':
+				whiteByte(r, '\n')
+			case 't':
+				whiteByte(r, '\t')
+			case 'r':
+				whiteByte(r, '\r')
+			case 'f':
+				whiteByte(r, '\f')
+			case 'b':
+				textByte(r, '\b')
+			case '"', '\\', '/':
+				textByte(r, e)
+			case 'u':
+				k := jsonEscape(r, p[i:])
+				if k == 0 {
+					return i, n
+				}
+				i += 6
+				n += k
+				continue
+			default: // not JSON
+				return i, n
+			}
+			i++
+		case c >= utf8.RuneSelf:
+			ru, size := utf8.DecodeRune(p[i:])
+			if ru == utf8.RuneError && size <= 1 {
+				return i, n // invalid, or cut by the read
+			}
+			if unicode.IsSpace(ru) {
+				whiteTo(r, p[i:i+size])
+			} else {
+				textTo(r, p[i:i+size])
+			}
+			i += size
+			n += size
+			continue
+		default:
+			return i, n
+		}
+		i++
+		n++
+	}
+	return i, n
+}
+
+// jsonEscape adds the rune of the \u escape that p starts with and returns
+// the bytes of text it stands for; 0, adding nothing, for a surrogate (a
+// half of a pair, perhaps cut by the read), an escape cut by the read, and
+// hex digits that are not.
+func jsonEscape(r *ServedRecorder, p []byte) int {
+	if len(p) < 6 {
+		return 0
+	}
+	var ru rune
+	for _, c := range p[2:6] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0
+		}
+		ru = ru<<4 | rune(c)
+	}
+	if utf16.IsSurrogate(ru) {
+		return 0
+	}
+	if ru < utf8.RuneSelf {
+		if c := byte(ru); asciiSpace[c] {
+			whiteByte(r, c)
+		} else {
+			textByte(r, c)
+		}
+		return 1
+	}
+	var q [utf8.UTFMax]byte
+	b := utf8.AppendRune(q[:0], ru)
+	if unicode.IsSpace(ru) {
+		whiteTo(r, b)
+	} else {
+		textTo(r, b)
+	}
+	return len(b)
+}
+
+// jsonRun returns the end of the run that starts before j (p[j-1] is a
+// word byte): word bytes and single spaces between them, as normalizeTo's
+// run, and no quote or backslash. The run ends with a word byte.
+func jsonRun(p []byte, j int) int {
+	const (
+		lsb = 0x0101010101010101
+		msb = 0x8080808080808080
+	)
+	for {
+		// As normalizeTo: sp carries a space last in the word before.
+		sp := uint64(0)
+		for j+8 <= len(p) {
+			x := le64(p[j:])
+			m := spaceMask(x)
+			q, e := x^(lsb*'"'), x^(lsb*'\\')
+			// No byte >= 0x80 or < ' ', no two spaces in a row, no quote,
+			// no backslash.
+			if (x|(x-lsb*' ')&^x|m&(m<<8|sp)|(q-lsb)&^q|(e-lsb)&^e)&msb != 0 {
+				break
+			}
+			sp = m >> 56
+			j += 8
+		}
+		if sp != 0 {
+			j-- // a space last: the byte by byte step decides it
+		}
+		if j >= len(p) {
+			return j
+		}
+		switch d := p[j]; {
+		case jsonWord[d]:
+			j++
+		case d == ' ' && j+1 < len(p) && jsonWord[p[j+1]]:
+			j += 2
+		default:
+			return j
+		}
+	}
+}
+
+// jsonWord marks the bytes of a JSON string that stand for themselves and
+// are not white space: printable ASCII but the space, the quote and the
+// backslash (DEL included, which is not white space).
+var jsonWord = func() (t [256]bool) {
+	for c := '!'; c < 0x80; c++ {
+		t[c] = true
+	}
+	t['"'], t['\\'] = false, false
+	return t
+}()
+
+// whiteByte is whiteTo of one byte.
+func whiteByte(r *ServedRecorder, c byte) {
+	r.space = len(r.buf) > 0
+	if r.nt < maxTrail {
+		r.trail[r.nt] = c
+	}
+	r.nt++
+}
+
+// textByte is textTo of one byte.
+func textByte(r *ServedRecorder, c byte) {
+	if r.space {
+		r.space = false
+		r.buf = append(r.buf, ' ')
+	}
+	r.buf = append(r.buf, c)
+	r.nt = 0
+}
