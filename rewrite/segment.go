@@ -554,9 +554,25 @@ func (sg *segmenter) fence(i, free int) (block, int, bool) {
 	banners, refs, other = 0, 0, false
 	b.blob, b.shell = false, false
 	for j := i + 1; j < l.n(); j++ {
-		flags(l.at(j))
-		s := strings.TrimRight(l.at(j), " \t")
-		k := len(s)
+		// The first loop's fast path for a plain code line (flags would
+		// only mark it other), and a one-byte test before the glued-close
+		// test: a glued close ends in ch once its trailing blanks are
+		// dropped. Most lines fail both tests, and the rest of a text
+		// after an unclosed fence was read twice per line (issue 17).
+		line := l.at(j)
+		if k, e := skipIndent(l.text, l.s(j), l.e(j)); k < e && plainCodeLine(l.text, k, e, ch) {
+			other, b.shell = true, false
+		} else {
+			flags(line)
+		}
+		k := len(line)
+		for k > 0 && (line[k-1] == ' ' || line[k-1] == '\t') {
+			k--
+		}
+		if k == 0 || line[k-1] != ch {
+			continue
+		}
+		s := line[:k]
 		for k > 0 && s[k-1] == ch {
 			k--
 		}
