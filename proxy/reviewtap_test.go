@@ -18,6 +18,21 @@ import (
 // finish's decompression loop; a tap without a served writer (OnServed,
 // OnExchange) rewinds its own builder.
 
+// twoStores returns two fresh stores, closed when t ends: one the tap
+// records into, one RecordServed fills as the oracle.
+func twoStores(t testing.TB) (a, b *cache.Store) {
+	t.Helper()
+	for _, p := range []**cache.Store{&a, &b} {
+		s, err := cache.New(cache.Options{MaxBytes: 256 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		*p = s
+	}
+	return a, b
+}
+
 func gzipOf(t testing.TB, b []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
@@ -37,16 +52,7 @@ func gzipOf(t testing.TB, b []byte) []byte {
 // trail) as RecordServed of the text the old whole-object read gives.
 func TestReviewTapRecorder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(71, 72))
-	sa, err := cache.New(cache.Options{MaxBytes: 256 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sa.Close()
-	sb, err := cache.New(cache.Options{MaxBytes: 256 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
+	sa, sb := twoStores(t)
 	n := 0
 	for _, shape := range []struct {
 		odd         bool
@@ -116,12 +122,7 @@ func TestReviewTapKeepOnly(t *testing.T) {
 		body := g.body()
 		want := feedTapWith(body, nil, false)
 		tp := newTap("", true)
-		prev := 0
-		for _, c := range append(randomCutsOf(rng, len(body), rng.IntN(20)), len(body)) {
-			tp.Write(body[prev:c]) //nolint:errcheck // never fails
-			prev = c
-		}
-		tp.finish()
+		writeCut(tp, body, randomCutsOf(rng, len(body), rng.IntN(20)))
 		if tp.text.String() != want.Text || tp.text.Len() != len(want.Text) || tp.textTruncated != want.TextTruncated {
 			t.Fatalf("body %q: text %q (%d) truncated %v; want %q %v", body, tp.text.String(), tp.text.Len(), tp.textTruncated, want.Text, want.TextTruncated)
 		}

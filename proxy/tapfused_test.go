@@ -5,8 +5,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-
-	"github.com/gemini-proxy/gemini-proxy/cache"
 )
 
 // fusedSeps are pieces of a JSON-encoded text: the escapes the recorder's
@@ -43,16 +41,7 @@ func fusedAnswer(rng *rand.Rand, size int, plain bool) []byte {
 // SSE streams, whose events' texts go to the recorder escaped as well.
 func TestTapFusedRecorder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 29))
-	sa, err := cache.New(cache.Options{MaxBytes: 256 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sa.Close()
-	sb, err := cache.New(cache.Options{MaxBytes: 256 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
+	sa, sb := twoStores(t)
 	n := 0
 	check := func(body []byte, cuts []int) {
 		t.Helper()
@@ -63,12 +52,7 @@ func TestTapFusedRecorder(t *testing.T) {
 		tp.text.keep = false
 		rec := sa.ServedRecorder(tenant)
 		tp.text.w = rec
-		prev := 0
-		for _, c := range append(cuts, len(body)) {
-			tp.Write(body[prev:c]) //nolint:errcheck // never fails
-			prev = c
-		}
-		tp.finish()
+		writeCut(tp, body, cuts)
 		if tp.text.Len() != len(want.Text) || tp.textTruncated != want.TextTruncated {
 			t.Fatalf("body %q cut at %v: %d bytes of text, truncated %v; want %d, %v", body, cuts, tp.text.Len(), tp.textTruncated, len(want.Text), want.TextTruncated)
 		}

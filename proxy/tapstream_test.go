@@ -57,6 +57,17 @@ type streamResult struct {
 // tap reads each object whole, as it did before streaming (the oracle).
 func feedTap(body []byte, cuts []int) streamResult { return feedTapWith(body, cuts, true) }
 
+// writeCut writes body to tp in the pieces cuts give (offsets, in
+// order) and finishes it.
+func writeCut(tp *tap, body []byte, cuts []int) {
+	prev := 0
+	for _, c := range append(cuts, len(body)) {
+		tp.Write(body[prev:c]) //nolint:errcheck // never fails
+		prev = c
+	}
+	tp.finish()
+}
+
 func feedTapWith(body []byte, cuts []int, stream bool) streamResult {
 	tp := newTap("", true)
 	w := &markWriter{}
@@ -327,12 +338,7 @@ func TestTapStreamNoCopy(t *testing.T) {
 	tp.text.keep = false
 	rec := s.ServedRecorder("t1")
 	tp.text.w = rec
-	prev := 0
-	for _, c := range append(cuts, len(body)) {
-		tp.Write(body[prev:c]) //nolint:errcheck // never fails
-		prev = c
-	}
-	tp.finish()
+	writeCut(tp, body, cuts)
 	rec.Served(tp.textTruncated)
 	s.Wait()
 	if !s.Verifier("t1").Served(want.Text) {
