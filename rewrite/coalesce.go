@@ -21,7 +21,8 @@ import "sort"
 // fences and text a re-sent document ends with), up to the last non-blank
 // one. A
 // superseded reference, a reference to another turn, a piece named as
-// another file, or a line that differs ends the sequence; an edited copy stays as it is. The merged
+// another file, a line that differs, or a copy another reference names
+// (keptCopies) ends the sequence; an edited copy stays as it is. The merged
 // reference is made only when the whole span of the earlier copy stays in
 // the output (no reference inside it, and not across the point where
 // prefix stabilisation may split that part) and

@@ -125,8 +125,10 @@
 // earlier part (coalesce.go): a Markdown document with inner fences pasted
 // in a plain ``` fence is split by CommonMark into several blocks and free
 // text, and its re-sent copy is then one reference, not one per piece. A
-// piece named as another file, a superseded or image reference, or a
-// differing line stops the merge.
+// piece named as another file, a superseded or image reference, a
+// differing line, or a copy that stays in full because another reference
+// names it (a block, or the lines a run of repeated lines repeats) stops
+// the merge.
 //
 // # Reference format
 //
