@@ -31,7 +31,8 @@ import (
 // that cut first: the body up to the first user turn after it
 // (walkContents), or, after a text cut, the body from the cut's string to
 // its end (laterUserTurn); when that cannot tell, the whole body
-// (newestTurn).
+// (newestTurn; walkContents reads it whole when no user turn starts
+// after the cut, and is not run twice).
 func (au *auditor) findNewest(i int) error {
 	b := au.b1
 	au.newestFound = true
@@ -45,16 +46,22 @@ func (au *auditor) findNewest(i int) error {
 	if last == nil {
 		return nil
 	}
+	var s span
+	var later, ok bool
 	if 2*last.start < len(b) || last.kind == kindImage {
-		if _, later, ok := walkContents(b, last.start); ok && later {
-			return nil
-		}
+		// Read whole when no user turn starts after the cut: s is then
+		// the newest user turn.
+		s, later, ok = walkContents(b, last.start)
 	} else if laterUserTurn(b, last.str) {
 		return nil
+	} else {
+		s, ok = newestTurn(b)
 	}
-	var ok bool
-	if au.newest, ok = newestTurn(b); !ok {
+	if !ok {
 		return auditFail(AuditStructure, i, "no contents array found in the body")
+	}
+	if !later {
+		au.newest = s
 	}
 	return nil
 }
