@@ -41,8 +41,11 @@ import (
 //     evidence;
 //   - the full copy an unchanged or image reference points to stays in the
 //     output, uncut, with the same content (line endings normalised);
-//   - a superseded reference is not in the newest user turn nor in a model
-//     turn, replaces a document block (not a run of prose lines nor a
+//   - a superseded reference is not in the newest user turn, which the
+//     audit finds in the body itself (auditnewest.go: the last element of
+//     contents whose role is "user" or absent), never from the engine's
+//     index of it or the Report's Turn; nor in a promoted model turn; it
+//     replaces a document block (not a run of prose lines nor a
 //     coalesced span), does not cross the boundary between two pieces of
 //     an un-flattened turn, and the newer version it points to stays in
 //     the output in full.
@@ -182,6 +185,10 @@ type auditor struct {
 	// last is the span of the last content, which auditSession finds in
 	// the body itself.
 	last span
+	// newest is the span in b1 of the newest user turn ({-1, -1}: none),
+	// found by the audit itself (newestTurn) when newestFound.
+	newest      span
+	newestFound bool
 }
 
 // ufSpans is one rebuilt turn: its text string and the raw spans of its
@@ -536,7 +543,7 @@ func (au *auditor) contents() error {
 			continue
 		}
 		if c.super {
-			if err := au.superseded(i, c, r); err != nil {
+			if err := au.superseded(i, c); err != nil {
 				return err
 			}
 			continue
@@ -595,9 +602,14 @@ func lf(s string) string {
 }
 
 // superseded checks the rules of a superseded reference.
-func (au *auditor) superseded(i int, c *auditCut, r *Replacement) error {
-	if r.Turn == au.a.newest {
-		return auditFail(AuditSupersededNewestTurn, i, "superseded in turn %d, the newest user turn", r.Turn)
+func (au *auditor) superseded(i int, c *auditCut) error {
+	if !au.newestFound {
+		if err := au.findNewest(i); err != nil {
+			return err
+		}
+	}
+	if n := au.newest; n.start <= c.start && c.start < n.end {
+		return auditFail(AuditSupersededNewestTurn, i, "superseded in the newest user turn (offsets %d..%d)", n.start, n.end)
 	}
 	switch c.kind {
 	case kindFence, kindTag, kindBanner, kindImage, kindTree, kindTabs:

@@ -259,9 +259,13 @@ func TestAuditFails(t *testing.T) {
 			c.tstr, c.ts, c.te, c.tfull = first.str, first.cs, first.ce, span{first.start, first.end}
 			return in, out, rep
 		}, AuditTargetMissing},
-		{"superseded in the newest user turn", uf, func(t *testing.T, in, out []byte, rep *Report) ([]byte, []byte, *Report) {
-			rep.aud.newest = rep.Replacements[cutOf(t, rep, RuleSuperseded)].Turn
-			return in, out, rep
+		{"superseded in the newest user turn", uf, func(t *testing.T, _, _ []byte, _ *Report) ([]byte, []byte, *Report) {
+			// The body's last turn made a model turn, in the original and
+			// the output alike: the superseded reference's turn is now the
+			// newest user turn (TestAuditNewestFromBody has more).
+			in, out, rep := newestCase(t)
+			const user, model = `{"role": "user"`, `{"role":"model"`
+			return bytes.Replace(in, []byte(user), []byte(model), 1), bytes.Replace(out, []byte(user), []byte(model), 1), rep
 		}, AuditSupersededNewestTurn},
 		{"superseded run of lines", uf, func(t *testing.T, in, out []byte, rep *Report) ([]byte, []byte, *Report) {
 			rep.aud.cuts[cutOf(t, rep, RuleSuperseded)].kind = kindRun

@@ -247,7 +247,7 @@ func (au *auditor) subCut(i int, c *auditCut, r *Replacement) error {
 		if c.kind == kindTool || c.x != nil && c.x.tool {
 			return auditFail(AuditSupersededNotDocument, i, "a superseded tool result")
 		}
-		return au.superseded(i, c, r)
+		return au.superseded(i, c)
 	}
 	if c.kind == kindTool && c.tfull.end > c.start {
 		return auditFail(AuditTargetMissing, i, "a tool result whose full copy is not before it")

@@ -17,9 +17,6 @@ type auditRec struct {
 	// splits are the parts split by Options.StablePrefix, in offsets of
 	// the body before the splits (the un-flattened body with cuts made).
 	splits []auditSplit
-	// newest is the index into contents of the newest user turn, -1 for
-	// none.
-	newest int
 	// body is the body the rewrite hashed, whose spans auditCut.sum name:
 	// the original, or the body after un-flattening.
 	body []byte
@@ -186,14 +183,4 @@ func (e *engine) rawOf(tp *textPart, offs []int) {
 	for k := range offs {
 		offs[k] += tp.p.str.start
 	}
-}
-
-// newestUser returns the index of the last user turn of req, -1 for none.
-func newestUser(req *request) int {
-	for i := len(req.contents) - 1; i >= 0; i-- {
-		if r := req.contents[i].role; r == "" || r == "user" {
-			return i
-		}
-	}
-	return -1
 }

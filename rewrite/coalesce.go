@@ -21,7 +21,8 @@ import "sort"
 // fences and text a re-sent document ends with), up to the last non-blank
 // one. A
 // superseded reference, a reference to another turn, a piece named as
-// another file, or a line that differs ends the sequence; an edited copy stays as it is. The merged
+// another file, a line that differs, or a copy another reference names
+// (keptCopies) ends the sequence; an edited copy stays as it is. The merged
 // reference is made only when the whole span of the earlier copy stays in
 // the output (no reference inside it, and not across the point where
 // prefix stabilisation may split that part) and
@@ -56,7 +57,9 @@ func (e *engine) coalesce(reps []*occ) []*occ {
 
 // keptSpan is a block that stays in full as the full copy a reference
 // names (decide).
-type keptSpan struct{ tp, start, end int }
+// maxEnd is the largest end of the spans of the same part up to this
+// one in sorted order (keptIn).
+type keptSpan struct{ tp, start, end, maxEnd int }
 
 // keptCopies returns the text blocks that stay in full as the full copy
 // that a reference of reps names, in request order. A merged reference's
@@ -65,20 +68,64 @@ type keptSpan struct{ tp, start, end int }
 // text) left the reference naming that copy without its full text (audit
 // target_missing). Other blocks that stay, small fences a re-sent
 // document ends with, may still be taken in.
+//
+// A run of repeated lines names the lines it repeats (occ.from), not a
+// block: those lines are kept too, so that neither an extension nor the
+// text between two merged references takes them in (a run's copy lying
+// between two references of a re-sent document was cut, the run's
+// reference named nothing, and the audit failed with target_missing).
 func (e *engine) keptCopies(reps []*occ) []keptSpan {
 	var out []keptSpan
 	for _, r := range reps {
+		if r.b.kind == kindRun && r.tp >= 0 && !r.merged {
+			if s, ok := e.runSource(r); ok {
+				out = append(out, s)
+			}
+			continue
+		}
 		if r.b.kind == kindRun || r.b.kind == kindImage || r.tgt < 0 || int(r.tgt) >= len(e.occs) {
 			continue
 		}
 		if t := &e.occs[r.tgt]; t.tp >= 0 && !t.replace {
-			out = append(out, keptSpan{t.tp, t.b.start, t.b.end})
+			out = append(out, keptSpan{tp: t.tp, start: t.b.start, end: t.b.end})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
 		return out[i].tp < out[j].tp || out[i].tp == out[j].tp && out[i].start < out[j].start
 	})
+	for k := range out {
+		out[k].maxEnd = out[k].end
+		if k > 0 && out[k-1].tp == out[k].tp {
+			out[k].maxEnd = max(out[k].end, out[k-1].maxEnd)
+		}
+	}
 	return out
+}
+
+// runSource returns the span, in the decoded text of part r.from.tp, of
+// the lines run r repeats (as auditCuts records them).
+func (e *engine) runSource(r *occ) (keptSpan, bool) {
+	q := int(r.from.tp)
+	if q < 0 || q >= len(e.parts) {
+		return keptSpan{}, false
+	}
+	l, m := &e.parts[r.tp].lines, &e.parts[q].lines
+	a, z := lineAt(l, r.b.start), lineAt(l, r.b.end)
+	ga := int(r.from.line)
+	gz := ga + z - a
+	if ga < 0 || gz >= m.n() {
+		return keptSpan{}, false
+	}
+	return keptSpan{tp: q, start: m.s(ga) + r.b.start - l.s(a), end: m.e(gz) - (l.e(z) - r.b.end)}, true
+}
+
+// keptIn reports whether a kept span of part tp (kept is sorted) overlaps
+// [lo, hi).
+func keptIn(kept []keptSpan, tp, lo, hi int) bool {
+	k := sort.Search(len(kept), func(k int) bool {
+		return kept[k].tp > tp || kept[k].tp == tp && kept[k].start >= hi
+	})
+	return lo < hi && k > 0 && kept[k-1].tp == tp && kept[k-1].maxEnd > lo
 }
 
 // mergeable reports whether o may be part of a merged reference: a text
@@ -189,7 +236,7 @@ func (e *engine) group(reps []*occ, i int, done []*occ, kept []keptSpan) (int, *
 	for j := i + 1; j < len(reps) && joins(o, reps[j]); j++ {
 		r := reps[j]
 		ra := lineAt(l, r.b.start)
-		if !match(z+1, ra-1) || !fits(r) {
+		if !match(z+1, ra-1) || !fits(r) || keptIn(kept, o.tp, end, r.b.start) {
 			break
 		}
 		z, end = max(z, lineAt(l, r.b.end)), r.b.end

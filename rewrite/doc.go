@@ -125,8 +125,10 @@
 // earlier part (coalesce.go): a Markdown document with inner fences pasted
 // in a plain ``` fence is split by CommonMark into several blocks and free
 // text, and its re-sent copy is then one reference, not one per piece. A
-// piece named as another file, a superseded or image reference, or a
-// differing line stops the merge.
+// piece named as another file, a superseded or image reference, a
+// differing line, or a copy that stays in full because another reference
+// names it (a block, or the lines a run of repeated lines repeats) stops
+// the merge.
 //
 // # Reference format
 //
@@ -208,8 +210,10 @@
 // in the output, uncut, with the same content; a superseded reference is
 // a document block (fence, tag, banner, inline data, tree or tab list, a
 // whole JSON value; not a run of lines, a coalesced span nor a tool
-// result), not in the newest user turn, not
-// across the boundary of two transcript turns, and its newer version is in
+// result), not in the newest user turn (which the audit finds in the
+// body itself, the last element of contents whose role is "user" or
+// absent, with a walker of its own, never from the engine's records;
+// auditnewest.go), not across the boundary of two transcript turns, and its newer version is in
 // the output in full; a promoted model turn is one range of the
 // transcript, byte for byte, with nothing in it replaced. For a JSON
 // history (audithist.go) a range may be the contents of a JSON string of

@@ -358,9 +358,12 @@ func BenchmarkReviewbigFences(b *testing.B) {
 // reference (coalesce.go) once took in the opening fence line of a copy
 // kept in full right after the repeated span, a copy that a later
 // reference named: the audit refused the rewrite with target_missing
-// (the original was sent; a missed saving).
+// (the original was sent; a missed saving). Seeds 9046, 37456 and 2900:
+// the lines a run of repeated lines names (not a block) lay in the span
+// of a merged reference, in its extension or between two of its
+// references, and were cut (keptCopies, keptIn).
 func TestReviewbigTargetMissing(t *testing.T) {
-	for _, seed := range []uint64{95672, 21707, 7280} {
+	for _, seed := range []uint64{95672, 21707, 7280, 9046, 37456, 2900} {
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
 			body := rbBody(rbTexts(rand.New(rand.NewPCG(seed, 7))))
 			opts := DefaultOptions()

@@ -70,7 +70,7 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 		rep.BytesAfter = len(body)
 		req.describe(rep)
 		if uf != nil {
-			rep.aud = &auditRec{uf: uf, newest: newestUser(req)}
+			rep.aud = &auditRec{uf: uf}
 		}
 		return body, rep, nil
 	}
@@ -93,7 +93,7 @@ func (st *state) rewrite(body []byte, opts Options, v Verifier, fast bool) ([]by
 		out, rep.Reordered, splits = e.stabilise(out, reps)
 	}
 	if uf != nil || len(reps) > 0 || len(splits) > 0 {
-		rep.aud = &auditRec{uf: uf, cuts: e.auditCuts(reps), splits: splits, newest: newestUser(e.req)}
+		rep.aud = &auditRec{uf: uf, cuts: e.auditCuts(reps), splits: splits}
 		if len(reps) > 0 {
 			rep.aud.body = e.body
 		}

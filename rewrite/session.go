@@ -135,7 +135,7 @@ func elide(body []byte, opts Options, sent func(sha256 string) bool) ([]byte, *R
 	out := e.emit(reps)
 	rep := &Report{}
 	if len(reps) > 0 {
-		rep.aud = &auditRec{cuts: e.auditCuts(reps), newest: newestUser(e.req), body: e.body}
+		rep.aud = &auditRec{cuts: e.auditCuts(reps), body: e.body}
 	}
 	rep.Replacements = e.report(reps)
 	return out, rep, nil
