@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"reflect"
 	"strconv"
 	"sync"
@@ -169,7 +168,7 @@ func (e *logEnc) str(s string) {
 	switch {
 	case e.json:
 		e.b = append(e.b, '"')
-		e.b = appendEscapedJSON(e.b, s)
+		e.b = appendJSONText(e.b, s)
 		e.b = append(e.b, '"')
 	default:
 		e.b = appendText(e.b, s)
@@ -177,7 +176,7 @@ func (e *logEnc) str(s string) {
 }
 
 // appendText appends s as slog's text handler writes a string: as is, or
-// quoted by strconv.Quote when needsQuoting. Printable ASCII, the access
+// quoted by strconv.Quote when textQuoted. Printable ASCII, the access
 // log's usual keys and values, takes a shorter way to the same bytes.
 func appendText(b []byte, s string) []byte {
 	i := 0
@@ -193,7 +192,7 @@ func appendText(b []byte, s string) []byte {
 	for ; i < len(s); i++ {
 		switch c := s[i]; {
 		case c < ' ' || c >= 0x7f: // Quote escapes or checks these
-			if needsQuoting(s) {
+			if textQuoted(s) {
 				return strconv.AppendQuote(b, s)
 			}
 			return append(b, s...)
@@ -225,15 +224,18 @@ var textBare = func() (t [256]bool) {
 	return t
 }()
 
-// time appends t as slog's handleState.appendTime; false for a JSON year
-// slog reports as an error.
+// time appends t as slog's handleState.appendTime; false for a year
+// outside 0-9999.
 func (e *logEnc) time(t time.Time) bool {
-	if !e.json {
-		e.b = appendRFC3339Millis(e.b, t)
-		return true
-	}
 	if y := t.Year(); y < 0 || y >= 10000 {
+		// JSON: slog's error; text: slog cuts RFC 3339 at a fixed offset,
+		// which a year of another width moves.
 		return false
+	}
+	if !e.json {
+		// RFC 3339 with exactly three digits of milliseconds, truncated.
+		e.b = t.AppendFormat(e.b, "2006-01-02T15:04:05.000Z07:00")
+		return true
 	}
 	e.b = append(e.b, '"')
 	e.b = t.AppendFormat(e.b, time.RFC3339Nano)
@@ -268,17 +270,6 @@ func (e *logEnc) attr(a slog.Attr) bool {
 		} else {
 			e.b = append(e.b, v.Duration().String()...)
 		}
-	case slog.KindFloat64:
-		f := v.Float64()
-		if e.json && (math.IsInf(f, 0) || math.IsNaN(f)) {
-			return false // json.Marshal's error
-		}
-		e.key(a.Key)
-		if e.json {
-			e.b = appendJSONFloat(e.b, f)
-		} else {
-			e.b = strconv.AppendFloat(e.b, f, 'g', -1, 64)
-		}
 	case slog.KindTime:
 		e.key(a.Key)
 		return e.time(v.Time().Round(0))
@@ -289,7 +280,7 @@ func (e *logEnc) attr(a slog.Attr) bool {
 		}
 		e.key(a.Key)
 		e.str(msg)
-	default: // groups, LogValuers
+	default: // floats (the access log has none), groups, LogValuers
 		return false
 	}
 	return true
@@ -326,126 +317,81 @@ func (e *logEnc) errorText(x any) (msg string, ok bool) {
 	return err.Error(), true
 }
 
-// The functions below are copies of log/slog's (go1.26 handler.go,
-// json_handler.go, text_handler.go) and encoding/json's float encoding,
-// which the tests hold the encoder to.
-
-// appendRFC3339Millis is slog's text time: RFC 3339 with milliseconds.
-func appendRFC3339Millis(b []byte, t time.Time) []byte {
-	// Format according to time.RFC3339Nano since it is highly optimized,
-	// but truncate it to use millisecond resolution.
-	// Unfortunately, that format trims trailing 0s, so add 1/10 millisecond
-	// to guarantee that there are exactly 4 digits after the period.
-	const prefixLen = len("2006-01-02T15:04:05.000")
-	n := len(b)
-	t = t.Truncate(time.Millisecond).Add(time.Millisecond / 10)
-	b = t.AppendFormat(b, time.RFC3339Nano)
-	b = append(b[:n+prefixLen], b[n+prefixLen+1:]...) // drop the 4th digit
-	return b
-}
-
-// appendJSONFloat is encoding/json's float64 encoding (ES6 number to
-// string), for a finite f.
-func appendJSONFloat(b []byte, f float64) []byte {
-	abs := math.Abs(f)
-	format := byte('f')
-	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		// clean up e-09 to e-9
-		n := len(b)
-		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
-}
-
-// needsQuoting reports whether slog's text handler quotes s.
-func needsQuoting(s string) bool {
-	if len(s) == 0 {
+// textQuoted reports whether slog's text handler writes s quoted: when it
+// is empty, or holds a space, '=', '"', an ASCII control byte, invalid
+// UTF-8 (or U+FFFD), or a rune Unicode calls space or unprintable.
+func textQuoted(s string) bool {
+	if s == "" {
 		return true
 	}
-	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			// Quote anything except a backslash that would need quoting in a
-			// JSON string, as well as space and '='
-			if b != '\\' && (b == ' ' || b == '=' || !jsonSafe[b]) {
+	for _, r := range s { // invalid UTF-8 reads as utf8.RuneError
+		if r < utf8.RuneSelf {
+			if r < ' ' || r == ' ' || r == '=' || r == '"' {
 				return true
 			}
-			i++
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError || unicode.IsSpace(r) || !unicode.IsPrint(r) {
 			return true
 		}
-		i += size
 	}
 	return false
 }
 
-// appendEscapedJSON is slog's appendEscapedJSONString: s escaped for JSON,
-// HTML characters kept, invalid UTF-8 as \ufffd, U+2028 and U+2029
-// escaped, without the quotation marks.
-func appendEscapedJSON(buf []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	start := 0
-	for i := 0; i < len(s); {
-		if b := s[i]; b < utf8.RuneSelf {
-			if jsonSafe[b] {
-				i++
-				continue
-			}
-			buf = append(buf, s[start:i]...)
-			buf = append(buf, '\\')
-			switch b {
-			case '\\', '"':
-				buf = append(buf, b)
-			case '\n':
-				buf = append(buf, 'n')
-			case '\r':
-				buf = append(buf, 'r')
-			case '\t':
-				buf = append(buf, 't')
-			default:
-				// This encodes bytes < 0x20 except for \t, \n and \r.
-				buf = append(buf, 'u', '0', '0', hex[b>>4], hex[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		c, size := utf8.DecodeRuneInString(s[i:])
-		if c == utf8.RuneError && size == 1 {
-			buf = append(buf, s[start:i]...)
-			buf = append(buf, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if c == '\u2028' || c == '\u2029' {
-			buf = append(buf, s[start:i]...)
-			buf = append(buf, '\\', 'u', '2', '0', '2', hex[c&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	return append(buf, s[start:]...)
-}
-
-// jsonSafe reports, for an ASCII byte, whether a JSON string holds it
-// unescaped: all but the control characters, '"' and '\\'
-// (encoding/json's safeSet).
-var jsonSafe = func() (t [utf8.RuneSelf]bool) {
+// jsonPlain reports, for a byte, whether slog's JSON handler writes it
+// unchanged when it is not part of a rune it escapes: printable ASCII
+// but '"' and '\\'. Bytes of multi-byte runes are checked rune by rune.
+var jsonPlain = func() (t [256]bool) {
 	for c := ' '; c < utf8.RuneSelf; c++ {
 		t[c] = c != '"' && c != '\\'
 	}
 	return t
 }()
+
+const lowerHex = "0123456789abcdef"
+
+// appendJSONText appends s escaped as slog's JSON handler escapes a string,
+// without the quotation marks: '"' and '\\' behind a backslash, \n \r
+// \t, other control bytes as \u00xx, each invalid byte as \ufffd, the
+// line and paragraph separators U+2028 and U+2029 as \u2028 and \u2029,
+// and everything else (HTML characters included) as is.
+func appendJSONText(b []byte, s string) []byte {
+	for i := 0; i < len(s); {
+		j := i
+		for j < len(s) && jsonPlain[s[j]] {
+			j++
+		}
+		b = append(b, s[i:j]...)
+		if i = j; i == len(s) {
+			break
+		}
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', lowerHex[c>>4], lowerHex[c&0xf])
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, '\\', 'u', '2', '0', '2', lowerHex[r&0xf])
+		default:
+			b = append(b, s[i:i+n]...)
+		}
+		i += n
+	}
+	return b
+}

@@ -149,6 +149,9 @@ func randAttr(r *rand.Rand, supported bool) slog.Attr {
 	case 4:
 		return slog.Uint64(key, r.Uint64()>>r.IntN(64))
 	case 5:
+		if supported { // the encoder leaves floats to slog
+			return slog.Int64(key, int64(r.IntN(1000)))
+		}
 		f := []float64{0, math.Copysign(0, -1), 1, -1.5, 1e-6, 1e-7, 9.99e20, 1e21, 123456789.125, math.MaxFloat64,
 			math.SmallestNonzeroFloat64, 0.1, 1.0 / 3}[r.IntN(13)]
 		if r.IntN(2) == 0 {
@@ -281,15 +284,18 @@ func FuzzAccessLogMatchesSlog(f *testing.F) {
 			slog.Int64("status", n1),
 			slog.Uint64("u", uint64(n2)),
 			slog.Duration("duration", time.Duration(n2)),
-			slog.Float64("f", fl),
 			slog.Bool("stream", b),
 			slog.Any("error", errors.New(s1+s2)),
 			slog.Time("t", tm),
 		}
+		float := sel&0x40 != 0
+		if float {
+			attrs = append(attrs, slog.Float64("f", fl))
+		}
 		for _, json := range []bool{false, true} {
 			ok := checkRecord(t, json, tm, slog.Level(int8(sel)), s2, attrs)
 			year := tm.Year()
-			if !ok && !math.IsNaN(fl) && !math.IsInf(fl, 0) && (!json || tm.IsZero() || year >= 0 && year < 10000) {
+			if !ok && !float && (tm.IsZero() || year >= 0 && year < 10000) {
 				t.Fatalf("json=%v: the encoder refused a record of supported kinds: %v", json, attrs)
 			}
 		}
