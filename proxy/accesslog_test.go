@@ -145,7 +145,8 @@ func randAttr(r *rand.Rand, supported bool) slog.Attr {
 	case 0, 1, 2:
 		return slog.String(key, randString(r))
 	case 3:
-		return slog.Int64(key, r.Int64()>>r.IntN(64)-r.Int64()>>r.IntN(64))
+		pos, neg := r.Int64()>>r.IntN(64), r.Int64()>>r.IntN(64)
+		return slog.Int64(key, pos-neg)
 	case 4:
 		return slog.Uint64(key, r.Uint64()>>r.IntN(64))
 	case 5:
