@@ -996,12 +996,7 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 		if aborted && !clientGone {
 			attrs = append(attrs, slog.String("error", "upstream response aborted"))
 		}
-		// What Logger.LogAttrs does, without runtime.Callers: the source
-		// of this line is always finish, and no handler of ours adds it.
-		rec := slog.NewRecord(time.Now(), level, "request", 0)
-		rec.AddAttrs(attrs...)
-		h.log.Handler().Handle(r.Context(), rec) //nolint:errcheck // as Logger.LogAttrs: nowhere to report it
-
+		logAccess(r.Context(), h.log.Handler(), time.Now(), level, "request", attrs)
 	}
 
 	if h.opts.OnExchange != nil && st.info.route.isGenerate() && st.upStatus != 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gemini-proxy/gemini-proxy/config"
 )
 
 // blockingWriter blocks every Write until release is closed, and keeps
@@ -92,5 +95,38 @@ func TestAsyncWriterBatchesAndFlushes(t *testing.T) {
 	fmt.Fprintf(aw, "after close\n")
 	if !strings.HasSuffix(bw.String(), "after close\n") {
 		t.Errorf("a line written after Close is not written at once")
+	}
+}
+
+// TestNewLoggerIsSlogs: the configured logger is proxy.NewLogHandler's
+// (whose access lines the proxy encodes itself), at the configured level,
+// writing slog's own bytes for each format.
+func TestNewLoggerIsSlogs(t *testing.T) {
+	tm := time.Date(2026, 12, 3, 7, 0, 6, 123_456_789, time.UTC)
+	for _, format := range []string{"text", "json"} {
+		var got, want bytes.Buffer
+		h := newLogger(config.Log{Level: "warn", Format: format}, &got).Handler()
+		opts := &slog.HandlerOptions{Level: slog.LevelWarn}
+		var ref slog.Handler = slog.NewTextHandler(&want, opts)
+		if format == "json" {
+			ref = slog.NewJSONHandler(&want, opts)
+		}
+		switch h.(type) {
+		case *slog.TextHandler, *slog.JSONHandler:
+			t.Errorf("%s: newLogger's handler is %T, want proxy.NewLogHandler's", format, h)
+		}
+		if h.Enabled(t.Context(), slog.LevelInfo) || !h.Enabled(t.Context(), slog.LevelWarn) {
+			t.Errorf("%s: handler not at level warn", format)
+		}
+		for _, hd := range []slog.Handler{h, ref} {
+			rec := slog.NewRecord(tm, slog.LevelWarn, "request", 0)
+			rec.AddAttrs(slog.String("route", "a b"), slog.Duration("duration", time.Millisecond))
+			if err := hd.Handle(t.Context(), rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got.String() != want.String() {
+			t.Errorf("%s: newLogger wrote %q, slog %q", format, got.String(), want.String())
+		}
 	}
 }

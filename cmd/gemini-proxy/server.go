@@ -12,17 +12,16 @@ import (
 	"time"
 
 	"github.com/gemini-proxy/gemini-proxy/config"
+	"github.com/gemini-proxy/gemini-proxy/proxy"
 )
 
-// newLogger builds the process's only slog handler, as configured.
+// newLogger builds the process's only slog handler, as configured: slog's
+// JSON or text handler, through which the proxy writes its access log with
+// its own encoder, to the same bytes (proxy.NewLogHandler).
 func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Level)) // validated by config
-	opts := &slog.HandlerOptions{Level: level}
-	if c.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(proxy.NewLogHandler(w, c.Format == "json", &slog.HandlerOptions{Level: level}))
 }
 
 // listener is one HTTP server bound to an address.
