@@ -100,3 +100,37 @@ func LongAnswers(unaryBytes, events int) (unary, stream []byte) {
 	s.WriteString(all[len(all)-1])
 	return unary, []byte(s.String())
 }
+
+// Issue 17's answer figures: a unary answer of AnswerUnaryBytes and a
+// stream of AnswerEvents events, against the fake's own six-event stream.
+const (
+	AnswerUnaryBytes = 256 << 10
+	AnswerEvents     = 100
+	// LongAnswersModel is the model whose requests FakeGeminiAll answers
+	// with LongAnswers; every other model gets FakeGemini's answers.
+	LongAnswersModel = "bench-long-answers"
+)
+
+// FakeGeminiAll is the upstream of `gemini-proxy bench`: FakeGemini, and
+// FakeGeminiWith(LongAnswers(AnswerUnaryBytes, AnswerEvents)) for the
+// requests to LongAnswersModel, so that the same proxies measure both.
+func FakeGeminiAll() http.Handler {
+	short := FakeGemini()
+	long := FakeGeminiWith(LongAnswers(AnswerUnaryBytes, AnswerEvents))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/models/"+LongAnswersModel+":") {
+			long.ServeHTTP(w, r)
+			return
+		}
+		short.ServeHTTP(w, r)
+	})
+}
+
+// AnswersSize is the overhead runner's request shape for the answer
+// figures: the small request, to LongAnswersModel, so that its cells
+// measure what the answer costs (unary: 256 KB; sse: 100 events).
+func AnswersSize() Size {
+	s := Sizes()[0]
+	s.Name, s.Model = answersName, LongAnswersModel
+	return s
+}

@@ -1,11 +1,14 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"slices"
@@ -25,6 +28,11 @@ type Target struct {
 	// PID, when non-zero, is the process serving it; its CPU time and
 	// resident memory are read from /proc.
 	PID int `json:"pid,omitempty"`
+	// MetricsURL, when set, is its Prometheus endpoint (the proxy's admin
+	// /metrics): the Go runtime's go_memstats_alloc_bytes_total and
+	// go_memstats_mallocs_total, read around each batch, give the bytes and
+	// objects it allocates per request.
+	MetricsURL string `json:"metrics_url,omitempty"`
 }
 
 // Size is one request shape of the overhead runner.
@@ -35,6 +43,9 @@ type Size struct {
 	Body []byte `json:"-"`
 	// Turns is the number of contents in Body.
 	Turns int `json:"turns"`
+	// Model, when set, replaces OverheadOptions.Model in its requests
+	// (AnswersSize: the fake's long answers).
+	Model string `json:"model,omitempty"`
 }
 
 // Request sizes of the issue "gemini-proxy bench": medium is 70 KB in six
@@ -186,6 +197,11 @@ type Cell struct {
 	// CPUPer1000 is the target process's CPU seconds per 1,000 requests;
 	// zero without a PID.
 	CPUPer1000 float64 `json:"cpu_seconds_per_1000,omitempty"`
+	// AllocBytes and AllocObjects are what the target's Go heap allocated
+	// per request, the scrapes' own allocation taken out (see
+	// Target.MetricsURL); zero without a MetricsURL.
+	AllocBytes   float64 `json:"alloc_bytes_per_request,omitempty"`
+	AllocObjects float64 `json:"alloc_objects_per_request,omitempty"`
 }
 
 // ProcessStats is the memory of a target process.
@@ -340,7 +356,20 @@ func runCell(ctx context.Context, o OverheadOptions, clients []*http.Client, siz
 	if mode == "sse" {
 		method, query = "streamGenerateContent", "?alt=sse"
 	}
+	model := o.Model
+	if size.Model != "" {
+		model = size.Model
+	}
 	bs := batchSize(conc, size)
+	// The allocation counters, read around each batch of a target with a
+	// MetricsURL, less what one scrape itself allocates (measured here,
+	// before the cell's load, on scrapes back to back).
+	heap := make([]*heapMeter, n)
+	for i, t := range o.Targets {
+		if t.MetricsURL != "" {
+			heap[i] = newHeapMeter(ctx, t.MetricsURL)
+		}
+	}
 	for round := 0; round < 2 || time.Since(start) < o.CellTime; round++ {
 		if ctx.Err() != nil || (!o.Deadline.IsZero() && time.Now().After(o.Deadline) && round >= 1) {
 			break
@@ -348,7 +377,8 @@ func runCell(ctx context.Context, o OverheadOptions, clients []*http.Client, siz
 		for k := range n {
 			i := (k + round) % n
 			t := o.Targets[i]
-			url := strings.TrimSuffix(t.URL, "/") + "/v1beta/models/" + o.Model + ":" + method + query
+			url := strings.TrimSuffix(t.URL, "/") + "/v1beta/models/" + model + ":" + method + query
+			heap[i].before(ctx)
 			var c0 float64
 			if t.PID != 0 {
 				if st, err := readProc(t.PID); err == nil {
@@ -361,6 +391,7 @@ func runCell(ctx context.Context, o OverheadOptions, clients []*http.Client, siz
 					cpu[i] += st.cpu - c0
 				}
 			}
+			heap[i].after(ctx, len(l)+e)
 			lat[i] = append(lat[i], l...)
 			errs[i] += e
 			busy[i] += d
@@ -376,6 +407,7 @@ func runCell(ctx context.Context, o OverheadOptions, clients []*http.Client, siz
 		if t.PID != 0 && c.Requests > 0 {
 			c.CPUPer1000 = cpu[i] * 1000 / float64(c.Requests)
 		}
+		c.AllocBytes, c.AllocObjects = heap[i].perRequest()
 		cells[i] = c
 	}
 	plain := slices.IndexFunc(o.Targets, func(t Target) bool { return t.Name == TargetPlain })
@@ -537,4 +569,124 @@ func parseStatus(s string) (rss, hwm int64) {
 
 func fmtDur(d time.Duration) string {
 	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+}
+
+// heapMeter measures what a target's Go heap allocates per request from
+// the runtime's cumulative counters on its Prometheus endpoint. A nil
+// *heapMeter measures nothing. A failed scrape leaves its batch out.
+type heapMeter struct {
+	c                *http.Client
+	url              string
+	scrapeB, scrapeN float64 // one scrape's own allocation
+	b0, n0           float64
+	ok0              bool
+	allocB, allocN   float64 // over the batches measured
+	requests         int
+}
+
+// scrapes is the number of back-to-back scrapes newHeapMeter measures a
+// scrape's own allocation on; the least difference counts (the rest is the
+// process's background work, which the batches pay as well).
+const scrapes = 4
+
+func newHeapMeter(ctx context.Context, url string) *heapMeter {
+	m := &heapMeter{c: &http.Client{Timeout: 10 * time.Second}, url: url, scrapeB: math.Inf(1), scrapeN: math.Inf(1)}
+	var pb, pn float64
+	for k := range scrapes {
+		b, n, err := heapCounters(ctx, m.c, url)
+		if err != nil {
+			return nil
+		}
+		if k > 0 {
+			m.scrapeB, m.scrapeN = min(m.scrapeB, b-pb), min(m.scrapeN, n-pn)
+		}
+		pb, pn = b, n
+	}
+	return m
+}
+
+func (m *heapMeter) before(ctx context.Context) {
+	if m == nil {
+		return
+	}
+	var err error
+	m.b0, m.n0, err = heapCounters(ctx, m.c, m.url)
+	m.ok0 = err == nil
+}
+
+// after counts the batch of requests since before: the counters' growth
+// less the allocation of the scrape before it.
+func (m *heapMeter) after(ctx context.Context, requests int) {
+	if m == nil || !m.ok0 {
+		return
+	}
+	b, n, err := heapCounters(ctx, m.c, m.url)
+	if err != nil {
+		return
+	}
+	m.allocB += max(b-m.b0-m.scrapeB, 0)
+	m.allocN += max(n-m.n0-m.scrapeN, 0)
+	m.requests += requests
+}
+
+// perRequest returns the bytes and objects allocated per request; zero
+// when nothing was measured.
+func (m *heapMeter) perRequest() (perBytes, perObjects float64) {
+	if m == nil || m.requests == 0 {
+		return 0, 0
+	}
+	return m.allocB / float64(m.requests), m.allocN / float64(m.requests)
+}
+
+// heapCounters reads go_memstats_alloc_bytes_total and
+// go_memstats_mallocs_total from the Prometheus text exposition at url.
+func heapCounters(ctx context.Context, c *http.Client, url string) (allocBytes, allocObjects float64, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("%s: status %d", url, res.StatusCode)
+	}
+	return parseHeapCounters(res.Body)
+}
+
+// parseHeapCounters finds the two counters in a text exposition.
+func parseHeapCounters(r io.Reader) (allocBytes, allocObjects float64, err error) {
+	found := 0
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() && found < 2 {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		var dst *float64
+		switch name {
+		case "go_memstats_alloc_bytes_total":
+			dst = &allocBytes
+		case "go_memstats_mallocs_total":
+			dst = &allocObjects
+		default:
+			continue
+		}
+		v, perr := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if perr != nil {
+			return 0, 0, fmt.Errorf("%s: %w", name, perr)
+		}
+		*dst = v
+		found++
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, err
+	}
+	if found < 2 {
+		return 0, 0, errors.New("no go_memstats_alloc_bytes_total and go_memstats_mallocs_total")
+	}
+	return allocBytes, allocObjects, nil
 }

@@ -3,11 +3,14 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -192,5 +195,136 @@ func TestCPUTargets(t *testing.T) {
 	}
 	if len(got) != 4 {
 		t.Errorf("%d targets, want 4 (no medium cells): %v", len(got), got)
+	}
+}
+
+// TestParseHeapCounters reads the two runtime counters from a text
+// exposition, in either order and in exponent notation, and refuses one
+// that lacks either.
+func TestParseHeapCounters(t *testing.T) {
+	b, n, err := parseHeapCounters(strings.NewReader("# HELP go_memstats_alloc_bytes_total x\n# TYPE go_memstats_alloc_bytes_total counter\ngo_memstats_mallocs_total 1234\ngo_memstats_alloc_bytes 5\ngo_memstats_alloc_bytes_total 1.5e+06\n"))
+	if err != nil || b != 1.5e6 || n != 1234 {
+		t.Errorf("parseHeapCounters = %v, %v, %v; want 1.5e6, 1234, nil", b, n, err)
+	}
+	for _, text := range []string{"", "go_memstats_alloc_bytes_total 1\n", "go_memstats_mallocs_total 1\n", "go_memstats_alloc_bytes_total x\ngo_memstats_mallocs_total 1\n"} {
+		if _, _, err := parseHeapCounters(strings.NewReader(text)); err == nil {
+			t.Errorf("parseHeapCounters(%q): no error", text)
+		}
+	}
+}
+
+// TestHeapMeter: a target whose scrape allocates 700 bytes and 7 objects
+// and whose requests allocate 1,000 bytes and 10 objects each is measured
+// at 1,000 and 10 per request, the scrapes taken out.
+func TestHeapMeter(t *testing.T) {
+	var mu sync.Mutex
+	var allocB, allocN float64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.URL.Path {
+		case "/metrics":
+			fmt.Fprintf(w, "go_memstats_alloc_bytes_total %g\ngo_memstats_mallocs_total %g\n", allocB, allocN)
+			allocB, allocN = allocB+700, allocN+7 // after the values are read, as a real scrape
+		default:
+			allocB, allocN = allocB+1000, allocN+10
+		}
+	}))
+	defer srv.Close()
+	o, err := RunOverhead(t.Context(), OverheadOptions{
+		Targets:     []Target{{Name: TargetDirect, URL: srv.URL}, {Name: TargetPassThrough, URL: srv.URL, MetricsURL: srv.URL + "/metrics"}},
+		Sizes:       []Size{{Name: "tiny", Body: []byte(`{}`)}},
+		Concurrency: []int{2},
+		CellTime:    time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range o.Cells {
+		switch c.Target {
+		case TargetDirect:
+			if c.AllocBytes != 0 || c.AllocObjects != 0 {
+				t.Errorf("direct (no MetricsURL): %v B, %v objects per request, want none", c.AllocBytes, c.AllocObjects)
+			}
+		default:
+			// The direct target's requests hit the same server between
+			// this target's scrapes only when batches overlap, which they
+			// never do: batches run one after the other.
+			if c.AllocBytes != 1000 || c.AllocObjects != 10 {
+				t.Errorf("%s/%s: %v B, %v objects per request, want 1000 and 10", c.Mode, c.Target, c.AllocBytes, c.AllocObjects)
+			}
+		}
+	}
+}
+
+// TestAllocAndAnswerTargets: the allocation and answer targets from
+// cells of known figures.
+func TestAllocAndAnswerTargets(t *testing.T) {
+	needCorpus(t) // the small request's size
+	cell := func(size, mode, target string, cpu, allocB, allocN float64) Cell {
+		return Cell{Size: size, Mode: mode, Concurrency: 16, Target: target, Requests: 100, CPUPer1000: cpu, AllocBytes: allocB, AllocObjects: allocN}
+	}
+	o := &Overhead{Cells: []Cell{
+		cell("large", "unary", TargetRewrite, 2, 150<<10, 900), cell("large", "sse", TargetRewrite, 2, 170<<10, 1100),
+		cell("small", "unary", TargetPassThrough, 0.1, 10<<10, 50), cell("large", "unary", TargetPassThrough, 0.7, 30<<10, 60),
+		// 256 KB unary: 0.9 ms against 0.5 ms, 1.8× (missed).
+		cell(answersName, "unary", TargetRewrite, 0.9, 0, 0), cell(answersName, "unary", TargetPlain, 0.5, 0, 0),
+		// SSE: ((400 − 250) − (160 − 100)) / 94 = 0.96 µs a chunk (met);
+		// (300 − 112) / 94 = 2 objects a chunk (missed).
+		cell(answersName, "sse", TargetRewrite, 0.400, 90<<10, 300), cell(answersName, "sse", TargetPlain, 0.250, 0, 0),
+		cell("small", "sse", TargetRewrite, 0.160, 20<<10, 112), cell("small", "sse", TargetPlain, 0.100, 0, 0),
+	}}
+	got := map[string]TargetResult{}
+	for _, r := range append(AllocTargets(o), AnswerTargets(o)...) {
+		got[r.Name] = r
+	}
+	for name, want := range map[string]struct {
+		met      bool
+		measured string
+	}{
+		"rewrite on, large: allocated per request ≤ 200 KB (c16 and c64, unary and sse)":                     {true, "160.0 KB, 1000 objects"},
+		"rewrite off: allocation growing with the body ≤ 0.05 B per body byte (small to large, c16 and c64)": {true, "0.020 B/B"},
+		"256 KB unary answer: CPU per request rewrite on ≤ 1.5× plain Go proxy (c16 and c64)":                {false, "1.80×"},
+		"SSE: CPU per chunk above the plain Go proxy ≤ 1 µs (rewrite on, 100 events against 6, c16 and c64)": {true, "0.96 µs"},
+		"SSE: allocations per chunk ≤ 1 (rewrite on's own, 100 events against 6, c16 and c64)":               {false, "2.00 "},
+	} {
+		r, ok := got[name]
+		if !ok || r.Met != want.met || !strings.HasPrefix(r.Measured, want.measured) {
+			t.Errorf("%s: %+v (present %v), want met %v, measured %q…", name, r, ok, want.met, want.measured)
+		}
+	}
+	if len(got) != 5 {
+		t.Errorf("%d targets, want 5: %v", len(got), got)
+	}
+}
+
+// TestFakeGeminiAll: the long answers for LongAnswersModel, the short
+// ones for any other model.
+func TestFakeGeminiAll(t *testing.T) {
+	needCorpus(t) // AnswersSize
+	srv := httptest.NewServer(FakeGeminiAll())
+	defer srv.Close()
+	long, stream := LongAnswers(AnswerUnaryBytes, AnswerEvents)
+	for _, c := range []struct {
+		path string
+		want []byte
+	}{
+		{"/v1beta/models/" + LongAnswersModel + ":generateContent", long},
+		{"/v1beta/models/" + LongAnswersModel + ":streamGenerateContent?alt=sse", stream},
+		{"/v1beta/models/gemini-2.5-flash:generateContent", fakeUnary},
+		{"/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", fakeStream},
+	} {
+		res, err := http.Post(srv.URL+c.path, "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if !bytes.Equal(got, c.want) {
+			t.Errorf("%s: %d bytes, want %d", c.path, len(got), len(c.want))
+		}
+	}
+	if AnswersSize().Model != LongAnswersModel || !bytes.Equal(AnswersSize().Body, Sizes()[0].Body) {
+		t.Error("AnswersSize is not the small request to LongAnswersModel")
 	}
 }

@@ -313,19 +313,22 @@ func WritePending(w io.Writer, s *Savings, verified bool) {
 // WriteOverheadTables writes the latency, throughput and process tables
 // and the overhead targets with their verdicts.
 func WriteOverheadTables(w io.Writer, o *Overhead) {
-	fmt.Fprintln(w, "| size | mode | conc | target | p50 | p99 | added p50 | added p99 | p50 ÷ plain | p99 ÷ plain | req/s | CPU s / 1k req | errors |")
-	fmt.Fprintln(w, "|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| size | mode | conc | target | p50 | p99 | added p50 | added p99 | p50 ÷ plain | p99 ÷ plain | req/s | CPU s / 1k req | alloc / req | errors |")
+	fmt.Fprintln(w, "|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, c := range o.Cells {
-		cpu := "-"
+		cpu, alloc := "-", "-"
 		if c.CPUPer1000 > 0 {
 			cpu = fmt.Sprintf("%.2f", c.CPUPer1000)
+		}
+		if c.AllocBytes > 0 {
+			alloc = fmt.Sprintf("%.1f KB, %.0f obj", c.AllocBytes/1024, c.AllocObjects)
 		}
 		r50, r99 := "-", "-"
 		if c.RatioP50 > 0 && c.Target != TargetPlain {
 			r50, r99 = fmt.Sprintf("%.2f×", c.RatioP50), fmt.Sprintf("%.2f×", c.RatioP99)
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %d |\n", c.Size, c.Mode, c.Concurrency, c.Target,
-			fmtDur(c.P50), fmtDur(c.P99), fmtDur(c.AddedP50), fmtDur(c.AddedP99), r50, r99, c.Throughput, cpu, c.Errors)
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %d |\n", c.Size, c.Mode, c.Concurrency, c.Target,
+			fmtDur(c.P50), fmtDur(c.P99), fmtDur(c.AddedP50), fmtDur(c.AddedP99), r50, r99, c.Throughput, cpu, alloc, c.Errors)
 	}
 	if len(o.Processes) > 0 {
 		fmt.Fprintln(w)
@@ -381,7 +384,9 @@ func Targets(o *Overhead) []TargetResult {
 	worstTP := map[string]float64{}
 	wTP := map[string]string{}
 	for _, c := range o.Cells {
-		if c.Target != TargetPassThrough && c.Target != TargetRewrite || c.RatioP50 == 0 {
+		// The answers cells (AnswersSize) have targets of their own
+		// (AnswerTargets): these stay comparable with runs before them.
+		if c.Target != TargetPassThrough && c.Target != TargetRewrite || c.RatioP50 == 0 || c.Size == answersName {
 			continue
 		}
 		where := fmt.Sprintf("%s/%s/c%d", c.Size, c.Mode, c.Concurrency)
@@ -425,7 +430,9 @@ func Targets(o *Overhead) []TargetResult {
 			out = append(out, TargetResult{"idle RSS ≤ 30 MB (" + p.Target + ")", fmt.Sprintf("%.1f MB", mb(p.IdleRSS)), p.IdleRSS <= 30<<20})
 		}
 	}
-	return append(out, CPUTargets(o)...)
+	out = append(out, CPUTargets(o)...)
+	out = append(out, AllocTargets(o)...)
+	return append(out, AnswerTargets(o)...)
 }
 
 // Issue 17's targets: CPU per request under load, with rewriting on,
@@ -453,18 +460,8 @@ var (
 // spent while those cells' batches ran, over their requests. False when
 // there is no such cell or no CPU figure.
 func loadedCPU(o *Overhead, size, target string) (float64, bool) {
-	var cpu float64
-	n := 0
-	for _, c := range o.Cells {
-		if c.Size == size && c.Target == target && c.Concurrency >= 16 && c.CPUPer1000 > 0 {
-			cpu += c.CPUPer1000 * float64(c.Requests) / 1000
-			n += c.Requests
-		}
-	}
-	if n == 0 {
-		return 0, false
-	}
-	return cpu / float64(n), true
+	cpu, _, _, ok := loaded(o, size, "", target)
+	return cpu, ok
 }
 
 // CPUTargets evaluates issue 17's targets on o (see cpuRatioTargets). Like
@@ -502,6 +499,102 @@ func CPUTargets(o *Overhead) []TargetResult {
 	if ok1 && ok2 && off > 0 {
 		out = append(out, TargetResult{fmt.Sprintf("request that cannot change (small): CPU rewrite on ≤ %.1f× rewrite off (c16 and c64)", unchangedRatio),
 			fmt.Sprintf("%.2f× (%.0f µs against %.0f µs)", on/off, on*1e6, off*1e6), on/off <= unchangedRatio})
+	}
+	return out
+}
+
+// Issue 17's targets on allocation and on answers: with rewriting on, the
+// 1 MB request allocates at most maxAllocLarge; with rewriting off, what a
+// request allocates grows by at most maxPassThroughPerByte per byte of
+// body from the small request to the large one (a copy of the body would
+// be 1); a 256 KB unary answer costs at most maxAnswerRatio the plain
+// proxy's CPU; an SSE chunk costs at most maxChunkCPU of CPU above the
+// plain proxy and maxChunkObjects allocations.
+const (
+	maxAllocLarge         = 200 << 10
+	maxPassThroughPerByte = 0.05
+	maxAnswerRatio        = 1.5
+	maxChunkCPU           = time.Microsecond
+	maxChunkObjects       = 1.0
+	answersName           = "answers" // AnswersSize's Name
+)
+
+// loaded returns target's CPU seconds, bytes and objects allocated per
+// request over the cells of size (and mode, unless empty) at concurrency
+// 16 and more, weighted by their requests; false without such a cell with
+// a CPU figure. The allocation figures are zero when a cell has none.
+func loaded(o *Overhead, size, mode, target string) (cpu, allocB, allocN float64, ok bool) {
+	n, na := 0, 0
+	for _, c := range o.Cells {
+		if c.Size != size || c.Target != target || c.Concurrency < 16 || mode != "" && c.Mode != mode {
+			continue
+		}
+		if c.CPUPer1000 > 0 {
+			cpu += c.CPUPer1000 * float64(c.Requests) / 1000
+			n += c.Requests
+		}
+		if c.AllocBytes > 0 {
+			allocB += c.AllocBytes * float64(c.Requests)
+			allocN += c.AllocObjects * float64(c.Requests)
+			na += c.Requests
+		}
+	}
+	if na > 0 {
+		allocB, allocN = allocB/float64(na), allocN/float64(na)
+	}
+	if n == 0 {
+		return 0, allocB, allocN, false
+	}
+	return cpu / float64(n), allocB, allocN, true
+}
+
+// AllocTargets evaluates the allocation targets (see maxAllocLarge) on the
+// cells with allocation figures. Reported, never asserted.
+func AllocTargets(o *Overhead) []TargetResult {
+	var out []TargetResult
+	if _, b, n, _ := loaded(o, "large", "", TargetRewrite); b > 0 {
+		out = append(out, TargetResult{fmt.Sprintf("rewrite on, large: allocated per request ≤ %d KB (c16 and c64, unary and sse)", maxAllocLarge>>10),
+			fmt.Sprintf("%.1f KB, %.0f objects", b/1024, n), b <= maxAllocLarge})
+	}
+	_, bs, _, _ := loaded(o, "small", "", TargetPassThrough)
+	_, bl, _, _ := loaded(o, "large", "", TargetPassThrough)
+	if bs > 0 && bl > 0 {
+		grow := float64(LargeBytes - len(Sizes()[0].Body))
+		r := (bl - bs) / grow
+		out = append(out, TargetResult{fmt.Sprintf("rewrite off: allocation growing with the body ≤ %.2f B per body byte (small to large, c16 and c64)", maxPassThroughPerByte),
+			fmt.Sprintf("%.3f B/B (%.1f KB small, %.1f KB large)", r, bs/1024, bl/1024), r <= maxPassThroughPerByte})
+	}
+	return out
+}
+
+// AnswerTargets evaluates the answer targets (see maxAnswerRatio) on the
+// AnswersSize cells: the 256 KB unary answer against the plain proxy, and
+// the 100-event stream against the small request's 6-event one, so that
+// what one chunk costs is
+// ((on, 100 events − plain, 100) − (on, 6 − plain, 6)) / 94.
+// Reported, never asserted.
+func AnswerTargets(o *Overhead) []TargetResult {
+	var out []TargetResult
+	on, _, _, ok1 := loaded(o, answersName, "unary", TargetRewrite)
+	plain, _, _, ok2 := loaded(o, answersName, "unary", TargetPlain)
+	if ok1 && ok2 && plain > 0 {
+		out = append(out, TargetResult{fmt.Sprintf("%d KB unary answer: CPU per request rewrite on ≤ %.1f× plain Go proxy (c16 and c64)", AnswerUnaryBytes>>10, maxAnswerRatio),
+			fmt.Sprintf("%.2f× (%.0f µs against %.0f µs)", on/plain, on*1e6, plain*1e6), on/plain <= maxAnswerRatio})
+	}
+	onL, _, nL, ok1 := loaded(o, answersName, "sse", TargetRewrite)
+	plL, _, _, ok2 := loaded(o, answersName, "sse", TargetPlain)
+	onS, _, nS, ok3 := loaded(o, "small", "sse", TargetRewrite)
+	plS, _, _, ok4 := loaded(o, "small", "sse", TargetPlain)
+	const extra = AnswerEvents - 6 // the fake's own stream has six events
+	if ok1 && ok2 && ok3 && ok4 {
+		per := ((onL - plL) - (onS - plS)) / extra
+		out = append(out, TargetResult{fmt.Sprintf("SSE: CPU per chunk above the plain Go proxy ≤ %.0f µs (rewrite on, %d events against 6, c16 and c64)", maxChunkCPU.Seconds()*1e6, AnswerEvents),
+			fmt.Sprintf("%.2f µs (on %.0f − plain %.0f µs at %d events; on %.0f − plain %.0f µs at 6)", per*1e6, onL*1e6, plL*1e6, AnswerEvents, onS*1e6, plS*1e6), per <= maxChunkCPU.Seconds()})
+	}
+	if nL > 0 && nS > 0 {
+		per := (nL - nS) / extra
+		out = append(out, TargetResult{fmt.Sprintf("SSE: allocations per chunk ≤ %.0f (rewrite on's own, %d events against 6, c16 and c64)", maxChunkObjects, AnswerEvents),
+			fmt.Sprintf("%.2f (%.0f objects a request at %d events, %.0f at 6)", per, nL, AnswerEvents, nS), per <= maxChunkObjects})
 	}
 	return out
 }

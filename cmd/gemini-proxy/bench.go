@@ -324,13 +324,13 @@ func runOverhead(ctx context.Context, quick bool, limit time.Duration, upstreamU
 	}
 	upstreamPID := 0
 	if !external {
-		addr, pid, stop, err := startChild(ctx, exe, []string{"bench", "--fake-upstream"}, nil)
+		addr, _, pid, stop, err := startChild(ctx, exe, []string{"bench", "--fake-upstream"}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("bench: starting the fake upstream: %w", err)
 		}
 		defer stop()
 		upstreamURL, upstreamPID = "http://"+addr, pid
-		fmt.Fprintf(stderr, "bench: overhead upstream: fake Gemini %s (fixed answers, bench.FakeGemini)\n", upstreamURL)
+		fmt.Fprintf(stderr, "bench: overhead upstream: fake Gemini %s (fixed answers, bench.FakeGeminiAll)\n", upstreamURL)
 	}
 	targets := []bench.Target{{Name: bench.TargetDirect, URL: upstreamURL}}
 	type child struct {
@@ -346,12 +346,16 @@ func runOverhead(ctx context.Context, quick bool, limit time.Duration, upstreamU
 			child{bench.TargetRewrite, serveArgs, []string{"GEMINI_PROXY_REWRITE_ENABLED=true"}})
 	}
 	for _, ch := range children {
-		addr, pid, stop, err := startChild(ctx, exe, ch.args, ch.env)
+		addr, admin, pid, stop, err := startChild(ctx, exe, ch.args, ch.env)
 		if err != nil {
 			return nil, fmt.Errorf("bench: starting %s: %w", ch.name, err)
 		}
 		defer stop()
-		targets = append(targets, bench.Target{Name: ch.name, URL: "http://" + addr, PID: pid})
+		t := bench.Target{Name: ch.name, URL: "http://" + addr, PID: pid}
+		if admin != "" {
+			t.MetricsURL = "http://" + admin + "/metrics"
+		}
+		targets = append(targets, t)
 	}
 	if external {
 		targets = append(targets, bench.Target{Name: "proxy (" + proxyURL + ")", URL: proxyURL})
@@ -360,22 +364,29 @@ func runOverhead(ctx context.Context, quick bool, limit time.Duration, upstreamU
 	if quick {
 		cell = 500 * time.Millisecond
 	}
+	sizes := bench.Sizes()
+	if !external {
+		// The long answers of issue 17's per-chunk and 256 KB figures come
+		// from the fake upstream, which a running proxy's upstream is not.
+		sizes = append(sizes, bench.AnswersSize())
+	}
 	fmt.Fprintf(stderr, "bench: overhead: %d configurations alternating, %s per cell, time limit %s\n", len(targets), cell, limit)
-	return bench.RunOverhead(ctx, bench.OverheadOptions{Targets: targets, CellTime: cell, Deadline: time.Now().Add(limit), Progress: stderr, UpstreamPID: upstreamPID})
+	return bench.RunOverhead(ctx, bench.OverheadOptions{Targets: targets, Sizes: sizes, CellTime: cell, Deadline: time.Now().Add(limit), Progress: stderr, UpstreamPID: upstreamPID})
 }
 
-var listenAddrRE = regexp.MustCompile(`listener=(?:proxy|plain|fake) addr=(\S+)`)
+var listenAddrRE = regexp.MustCompile(`listener=(proxy|plain|fake|admin) addr=(\S+)`)
 
-// startChild runs exe with args and waits for its "listening" log line.
-// stop interrupts the child and waits for it (killing it after 5s).
-func startChild(ctx context.Context, exe string, args, env []string) (addr string, pid int, stop func(), err error) {
+// startChild runs exe with args and waits for its "listening" log line,
+// and for its admin listener's too when args has --admin-listen. stop
+// interrupts the child and waits for it (killing it after 5s).
+func startChild(ctx context.Context, exe string, args, env []string) (addr, admin string, pid int, stop func(), err error) {
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Env = append(cmd.Env, "GEMINI_PROXY_LOG_LEVEL=info", "GEMINI_PROXY_LOG_FORMAT=text")
 	pr, pw := io.Pipe()
 	cmd.Stderr, cmd.Stdout = pw, pw
 	if err := cmd.Start(); err != nil {
-		return "", 0, nil, err
+		return "", "", 0, nil, err
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); pw.Close(); close(exited) }()
@@ -388,31 +399,40 @@ func startChild(ctx context.Context, exe string, args, env []string) (addr strin
 			<-exited
 		}
 	}
-	found := make(chan string, 1)
+	wantAdmin := slices.Contains(args, "--admin-listen")
+	found, foundAdmin := make(chan string, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			if m := listenAddrRE.FindStringSubmatch(sc.Text()); m != nil {
+				ch := found
+				if m[1] == "admin" {
+					ch = foundAdmin
+				}
 				select {
-				case found <- m[1]:
+				case ch <- m[2]:
 				default:
 				}
 			}
 		}
 		io.Copy(io.Discard, pr)
 	}()
-	select {
-	case addr = <-found:
-		return addr, cmd.Process.Pid, stop, nil
-	case <-exited:
-		return "", 0, nil, errors.New("exited before listening")
-	case <-ctx.Done():
-		stop()
-		return "", 0, nil, ctx.Err()
-	case <-time.After(15 * time.Second):
-		stop()
-		return "", 0, nil, errors.New("no listening line within 15s")
+	timeout := time.After(15 * time.Second)
+	for addr == "" || wantAdmin && admin == "" {
+		select {
+		case addr = <-found:
+		case admin = <-foundAdmin:
+		case <-exited:
+			return "", "", 0, nil, errors.New("exited before listening")
+		case <-ctx.Done():
+			stop()
+			return "", "", 0, nil, ctx.Err()
+		case <-timeout:
+			stop()
+			return "", "", 0, nil, errors.New("no listening line within 15s")
+		}
 	}
+	return addr, admin, cmd.Process.Pid, stop, nil
 }
 
 // servePlainProxy serves bench.PlainProxy on loopback until ctx is done,
@@ -430,11 +450,11 @@ func servePlainProxy(ctx context.Context, upstream string, w io.Writer) error {
 	return serveUntil(ctx, []*listener{l}, 0, time.Second, new(atomic.Bool), logger)
 }
 
-// serveFakeUpstream serves bench.FakeGemini on loopback until ctx is done,
+// serveFakeUpstream serves bench.FakeGeminiAll on loopback until ctx is done,
 // announcing its address on w.
 func serveFakeUpstream(ctx context.Context, w io.Writer) error {
 	logger := slog.New(slog.NewTextHandler(w, nil))
-	l, err := listen("fake", "127.0.0.1:0", bench.FakeGemini(), config.Default().Server, logger)
+	l, err := listen("fake", "127.0.0.1:0", bench.FakeGeminiAll(), config.Default().Server, logger)
 	if err != nil {
 		return err
 	}

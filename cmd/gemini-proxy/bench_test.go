@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gemini-proxy/gemini-proxy/bench"
 )
 
 func TestRecorder(t *testing.T) {
@@ -112,8 +114,9 @@ func TestBenchSessionsFlag(t *testing.T) {
 	}
 }
 
-// The hidden --fake-upstream flag serves bench.FakeGemini and announces its
-// address in the line startChild waits for.
+// The hidden --fake-upstream flag serves bench.FakeGeminiAll (the long
+// answers for bench.LongAnswersModel) and announces its address in the
+// line startChild waits for.
 func TestBenchFakeUpstream(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	pr, pw := io.Pipe()
@@ -124,7 +127,7 @@ func TestBenchFakeUpstream(t *testing.T) {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			if m := listenAddrRE.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
+				addr <- m[2]
 			}
 		}
 		close(addr)
@@ -141,6 +144,15 @@ func TestBenchFakeUpstream(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK || !bytes.HasPrefix(b, []byte("data: {")) || !bytes.HasSuffix(b, []byte("}\r\n\r\n")) {
 		t.Errorf("stream: status %d, body %.60q", res.StatusCode, b)
+	}
+	res, err = http.Post("http://"+a+"/v1beta/models/"+bench.LongAnswersModel+":streamGenerateContent?alt=sse", "application/json", strings.NewReader(`{"contents":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if n := bytes.Count(b, []byte("\r\n\r\n")); res.StatusCode != http.StatusOK || n != bench.AnswerEvents {
+		t.Errorf("long stream: status %d, %d events, want %d", res.StatusCode, n, bench.AnswerEvents)
 	}
 	cancel()
 	if err := <-done; err != nil {
