@@ -460,6 +460,8 @@ const (
 func (w *walker) known(cuts []auditCut) {
 	n := len(w.b)
 	valid := func(s span) bool { return 0 <= s.start && s.start < s.end && s.end <= n }
+	w.copies = make([]copySpan, 0, len(cuts))
+	w.ahead = make([]aheadSpan, 0, 2*len(cuts)+1)
 	for k := range cuts {
 		c := &cuts[k]
 		if c.session || !valid(span{c.ts, c.te}) {
