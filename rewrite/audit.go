@@ -131,9 +131,16 @@ func Audit(original, rewritten []byte, rep *Report) error {
 	return audit(original, rewritten, rep, true)
 }
 
-// audit is Audit; memo false ignores the rewrite's memo of hashes, so
-// that tests can check it changes no verdict.
+// audit is Audit; memo false turns off its shortcuts (the rewrite's memo
+// of hashes and the newest-turn walk's passes over spans it found clear),
+// so that tests can check they change no verdict.
 func audit(original, rewritten []byte, rep *Report, memo bool) error {
+	return auditWith(original, rewritten, rep, memo, memo)
+}
+
+// auditWith is audit with each shortcut on or off: memo for the memo of
+// hashes, pass for the walk's passes over clear spans (auditnewest.go).
+func auditWith(original, rewritten []byte, rep *Report, memo, pass bool) error {
 	if rep == nil {
 		return auditFail(AuditStructure, -1, "no report")
 	}
@@ -147,7 +154,7 @@ func audit(original, rewritten []byte, rep *Report, memo bool) error {
 	if len(a.cuts) != len(rep.Replacements) {
 		return auditFail(AuditStructure, -1, "%d records for %d replacements", len(a.cuts), len(rep.Replacements))
 	}
-	au := auditor{rep: rep, a: a, b1: original, memo: memo}
+	au := auditor{rep: rep, a: a, b1: original, memo: memo, pass: pass}
 	if a.uf != nil {
 		if err := au.unflat(original); err != nil {
 			return err
@@ -179,6 +186,9 @@ type auditor struct {
 	boxes map[span]*subBox
 	// memo enables the rewrite's memo of hashes (memoed).
 	memo bool
+	// pass lets the newest-turn walk pass over the spans of cuts and full
+	// copies it finds clear (walker.known).
+	pass bool
 	// sent is the session's set of blocks the upstream holds (Elide); nil
 	// for Request, where a session reference always fails.
 	sent func(sha256 string) bool

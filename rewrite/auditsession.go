@@ -44,7 +44,7 @@ func auditSession(original, rewritten []byte, rep *Report, sent func(string) boo
 	if len(a.cuts) != len(rep.Replacements) {
 		return auditFail(AuditStructure, -1, "%d records for %d replacements", len(a.cuts), len(rep.Replacements))
 	}
-	au := auditor{rep: rep, a: a, b1: original, memo: true, sent: sent}
+	au := auditor{rep: rep, a: a, b1: original, memo: true, pass: true, sent: sent}
 	// Where the new turn is, found by the audit itself (encoding/json,
 	// no code of the scanner), not taken from the engine's record; only
 	// a body with a session reference pays for it.
