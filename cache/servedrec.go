@@ -66,9 +66,12 @@ func (s *Store) ServedRecorder(tenant string) *ServedRecorder {
 func (r *ServedRecorder) Grow(n int) {
 	if cap(r.buf)-len(r.buf) < n {
 		// Doubling, as append would: a stream grows it event by event.
+		// The outgrown buffer is dropped, not pooled: the larger one
+		// returns to recorderBuffers in its place, so the pool's buffers
+		// come to the size of the answers served and a stream stops
+		// growing (and copying) its buffer event by event.
 		b := make([]byte, len(r.buf), max(len(r.buf)+n, 2*cap(r.buf)))
 		copy(b, r.buf)
-		r.putBuf()
 		r.buf = b
 	}
 }
