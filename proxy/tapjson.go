@@ -69,7 +69,7 @@ func (s *chunkScanner) scanPH(b []byte, needText bool, ph int, phText bool) bool
 }
 
 func (s *chunkScanner) ws() {
-	for s.i < len(s.b) {
+	for s.i < len(s.b) && s.b[s.i] <= ' ' {
 		switch s.b[s.i] {
 		case ' ', '\t', '\n', '\r':
 			s.i++
@@ -108,18 +108,20 @@ func (s *chunkScanner) object(member func(name []byte) bool) bool {
 		if s.peek() != '"' {
 			return false
 		}
+		// A member name is short: read it a byte at a time up to its
+		// closing quote. An escape, a control byte (not JSON) or a
+		// non-ASCII byte (Unicode case folding could map it onto a field
+		// name) ends it too: give up.
 		start := s.i + 1
-		esc, ok := s.str()
-		if !ok || esc {
+		j := start
+		for j < len(s.b) && !nameStop[s.b[j]] {
+			j++
+		}
+		if j == len(s.b) || s.b[j] != '"' {
 			return false
 		}
-		name := s.b[start : s.i-1]
-		for _, c := range name {
-			if c >= utf8.RuneSelf {
-				// Unicode case folding could map it onto a field name.
-				return false
-			}
-		}
+		name := s.b[start:j]
+		s.i = j + 1
 		if s.peek() != ':' {
 			return false
 		}
@@ -179,7 +181,16 @@ func (s *chunkScanner) array(elem func() bool) bool {
 // name encoding/json would match case-insensitively (give up). seen
 // catches duplicates, which encoding/json merges.
 func field(name []byte, names []string, seen *uint32) int {
+	// Names are ASCII here (object gives up on others), so only a name of
+	// the same length can match one of names, exactly or folded: most
+	// names no field takes are told by their length alone.
+	if l := len(name); l >= 64 || nameLens&(1<<l) == 0 {
+		return -1
+	}
 	for k, n := range names {
+		if len(n) != len(name) {
+			continue
+		}
 		if string(name) == n {
 			if *seen&(1<<k) != 0 {
 				return -2
@@ -214,6 +225,17 @@ func lower(c byte) byte {
 	}
 	return c
 }
+
+// nameLens has bit l set when a member name the scanner reads has l
+// bytes.
+var nameLens = func() (m uint64) {
+	for _, names := range [][]string{topNames, candidateNames, contentNames, partNames, usageNames} {
+		for _, n := range names {
+			m |= 1 << len(n)
+		}
+	}
+	return m
+}()
 
 // The member names of tapChunk's structs, in the order the scanner's
 // switches expect.
@@ -378,8 +400,28 @@ func (s *chunkScanner) int(bits int) (int64, bool) {
 	if !ok || !integer {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(string(s.b[start:s.i]), 10, bits)
-	return n, err == nil
+	d := s.b[start:s.i]
+	neg := d[0] == '-'
+	if neg {
+		d = d[1:]
+	}
+	if len(d) > 18 {
+		// Might not fit: strconv decides, as encoding/json does.
+		n, err := strconv.ParseInt(string(s.b[start:s.i]), 10, bits)
+		return n, err == nil
+	}
+	// Up to 18 digits fit in an int64; number validated them.
+	var n int64
+	for _, c := range d {
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	if bits < 64 && (n < -1<<(bits-1) || n > 1<<(bits-1)-1) {
+		return 0, false
+	}
+	return n, true
 }
 
 // text reads a string value and returns it unescaped, or nil, false when
@@ -556,6 +598,15 @@ var strStop = func() (t [256]bool) {
 		t[c] = true
 	}
 	t['"'], t['\\'] = true, true
+	return t
+}()
+
+// nameStop marks the bytes that end a member name the scanner reads: the
+// quote, and the backslash, control and non-ASCII bytes it gives up on.
+var nameStop = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c < ' ' || c == '"' || c == '\\' || c >= utf8.RuneSelf
+	}
 	return t
 }()
 
