@@ -231,10 +231,11 @@ func lower(c byte) byte {
 	return c
 }
 
-// nameLens has bit l set when a member name the scanner reads has l
-// bytes.
+// nameLens has bit l set when a member name field matches has l bytes:
+// every list of names passed to field must be here (the ledger's too, in
+// ledgerscan.go), or field never finds its names.
 var nameLens = func() (m uint64) {
-	for _, names := range [][]string{topNames, candidateNames, contentNames, partNames, usageNames} {
+	for _, names := range [][]string{topNames, candidateNames, contentNames, partNames, usageNames, ledgerNames, ledgerContentNames} {
 		for _, n := range names {
 			m |= 1 << len(n)
 		}

@@ -63,3 +63,17 @@ func TestWordRuns(t *testing.T) {
 		check(b, rng.IntN(len(b)+1))
 	}
 }
+
+// TestFieldFindsEveryName checks that field finds each name of every list
+// the scanners match (its length filter, nameLens, must know them all: the
+// ledger's were missing once, and it read no contents).
+func TestFieldFindsEveryName(t *testing.T) {
+	for _, names := range [][]string{topNames, topUsageNames, candidateNames, contentNames, partNames, usageNames, ledgerNames, ledgerContentNames} {
+		for k, n := range names {
+			var seen uint32
+			if got := field([]byte(n), names, &seen); got != k {
+				t.Errorf("field(%q, %q) = %d, want %d", n, names, got, k)
+			}
+		}
+	}
+}
