@@ -2,6 +2,7 @@ package cache
 
 import (
 	"crypto/sha256"
+	"encoding"
 	"hash"
 	"sync"
 	"unicode"
@@ -32,10 +33,14 @@ type ServedRecorder struct {
 	cut    int // prefix cuts taken
 	rehash bool
 	pref   [len(prefixCuts)]digest
-	// mark is the state Mark saved; while marked, nothing past mark.n is
-	// hashed, so that Rewind can take it back.
+	// mark is the state Mark saved. While marked, the text past mark.n is
+	// hashed as it comes, as the rest is (so that a long unary answer's
+	// SHA-256 is not left for its last read, between the upstream's last
+	// bytes and the client's), and the hash's state from before is kept
+	// in spec so that Rewind can take it back exactly.
 	mark   recorderMark
 	marked bool
+	spec   hashMark
 	head   [2 + maxTrail]byte // the record's header, while it is made
 }
 
@@ -48,6 +53,22 @@ type recorderMark struct {
 	trail [maxTrail]byte
 	nt    int
 }
+
+// hashMark is the hashing state before the first text past a Mark was
+// hashed: the hash's own state (its binary form), how much was hashed
+// and the prefix cuts taken.
+type hashMark struct {
+	on     bool
+	done   int
+	cut    int
+	rehash bool
+	state  [sha256StateBytes]byte
+	ns     int
+}
+
+// sha256StateBytes bounds the binary form of a SHA-256 state (108 bytes
+// in Go 1.26: a magic, the eight words, the block and the length).
+const sha256StateBytes = 128
 
 // recorderBuffers recycles the recorders' buffers (up to
 // maxRecorderBuffer bytes): the record itself is made at its exact size
@@ -66,9 +87,12 @@ func (s *Store) ServedRecorder(tenant string) *ServedRecorder {
 func (r *ServedRecorder) Grow(n int) {
 	if cap(r.buf)-len(r.buf) < n {
 		// Doubling, as append would: a stream grows it event by event.
+		// The outgrown buffer is dropped, not pooled: the larger one
+		// returns to recorderBuffers in its place, so the pool's buffers
+		// come to the size of the answers served and a stream stops
+		// growing (and copying) its buffer event by event.
 		b := make([]byte, len(r.buf), max(len(r.buf)+n, 2*cap(r.buf)))
 		copy(b, r.buf)
-		r.putBuf()
 		r.buf = b
 	}
 }
@@ -238,6 +262,7 @@ func (r *ServedRecorder) Mark() {
 		copy(m.trail[:r.nt], r.trail[:r.nt])
 	}
 	r.marked = true
+	r.spec.on = false // what an earlier Mark held back is kept
 }
 
 // Rewind takes back the text written since Mark, as if it had not been
@@ -253,23 +278,30 @@ func (r *ServedRecorder) Rewind() {
 		copy(r.trail[:m.nt], m.trail[:m.nt])
 	}
 	r.marked = false
+	if sp := &r.spec; sp.on {
+		sp.on = false
+		if err := r.h.(encoding.BinaryUnmarshaler).UnmarshalBinary(sp.state[:sp.ns]); err != nil {
+			panic("cache: restoring a SHA-256 state: " + err.Error()) // its own AppendBinary's bytes
+		}
+		r.done, r.cut, r.rehash = sp.done, sp.cut, sp.rehash
+	}
 }
 
 // Commit keeps the text written since Mark.
 func (r *ServedRecorder) Commit() {
 	if r.marked {
-		r.marked = false
+		r.marked, r.spec.on = false, false
 		r.hashOn()
 	}
 }
 
 // hashOn hashes the text written so far, taking the prefix digests as
-// their cuts are passed; what the next cut may still need stays unhashed,
-// and so does what was written since a Mark.
+// their cuts are passed; what the next cut may still need stays unhashed.
+// Before it hashes past a Mark it saves the hashing state (spec).
 func (r *ServedRecorder) hashOn() {
 	n := r.buf
-	if r.marked {
-		n = n[:r.mark.n]
+	if r.marked && !r.spec.on && len(n) > r.mark.n {
+		r.saveHash()
 	}
 	for r.cut < len(prefixCuts) && prefixCuts[r.cut] < len(n) {
 		r.prefix(n)
@@ -282,6 +314,18 @@ func (r *ServedRecorder) hashOn() {
 		r.h.Write(n[r.done:limit])
 		r.done = limit
 	}
+}
+
+// saveHash keeps the hashing state for Rewind. Nothing past the mark is
+// hashed yet: hashOn saves it before it hashes, or takes a prefix digest,
+// past mark.n, and text is only written past it.
+func (r *ServedRecorder) saveHash() {
+	sp := &r.spec
+	b, err := r.h.(encoding.BinaryAppender).AppendBinary(sp.state[:0])
+	if err != nil || len(b) > len(sp.state) {
+		panic("cache: saving a SHA-256 state") // sha256's digest always can, in 108 bytes
+	}
+	sp.on, sp.ns, sp.done, sp.cut, sp.rehash = true, len(b), r.done, r.cut, r.rehash
 }
 
 // prefix takes the digest of the next prefix cut of n.
@@ -312,7 +356,7 @@ func (r *ServedRecorder) Served(truncated bool) {
 // record returns the response's digest, its record and its prefixes'
 // digests; ok is false for a text that normalises to nothing.
 func (r *ServedRecorder) record(truncated bool) (id digest, rec []byte, prefixes []digest, ok bool) {
-	r.marked = false // what is written is the text, a Mark's included
+	r.marked, r.spec.on = false, false // what is written is the text, a Mark's included
 	if r.nc > 0 {
 		normalizeTo(r, r.carry[:r.nc], true)
 		r.nc = 0

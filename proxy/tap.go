@@ -283,10 +283,48 @@ func (t *tap) sse(p []byte) {
 			t.appendLine(p)
 			return
 		}
+		if n := t.eventInPlace(p[:i], p[i+1:]); n >= 0 {
+			p = p[i+1+n:]
+			continue
+		}
 		t.appendLine(p[:i])
 		p = p[i+1:]
 		t.endLine()
 	}
+}
+
+// eventInPlace reads an event whose one data line and the blank line that
+// ends it are both in the bytes written, where they are: line is the data
+// line (without its \n), rest what follows it. It returns how many bytes
+// of rest it read (the blank line), or -1, reading nothing, for anything
+// else, which appendLine and endLine read as before. A stream flushed
+// event by event (Gemini's) is read so without copying each event into
+// line and again into data. Nothing of p is kept past the decode.
+func (t *tap) eventInPlace(line, rest []byte) int {
+	if len(t.line) > 0 || t.lineOver || len(t.data) > 0 || t.dataOver || len(line) > maxEventBytes {
+		return -1
+	}
+	n := 0
+	switch {
+	case len(rest) >= 1 && rest[0] == '\n':
+		n = 1
+	case len(rest) >= 2 && rest[0] == '\r' && rest[1] == '\n':
+		n = 2
+	default:
+		return -1
+	}
+	line = bytes.TrimSuffix(line, []byte{'\r'})
+	v, ok := bytes.CutPrefix(line, []byte("data:"))
+	if !ok || len(v)+1 > maxEventBytes {
+		return -1
+	}
+	if len(v) > 0 && v[0] == ' ' {
+		v = v[1:]
+	}
+	if len(v) > 0 {
+		t.decode(v, false)
+	}
+	return n
 }
 
 func (t *tap) appendLine(p []byte) {

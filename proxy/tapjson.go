@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
+	"math/bits"
 	"slices"
 	"strconv"
 	"sync"
@@ -69,14 +70,21 @@ func (s *chunkScanner) scanPH(b []byte, needText bool, ph int, phText bool) bool
 }
 
 func (s *chunkScanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
+	// Most calls find no white space: one test, then the loop on locals.
+	b, i := s.b, s.i
+	if i >= len(b) || b[i] > ' ' {
+		return
+	}
+	for i < len(b) && b[i] <= ' ' {
+		switch b[i] {
 		case ' ', '\t', '\n', '\r':
-			s.i++
+			i++
 		default:
+			s.i = i
 			return
 		}
 	}
+	s.i = i
 }
 
 // peek returns the next byte after white space, or 0 at the end.
@@ -108,18 +116,17 @@ func (s *chunkScanner) object(member func(name []byte) bool) bool {
 		if s.peek() != '"' {
 			return false
 		}
+		// A member name is short: read it a byte at a time up to its
+		// closing quote. An escape, a control byte (not JSON) or a
+		// non-ASCII byte (Unicode case folding could map it onto a field
+		// name) ends it too: give up.
 		start := s.i + 1
-		esc, ok := s.str()
-		if !ok || esc {
+		j := nameRun(s.b, start)
+		if j == len(s.b) || s.b[j] != '"' {
 			return false
 		}
-		name := s.b[start : s.i-1]
-		for _, c := range name {
-			if c >= utf8.RuneSelf {
-				// Unicode case folding could map it onto a field name.
-				return false
-			}
-		}
+		name := s.b[start:j]
+		s.i = j + 1
 		if s.peek() != ':' {
 			return false
 		}
@@ -179,7 +186,16 @@ func (s *chunkScanner) array(elem func() bool) bool {
 // name encoding/json would match case-insensitively (give up). seen
 // catches duplicates, which encoding/json merges.
 func field(name []byte, names []string, seen *uint32) int {
+	// Names are ASCII here (object gives up on others), so only a name of
+	// the same length can match one of names, exactly or folded: most
+	// names no field takes are told by their length alone.
+	if l := len(name); l >= 64 || nameLens&(1<<l) == 0 {
+		return -1
+	}
 	for k, n := range names {
+		if len(n) != len(name) {
+			continue
+		}
 		if string(name) == n {
 			if *seen&(1<<k) != 0 {
 				return -2
@@ -214,6 +230,18 @@ func lower(c byte) byte {
 	}
 	return c
 }
+
+// nameLens has bit l set when a member name field matches has l bytes:
+// every list of names passed to field must be here (the ledger's too, in
+// ledgerscan.go), or field never finds its names.
+var nameLens = func() (m uint64) {
+	for _, names := range [][]string{topNames, candidateNames, contentNames, partNames, usageNames, ledgerNames, ledgerContentNames} {
+		for _, n := range names {
+			m |= 1 << len(n)
+		}
+	}
+	return m
+}()
 
 // The member names of tapChunk's structs, in the order the scanner's
 // switches expect.
@@ -371,15 +399,45 @@ func (s *chunkScanner) usageObject() bool {
 }
 
 // int reads a number that encoding/json would store in an integer of the
-// given size: no fraction, no exponent, in range.
+// given size: no fraction, no exponent, in range. Its digits are read
+// and added up in the one pass (number's grammar for an integer: an
+// optional minus, then 0 or a digit 1-9 and more digits).
 func (s *chunkScanner) int(bits int) (int64, bool) {
-	start := s.i
-	integer, ok := s.number()
-	if !ok || !integer {
+	b, i := s.b, s.i
+	neg := i < len(b) && b[i] == '-'
+	if neg {
+		i++
+	}
+	start := i
+	var n int64
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && '1' <= b[i] && b[i] <= '9':
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			n = n*10 + int64(b[i]-'0') // wraps past 18 digits: not used then
+			i++
+		}
+	default:
 		return 0, false
 	}
-	n, err := strconv.ParseInt(string(s.b[start:s.i]), 10, bits)
-	return n, err == nil
+	if i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
+		return 0, false // a fraction or an exponent: not an integer
+	}
+	if i-start > 18 {
+		// Might not fit: strconv decides, as encoding/json does.
+		n, err := strconv.ParseInt(string(b[s.i:i]), 10, bits)
+		s.i = i
+		return n, err == nil
+	}
+	s.i = i
+	if neg {
+		n = -n
+	}
+	if bits < 64 && (n < -1<<(bits-1) || n > 1<<(bits-1)-1) {
+		return 0, false
+	}
+	return n, true
 }
 
 // text reads a string value and returns it unescaped, or nil, false when
@@ -507,25 +565,53 @@ func hasLess(x uint64, n byte) bool { return (x-lsb*uint64(n))&^x&msb != 0 }
 func hasByte(x uint64, c byte) bool { return hasLess(x^(lsb*uint64(c)), 1) }
 
 // plainRun returns the index of the first quote, backslash or control byte
-// in b from i, or len(b); eight bytes at a time over the plain text.
+// in b from i, or len(b); eight bytes at a time over the plain text, the
+// stop itself found in its word by stopMask, not byte by byte.
 func plainRun(b []byte, i int) int {
-	for {
-		for i+8 <= len(b) {
-			x := binary.LittleEndian.Uint64(b[i:])
-			if hasByte(x, '"') || hasByte(x, '\\') || hasLess(x, ' ') {
-				break
-			}
-			i += 8
+	for ; i+8 <= len(b); i += 8 {
+		if m := stopMask(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
 		}
-		for end := min(i+8, len(b)); i < end; i++ {
-			if strStop[b[i]] {
-				return i
-			}
-		}
-		if i == len(b) {
+	}
+	for ; i < len(b); i++ {
+		if strStop[b[i]] {
 			return i
 		}
 	}
+	return i
+}
+
+// nameRun is plainRun for a member name: it also stops at a byte >= 0x80
+// (nameStop).
+func nameRun(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if m := stopMask(x) | x&msb; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	for ; i < len(b); i++ {
+		if nameStop[b[i]] {
+			return i
+		}
+	}
+	return i
+}
+
+// stopMask has 0x80 in each byte of x that is a quote, a backslash or a
+// control byte (strStop), and only there: unlike hasLess's subtraction,
+// whose borrow may mark a byte above the first, each byte is tested on
+// its own (nonZero), so the lowest mark is the first stop.
+func stopMask(x uint64) uint64 {
+	return ^(nonZero(x^lsb*'"') & nonZero(x^lsb*'\\') & nonZero(x&(lsb*0xe0))) & msb
+}
+
+// nonZero has 0x80 in each byte of x that is not zero (and other bits
+// below it): the low seven bits' sum carries into the top bit without
+// crossing into the next byte (Hacker's Delight 6-1).
+func nonZero(x uint64) uint64 {
+	const lo7 = 0x7f7f7f7f7f7f7f7f
+	return (x&lo7 + lo7) | x
 }
 
 // asciiRun returns the index of the first backslash or non-ASCII byte in
@@ -556,6 +642,15 @@ var strStop = func() (t [256]bool) {
 		t[c] = true
 	}
 	t['"'], t['\\'] = true, true
+	return t
+}()
+
+// nameStop marks the bytes that end a member name the scanner reads: the
+// quote, and the backslash, control and non-ASCII bytes it gives up on.
+var nameStop = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c < ' ' || c == '"' || c == '\\' || c >= utf8.RuneSelf
+	}
 	return t
 }()
 
