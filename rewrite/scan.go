@@ -456,14 +456,8 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 	if s.arena == nil {
 		s.grow()
 	}
-	// Local copies keep the hot loop free of heap writes. The arena offset
-	// n never passes the body offset i (decoding never grows a string), so
-	// eight-byte stores at n stay inside the arena whenever the eight-byte
-	// load at i stays inside the body.
 	out, n, nls := s.arena, s.n, s.nls
-	bp, op := unsafe.Pointer(unsafe.SliceData(b)), unsafe.Pointer(unsafe.SliceData(out))
 	d := decoded{off: n, nlOff: len(nls), markOff: len(s.marks)}
-	esc := false
 	next := markEvery
 	i := start
 	// Options.MaxLines, checked at every line end: one text of short
@@ -483,7 +477,6 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 		n += int(m.u)
 		i += int(m.r)
 		next = int(m.u) + markEvery
-		esc = true // marks follow escapes
 	} else if s.at != nil {
 		if c, a, m, ok := s.at.copyAt(s, start, start, 0); ok {
 			nls = s.take(out, n, nls, c, a, m, 0, 0)
@@ -493,78 +486,49 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 			n += int(m.u - a.u)
 			i += int(m.r - a.r)
 			next = n - d.off + markEvery
-			esc = true
 		}
 	}
-outer:
+	t := textRun{b: b, out: out, nls: nls, i: i, n: n, off: d.off, mark: d.off + next, maxNL: maxNL, anchored: s.at != nil}
 	for {
-		// Copy eight ordinary bytes at a time; stop at the first '"', '\\'
-		// or control byte (bytes stored past it are overwritten later).
-		// Words are read and written through pointers, the loop condition
-		// checking the bounds of both, as in skipPlain; written out here,
-		// because a call per escape costs more than it saves.
-		for end := min(len(b)-i, len(out)-n) - 8; end >= 0; end -= 8 {
-			w := binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(bp, i))[:])
-			binary.LittleEndian.PutUint64((*[8]byte)(unsafe.Add(op, n))[:], w)
-			if m := special(w); m != 0 {
-				t := bits.TrailingZeros64(m) >> 3
-				i += t
-				n += t
-				goto special
-			}
-			i += 8
-			n += 8
+		// The run of ordinary bytes and one-byte escapes, which is almost
+		// all of real text, in a loop of its own (few live values: in
+		// this function's loop they were spilled at every escape).
+		stop := t.run()
+		i, n, nls = t.i, t.n, t.nls
+		if stop == stopGrow {
+			t.nls = slices.Grow(nls, 1)
+			continue
 		}
-		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
-			out[n] = b[i]
-			n++
-			i++
+		if len(nls) > maxNL {
+			return span{}, false, d, ErrTooComplex
+		}
+		if stop&stopMark != 0 {
+			u := n - d.off
+			s.marks = append(s.marks, mark{int32(u), int32(i - start)})
+			next = u + markEvery
+			t.mark = d.off + next
 		}
 		if i >= len(b) {
 			return span{}, false, d, errSyntax
 		}
-	special:
-		// Runs of one-byte escapes ("\n\t\t", "\\\"") are decoded here
-		// without a trip through the word loop.
-		for b[i] == '\\' && i+1 < len(b) {
-			v := escByte[b[i+1]]
-			if v == 0 {
-				break
-			}
-			esc = true
-			if v == '\n' {
-				if nls = append(nls, int32(n-d.off)); len(nls) > maxNL {
+		if stop&stopAnchor != 0 {
+			// A line that may start a re-sent block (a fence, a tag):
+			// when an earlier text has the same raw bytes from one of
+			// its line starts, take its decoded bytes up to its last
+			// mark inside them.
+			if c, a, m, ok := s.at.copyAt(s, start, i, int32(n-d.off)); ok {
+				if nls = s.take(out, n, nls, c, a, m, int32(n-d.off), int32(i-start)); len(nls) > maxNL {
 					return span{}, false, d, ErrTooComplex
 				}
-			}
-			out[n] = v
-			n++
-			i += 2
-			if u := n - d.off; u >= next {
-				s.marks = append(s.marks, mark{int32(u), int32(i - start)})
-				next = u + markEvery
-			}
-			if i >= len(b) {
-				return span{}, false, d, errSyntax
-			}
-			if v == '\n' && s.at != nil && anchorByte[b[i]] {
-				// A line that may start a re-sent block (a fence, a tag):
-				// when an earlier text has the same raw bytes from one of
-				// its line starts, take its decoded bytes up to its last
-				// mark inside them.
-				if c, a, m, ok := s.at.copyAt(s, start, i, int32(n-d.off)); ok {
-					if nls = s.take(out, n, nls, c, a, m, int32(n-d.off), int32(i-start)); len(nls) > maxNL {
-						return span{}, false, d, ErrTooComplex
-					}
-					n += int(m.u - a.u)
-					i += int(m.r - a.r)
-					next = n - d.off + markEvery
-					continue outer
-				}
+				n += int(m.u - a.u)
+				i += int(m.r - a.r)
+				next = n - d.off + markEvery
+				t.i, t.n, t.nls, t.mark = i, n, nls, d.off+next
+				continue
 			}
 		}
-		if c := b[i]; c != '"' && c != '\\' && c >= 0x20 {
-			continue // an ordinary byte after the escapes
+		if stop&stopOther == 0 {
+			continue
 		}
 		switch c := b[i]; {
 		case c == '"':
@@ -583,58 +547,155 @@ outer:
 			} else if s.at != nil {
 				s.at.done(recentText{raw: span{start, i}, d: d}) // no mark: never a source
 			}
-			return span{start, i}, esc, d, nil
+			// Every escape decodes to fewer bytes than it takes, every
+			// other byte to itself (and a text copied by take holds an
+			// escape before the mark it was copied up to).
+			return span{start, i}, i-start != d.size, d, nil
 		case c == '\\':
-			esc = true
 			if i+1 >= len(b) {
 				return span{}, false, d, errSyntax
 			}
-			// One table look-up for the one-byte escapes, which are almost
-			// all the escapes of real text (\n, \t, \", \\).
-			if v := escByte[b[i+1]]; v != 0 {
-				if v == '\n' {
-					if nls = append(nls, int32(n-d.off)); len(nls) > maxNL {
-						return span{}, false, d, ErrTooComplex
-					}
-				}
-				out[n] = v
-				n++
-				i += 2
-			} else if b[i+1] == 'u' {
-				if i+6 > len(b) {
+			if b[i+1] != 'u' { // run stops at no other one-byte escape
+				return span{}, false, d, errSyntax
+			}
+			if i+6 > len(b) {
+				return span{}, false, d, errSyntax
+			}
+			for _, h := range b[i+2 : i+6] {
+				if hexVal(h) < 0 {
 					return span{}, false, d, errSyntax
 				}
-				for _, h := range b[i+2 : i+6] {
+			}
+			if i+12 <= len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+				for _, h := range b[i+8 : i+12] {
 					if hexVal(h) < 0 {
 						return span{}, false, d, errSyntax
 					}
 				}
-				if i+12 <= len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
-					for _, h := range b[i+8 : i+12] {
-						if hexVal(h) < 0 {
-							return span{}, false, d, errSyntax
-						}
-					}
-				}
-				r, k := decodeEscape(b[i:])
-				if r == '\n' { // "\u000a" ends a line as "\n" does
-					if nls = append(nls, int32(n-d.off)); len(nls) > maxNL {
-						return span{}, false, d, ErrTooComplex
-					}
-				}
-				n += utf8.EncodeRune(out[n:], r)
-				i += k
-			} else {
-				return span{}, false, d, errSyntax
 			}
+			r, k := decodeEscape(b[i:])
+			if r == '\n' { // "\u000a" ends a line as "\n" does
+				if nls = append(nls, int32(n-d.off)); len(nls) > maxNL {
+					return span{}, false, d, ErrTooComplex
+				}
+			}
+			n += utf8.EncodeRune(out[n:], r)
+			i += k
 			if u := n - d.off; u >= next {
 				s.marks = append(s.marks, mark{int32(u), int32(i - start)})
 				next = u + markEvery
 			}
+			t.i, t.n, t.nls, t.mark = i, n, nls, d.off+next
 		default: // a control byte
 			return span{}, false, d, errSyntax
 		}
 	}
+}
+
+// textRun is the state of textStr's decoding loop that run keeps in
+// registers: the body b from i, the arena out from n, the line ends nls
+// (decoded offsets from off), the arena offset mark at which a mark is
+// due and the most line ends allowed.
+type textRun struct {
+	b, out      []byte
+	nls         []int32
+	i, n, off   int
+	mark, maxNL int
+	anchored    bool
+}
+
+// What stopped textRun.run: a mark is due (after an escape that brought
+// the arena offset to mark or past it), a "\n" escape is followed by an
+// anchor byte (anchorByte, when anchored), or anything but an ordinary
+// byte or a one-byte escape is next (the closing quote, a "\u" escape, a
+// bad escape or a control byte), or the body ended, or more than maxNL
+// line ends were recorded; or nls is full before a "\n" escape. The first
+// two may come together.
+const (
+	stopMark = 1 << iota
+	stopAnchor
+	stopOther
+	stopGrow // alone: t.nls is full before a "\n" escape
+)
+
+// run decodes from t.i into t.out at t.n ordinary bytes and one-byte
+// escapes, recording line ends, until something stops it (stop* bits).
+// Ordinary bytes are copied eight at a time, stopping at the first '"',
+// '\\' or control byte (bytes stored past it are overwritten later). The
+// arena offset never passes the body offset (decoding never grows a
+// string), so eight-byte stores at n stay inside the arena whenever the
+// eight-byte load at i stays inside the body; words are read and written
+// through pointers, the loop condition checking the bounds of both, as in
+// skipPlain.
+func (t *textRun) run() (stop int) {
+	b, out, nls, i, n := t.b, t.out, t.nls, t.i, t.n
+	bp, op := unsafe.Pointer(unsafe.SliceData(b)), unsafe.Pointer(unsafe.SliceData(out))
+	for {
+		for end := min(len(b)-i, len(out)-n) - 8; end >= 0; end -= 8 {
+			w := binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(bp, i))[:])
+			binary.LittleEndian.PutUint64((*[8]byte)(unsafe.Add(op, n))[:], w)
+			if m := special(w); m != 0 {
+				k := bits.TrailingZeros64(m) >> 3
+				i += k
+				n += k
+				goto special
+			}
+			i += 8
+			n += 8
+		}
+		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
+			out[n] = b[i]
+			n++
+			i++
+		}
+		if i >= len(b) {
+			stop = stopOther
+			break
+		}
+	special:
+		// Runs of one-byte escapes ("\n\t\t", "\\\"") without a trip
+		// through the word loop.
+		for b[i] == '\\' && i+1 < len(b) {
+			v := escByte[b[i+1]]
+			if v == 0 {
+				break
+			}
+			if v == '\n' {
+				if len(nls) == cap(nls) {
+					// No call in this loop: the caller grows nls.
+					stop = stopGrow
+					goto done
+				}
+				if nls = append(nls, int32(n-t.off)); len(nls) > t.maxNL {
+					stop = stopOther
+					goto done
+				}
+			}
+			out[n] = v
+			n++
+			i += 2
+			if n >= t.mark {
+				stop = stopMark
+			}
+			if i >= len(b) {
+				stop |= stopOther
+				goto done
+			}
+			if v == '\n' && t.anchored && anchorByte[b[i]] {
+				stop |= stopAnchor
+			}
+			if stop != 0 {
+				goto done
+			}
+		}
+		if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
+			stop = stopOther
+			break
+		}
+	}
+done:
+	t.nls, t.i, t.n = nls, i, n
+	return stop
 }
 
 // skipPlain returns the position of the first '"', '\\' or control byte

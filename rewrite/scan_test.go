@@ -476,3 +476,56 @@ func BenchmarkCommonPrefix(b *testing.B) {
 		commonPrefix(x, y)
 	}
 }
+
+// TestTextRunStops checks textStr's decoding loop (textRun.run) where it
+// stops and resumes: line ends past the capacity the scanner starts with
+// (the caller grows them), escapes on either side of a mark, anchor bytes
+// after a line break, "\u" escapes inside runs of one-byte escapes, and
+// Options.MaxLines exactly at and one past the text's line ends. The
+// decoded text, line ends and escape flag must be encoding/json's.
+func TestTextRunStops(t *testing.T) {
+	texts := []string{
+		strings.Repeat("\n", 5000),
+		strings.Repeat("\n\t\t", 3000),
+		strings.Repeat("a\n", 4000) + "end",
+		strings.Repeat("x", markEvery-1) + "\n\t\"\\" + strings.Repeat("y", markEvery) + "\t",
+		strings.Repeat("```go\n\tx := \"a\"\n```\n<doc>\n~~~\n", 200),
+		strings.Repeat("\n\u00e9\n\u2028\t😀\\\"\x01", 300),
+		strings.Repeat("\\", 2*markEvery+3),
+		"no escapes at all, only ordinary bytes: " + strings.Repeat("abcdefgh", 100),
+		"",
+		"\n",
+	}
+	for _, s := range texts {
+		raw, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := []byte(`{"contents":[{"parts":[{"text":` + string(raw) + `}]}]}`)
+		st := &state{}
+		req, err := scanWith(body, st, 0, limits{})
+		if err != nil {
+			t.Fatalf("scan(%.40q…): %v", body, err)
+		}
+		p := req.contents[0].parts[0]
+		if p.dec.text != s {
+			t.Fatalf("decoded %.40q…, want %.40q…", p.dec.text, s)
+		}
+		if diff := cmp.Diff(splitLines(s).nl, p.dec.nl); diff != "" {
+			t.Fatalf("text %.40q…: line ends (-want +got):\n%s", s, diff)
+		}
+		if want := bytes.IndexByte(raw, '\\') >= 0; p.esc != want {
+			t.Errorf("text %.40q…: esc = %v, want %v", s, p.esc, want)
+		}
+		// Line ends counted by the scan: every "\n" and the text's end.
+		n := strings.Count(s, "\n") + 1
+		if _, err := scanWith(body, &state{}, 0, limits{lines: n}); err != nil {
+			t.Errorf("text %.40q…, MaxLines %d: %v", s, n, err)
+		}
+		if n > 1 {
+			if _, err := scanWith(body, &state{}, 0, limits{lines: n - 1}); !errors.Is(err, ErrTooComplex) {
+				t.Errorf("text %.40q…, MaxLines %d: err = %v, want ErrTooComplex", s, n-1, err)
+			}
+		}
+	}
+}
