@@ -312,7 +312,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Body != nil && r.Body != http.NoBody {
 		rc := r.Body
-		if h.maxBody > 0 {
+		// A known Content-Length is within the limit here, and countingBody
+		// never reads past it (net/http's server limits the body to it
+		// too): only a body of unknown length needs http.MaxBytesReader,
+		// one allocation a request saved on the others (issue 17).
+		if h.maxBody > 0 && r.ContentLength < 0 {
 			rc = http.MaxBytesReader(w, rc, h.maxBody)
 		}
 		st.body = &countingBody{rc: rc, size: r.ContentLength}
