@@ -12,13 +12,13 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gemini-proxy/gemini-proxy/internal/testutil"
 	"github.com/gemini-proxy/gemini-proxy/metrics"
 )
 
@@ -412,7 +412,7 @@ func TestAccessLogThroughProxy(t *testing.T) {
 	defer up.Close()
 	clock := regexp.MustCompile(`time=\S+|"time":"[^"]*"|duration=\S+|"duration":\d+`)
 	for _, json := range []bool{false, true} {
-		var fastOut, slogOut syncBuffer
+		var fastOut, slogOut testutil.Buffer
 		var ref slog.Handler = slog.NewTextHandler(&slogOut, nil)
 		if json {
 			ref = slog.NewJSONHandler(&slogOut, nil)
@@ -439,7 +439,7 @@ func TestAccessLogThroughProxy(t *testing.T) {
 			}
 			// The line is written once the handler returns, after the
 			// client has the answer.
-			for _, out := range []*syncBuffer{&fastOut, &slogOut} {
+			for _, out := range []*testutil.Buffer{&fastOut, &slogOut} {
 				for deadline := time.Now().Add(10 * time.Second); strings.Count(out.String(), "\n") <= i; time.Sleep(time.Millisecond) {
 					if time.Now().After(deadline) {
 						t.Fatalf("json=%v: %d lines logged after %d requests: %q", json, strings.Count(out.String(), "\n"), i+1, out.String())
@@ -453,22 +453,4 @@ func TestAccessLogThroughProxy(t *testing.T) {
 			t.Errorf("json=%v: access log (-slog +NewLogHandler):\n%s", json, diff)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
