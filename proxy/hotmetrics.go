@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"maps"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,28 +22,37 @@ const maxChildren = 4096
 // before, so no series appears earlier than it used to; vectors never
 // delete children here, so a remembered child stays the exported one.
 // Safe for concurrent use; the zero value is ready to use.
+//
+// The map is copied on write and read through an atomic pointer: a
+// lookup writes no shared memory, where an RWMutex's read lock is an
+// atomic add on a word every core shares, a dozen times a request
+// (issue 17 item 4). Children are few and made once.
 type childCache[K comparable, M any] struct {
-	mu sync.RWMutex
-	m  map[K]M
+	mu sync.Mutex // serialises writers
+	m  atomic.Pointer[map[K]M]
 }
 
 // get returns the child for k, calling child to create it on first use.
 func (c *childCache[K, M]) get(k K, child func() M) M {
-	c.mu.RLock()
-	v, ok := c.m[k]
-	c.mu.RUnlock()
-	if ok {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	v := child()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[K]M
+	if p := c.m.Load(); p != nil {
+		old = *p
+	}
+	if len(old) >= maxChildren {
 		return v
 	}
-	v = child()
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = make(map[K]M)
-	}
-	if len(c.m) < maxChildren {
-		c.m[k] = v
-	}
-	c.mu.Unlock()
+	m := make(map[K]M, len(old)+1)
+	maps.Copy(m, old)
+	m[k] = v
+	c.m.Store(&m)
 	return v
 }
 
@@ -78,6 +89,11 @@ type hotMetrics struct {
 	rewrites          childCache[labelPair, prometheus.Counter]
 	upstreamResponses childCache[routeCode, prometheus.Counter]
 	usage             childCache[labelPair, prometheus.Counter]
+	rwBytes           childCache[string, prometheus.Counter]
+}
+
+func (h *hotMetrics) rewriteBytes(stage string) prometheus.Counter {
+	return h.rwBytes.get(stage, func() prometheus.Counter { return h.m.RewriteBytes.WithLabelValues(stage) })
 }
 
 func (h *hotMetrics) request(route Route, model string, code int, stream bool) prometheus.Counter {
