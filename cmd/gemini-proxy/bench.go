@@ -43,7 +43,7 @@ func benchFlags(fs *pflag.FlagSet) {
 	fs.Duration("time-limit", 0, "hard limit for the overhead measurement (0: 25s with --quick, 12m otherwise)")
 	fs.String("plain-proxy", "", "internal: serve a plain httputil.ReverseProxy to this upstream on loopback (the overhead reference)")
 	_ = fs.MarkHidden("plain-proxy")
-	fs.Bool("fake-upstream", false, "internal: serve the overhead runner's fixed-cost fake Gemini (bench.FakeGemini) on loopback")
+	fs.Bool("fake-upstream", false, "internal: serve the overhead runner's fixed-cost fake Gemini (bench.FakeGeminiAll) on loopback")
 	_ = fs.MarkHidden("fake-upstream")
 }
 
