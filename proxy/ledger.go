@@ -687,26 +687,51 @@ const ledgerStateVersion = 4
 func (s *ledgerState) encode() []byte {
 	// Sized for the whole state, the tail's hashes included, so that it is
 	// one allocation (a short prompt's 32 tail hashes grew it three times).
-	b := make([]byte, 0, s.encodedMax())
-	b = append(b, ledgerStateVersion)
-	b = binary.BigEndian.AppendUint64(b, uint64(s.at.UnixMilli()))
-	b = binary.AppendUvarint(b, uint64(s.turn))
-	b = append(b, flagByte(s.holdout), flagByte(s.kept))
-	b = binary.AppendUvarint(b, uint64(math.Round(s.sentTokens)))
-	b = binary.AppendUvarint(b, uint64(math.Round(s.naiveTokens)))
-	for _, sums := range [][]uint64{s.naive, s.sent} {
-		b = binary.AppendUvarint(b, uint64(len(sums)))
+	// Written by index rather than appended: a short prompt's state is
+	// mostly its 32 tail entries, and append's capacity checks were most
+	// of their cost (issue 17).
+	b := make([]byte, s.encodedMax())
+	b[0] = ledgerStateVersion
+	binary.BigEndian.PutUint64(b[1:], uint64(s.at.UnixMilli()))
+	i := putUvarint(b, 9, uint64(s.turn))
+	b[i], b[i+1] = flagByte(s.holdout), flagByte(s.kept)
+	i = putUvarint(b, i+2, uint64(math.Round(s.sentTokens)))
+	i = putUvarint(b, i, uint64(math.Round(s.naiveTokens)))
+	for _, sums := range [2][]uint64{s.naive, s.sent} {
+		i = putUvarint(b, i, uint64(len(sums)))
 		for _, v := range sums {
-			b = binary.BigEndian.AppendUint64(b, v)
+			binary.BigEndian.PutUint64(b[i:], v)
+			i += 8
 		}
 	}
-	b = binary.BigEndian.AppendUint64(b, s.tail.pre)
-	b = binary.AppendUvarint(b, uint64(len(s.tail.ns)))
+	binary.BigEndian.PutUint64(b[i:], s.tail.pre)
+	i = putUvarint(b, i+8, uint64(len(s.tail.ns)))
 	for k, n := range s.tail.ns {
-		b = binary.AppendUvarint(b, uint64(n))
-		b = binary.BigEndian.AppendUint64(b, s.tail.sums[k])
+		// putUvarint by hand: a length is below ledgerChunk, one or two
+		// bytes, and the call was most of the loop.
+		if n < 1<<7 && n >= 0 {
+			b[i] = byte(n)
+			i++
+		} else if n < 1<<14 && n >= 0 {
+			b[i], b[i+1] = byte(n)|0x80, byte(n>>7)
+			i += 2
+		} else {
+			i = putUvarint(b, i, uint64(n))
+		}
+		binary.BigEndian.PutUint64(b[i:], s.tail.sums[k])
+		i += 8
 	}
-	return b
+	return b[:i]
+}
+
+// putUvarint writes v at b[i:] as binary.PutUvarint does and returns the
+// index after it.
+func putUvarint(b []byte, i int, v uint64) int {
+	if v < 1<<7 {
+		b[i] = byte(v)
+		return i + 1
+	}
+	return i + binary.PutUvarint(b[i:], v)
 }
 
 // encodedMax bounds the length of s.encode(): the fixed fields, every
@@ -740,72 +765,115 @@ func decodeLedgerState(b []byte) (*ledgerState, error) {
 // the tail's hashes share one array, sums' when it has room (else one
 // allocated from the bytes left, each hash being 8 of them), and the
 // tail's lengths go to ns's when it has room: no allocation with room,
-// two without. It returns the arrays it used.
+// two without. It returns the arrays it used. It reads b by index, with
+// the one-byte varints inline (uvarintAt): it accepts and rejects what
+// binary.Uvarint's loop did (TestLedgerStateReference).
 func (s *ledgerState) decode(b []byte, sums []uint64, ns []int) ([]uint64, []int, error) {
 	if len(b) < 9 || b[0] != ledgerStateVersion {
 		return sums, ns, errLedgerState
 	}
 	*s = ledgerState{at: time.UnixMilli(int64(binary.BigEndian.Uint64(b[1:9]))), bufs: s.bufs}
-	b = b[9:]
-	uv := func() (uint64, bool) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, false
-		}
-		b = b[n:]
-		return v, true
-	}
-	turn, ok1 := uv()
-	if !ok1 || turn > math.MaxInt32 || len(b) < 2 || b[0] > 1 || b[1] > 1 {
+	turn, i := uvarintAt(b, 9)
+	if i < 0 || turn > math.MaxInt32 || len(b)-i < 2 || b[i] > 1 || b[i+1] > 1 {
 		return sums, ns, errLedgerState
 	}
-	s.turn, s.holdout, s.kept, b = int(turn), b[0] == 1, b[1] == 1, b[2:]
-	tokens, ok2 := uv()
-	naiveTokens, ok3 := uv()
-	if !ok2 || !ok3 {
+	s.turn, s.holdout, s.kept = int(turn), b[i] == 1, b[i+1] == 1
+	tokens, i := uvarintAt(b, i+2)
+	if i < 0 {
+		return sums, ns, errLedgerState
+	}
+	naiveTokens, i := uvarintAt(b, i)
+	if i < 0 {
 		return sums, ns, errLedgerState
 	}
 	s.sentTokens, s.naiveTokens = float64(tokens), float64(naiveTokens)
-	if most := min(len(b)/8, 2*maxLedgerSums+maxTailSums); cap(sums) < most {
+	if most := min((len(b)-i)/8, 2*maxLedgerSums+maxTailSums); cap(sums) < most {
 		sums = make([]uint64, 0, most)
 	}
 	sums = sums[:0]
 	for _, dst := range [...]*[]uint64{&s.naive, &s.sent} {
-		n, ok := uv()
-		if !ok || n > maxLedgerSums || uint64(len(b)) < 8*n {
+		n, j := uvarintAt(b, i)
+		if j < 0 || n > maxLedgerSums || uint64(len(b)-j) < 8*n {
 			return sums, ns, errLedgerState
 		}
 		from := len(sums)
-		for i := range int(n) {
-			sums = append(sums, binary.BigEndian.Uint64(b[8*i:]))
+		// n ≤ (len(b)-j)/8, and the array has room for every hash of
+		// the bytes after the header: sums[from:from+n] is within it
+		// unless the caller's array was shorter and n exceeds its cap.
+		if cap(sums)-from < int(n) {
+			sums = slices.Grow(sums, int(n))
 		}
-		b = b[8*n:]
+		sums = sums[:from+int(n)]
+		for k := range sums[from:] {
+			sums[from+k] = binary.BigEndian.Uint64(b[j+8*k:])
+		}
+		i = j + 8*int(n)
 		*dst = sums[from:len(sums):len(sums)]
 	}
-	if len(b) < 8 {
+	if len(b)-i < 8 {
 		return sums, ns, errLedgerState
 	}
-	s.tail.pre, b = binary.BigEndian.Uint64(b), b[8:]
-	count, ok := uv()
-	if !ok || count > maxTailSums {
+	s.tail.pre = binary.BigEndian.Uint64(b[i:])
+	count, i := uvarintAt(b, i+8)
+	if i < 0 || count > maxTailSums {
 		return sums, ns, errLedgerState
 	}
-	if count > 0 {
-		if cap(ns) < int(count) {
-			ns = make([]int, 0, count)
+	if count == 0 {
+		return sums, ns, nil
+	}
+	if cap(ns) < int(count) {
+		ns = make([]int, 0, count)
+	}
+	tns := ns[:count]
+	// The tail's hashes follow the lists in sums' array when it has room
+	// (it has when it was sized from b), as append put them.
+	var tsums []uint64
+	if rest := sums[len(sums):]; cap(rest) >= int(count) {
+		tsums = rest[:count]
+	} else {
+		tsums = make([]uint64, count)
+	}
+	for k := range tns {
+		// uvarintAt by hand: a length is below ledgerChunk, one or two
+		// bytes, and the call was most of the loop.
+		var n uint64
+		j := i
+		if j+1 < len(b) && b[j] < 0x80 {
+			n, j = uint64(b[j]), j+1
+		} else if j+1 < len(b) && b[j+1] < 0x80 {
+			n, j = uint64(b[j]&0x7f)|uint64(b[j+1])<<7, j+2
+		} else {
+			n, j = uvarintSlow(b, j)
 		}
-		s.tail.ns, s.tail.sums = ns[:0], sums[len(sums):]
-	}
-	for range count {
-		n, ok := uv()
-		if !ok || n == 0 || n >= ledgerChunk || len(b) < 8 {
+		if j < 0 || n == 0 || n >= ledgerChunk || len(b)-j < 8 {
 			return sums, ns, errLedgerState
 		}
-		s.tail.ns = append(s.tail.ns, int(n))
-		s.tail.sums = append(s.tail.sums, binary.BigEndian.Uint64(b))
-		b = b[8:]
+		tns[k], tsums[k] = int(n), binary.BigEndian.Uint64(b[j:])
+		i = j + 8
 	}
+	s.tail.ns, s.tail.sums = tns, tsums
 	return sums, ns, nil
+}
+
+// uvarintAt reads the uvarint at b[i:] as binary.Uvarint does and
+// returns it with the index after it, or -1 for the index when b holds
+// none there (too short, or longer than 64 bits).
+func uvarintAt(b []byte, i int) (uint64, int) {
+	if i < len(b) && b[i] < 0x80 {
+		return uint64(b[i]), i + 1
+	}
+	return uvarintSlow(b, i)
+}
+
+func uvarintSlow(b []byte, i int) (uint64, int) {
+	if i > len(b) {
+		return 0, -1
+	}
+	v, n := binary.Uvarint(b[i:])
+	if n <= 0 {
+		return 0, -1
+	}
+	return v, i + n
 }
 
 // stateBufs are the arrays of a pooled ledgerState (statePool).
