@@ -275,8 +275,9 @@ type layoutBuilder struct {
 	afterText bool
 	// mediaParts counts the media parts so far (layoutMemo).
 	mediaParts int
-	// exit is the chain's digest when exitOK: a content laid out from
-	// the memo leaves it (memoHash.exit), and nothing was written since.
+	// exit is the chain's digest when exitOK: a checkpoint (check) or a
+	// content laid out from the memo (memoHash.exit) left it, and nothing
+	// was written since.
 	exit   [sha256.Size]byte
 	exitOK bool
 }
@@ -363,6 +364,11 @@ func (b *layoutBuilder) check(nbytes int, fixed float64, text []byte, textLead [
 	b.bytesSoFar += nbytes
 	b.fixedSoFar += fixed
 	s := b.h.Sum(b.sum[:0])
+	// The digest stands for the chain until the next write: the content
+	// end after it (entry, content, done) is not summed again (a small
+	// request's head and its first content's entry were two of its
+	// three SHA-256 finalisations, issue 17).
+	b.exit, b.exitOK = b.sum, true
 	p.sums = append(p.sums, binary.BigEndian.Uint64(s))
 	p.bytes = append(p.bytes, b.bytesSoFar)
 	p.fixed = append(p.fixed, b.fixedSoFar)
@@ -393,7 +399,11 @@ func (b *layoutBuilder) content(role string) {
 	}
 	if len(b.p.sums) > 1 {
 		var e [ledgerEndBytes]byte
-		copy(e[:], b.h.Sum(b.sum[:0]))
+		if b.exitOK {
+			copy(e[:], b.exit[:])
+		} else {
+			copy(e[:], b.h.Sum(b.sum[:0]))
+		}
 		b.p.ends = append(b.p.ends, e)
 	}
 	b.contentBody(role)

@@ -412,7 +412,11 @@ func (b *layoutBuilder) record(entry [sha256.Size]byte, written int, keyed bool,
 		return nil
 	}
 	h.state = state
-	b.h.Sum(h.exit[:0])
+	if b.exitOK {
+		h.exit = b.exit
+	} else {
+		b.h.Sum(h.exit[:0])
+	}
 	if !keyed && b.keyed {
 		h.keyed, h.key = true, p.key
 	}
