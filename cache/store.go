@@ -293,8 +293,12 @@ func (a *area) set(k string, v []byte, ttl time.Duration) bool {
 // load); re-storing the same bytes changes nothing but the expiry, by less
 // than refreshSlack. No read is added, so the policy's access counts, and
 // with them eviction, are what they were; the cost is the same bytes'.
+// The bytes are compared before the expiry is read: a changed value, the
+// ledger's state on every request (it holds the time), costs no GetTTL
+// (issue 17); both are reads without side effects, so the order changes
+// nothing else.
 func (a *area) setChanged(k string, old, v []byte, had bool, ttl time.Duration) bool {
-	if had && a.fresh(k, ttl) && bytes.Equal(old, v) {
+	if had && bytes.Equal(old, v) && a.fresh(k, ttl) {
 		a.refreshSkipped.Add(1)
 		return true
 	}
