@@ -357,13 +357,19 @@ func (b *layoutBuilder) writeCompact(raw []byte) {
 // check ends a unit: nbytes and fixed are its own, text and textLead its
 // text chunk and lead (nil elsewhere).
 func (b *layoutBuilder) check(nbytes int, fixed float64, text []byte, textLead []byte) {
+	b.h.Sum(b.sum[:0])
+	b.checked(nbytes, fixed, text, textLead)
+}
+
+// checked is check once b.sum holds the chain's digest.
+func (b *layoutBuilder) checked(nbytes int, fixed float64, text []byte, textLead []byte) {
 	p := b.p
 	p.leads = append(p.leads, textLead)
 	p.texts = append(p.texts, unsafe.String(unsafe.SliceData(text), len(text)))
 	b.afterText = false
 	b.bytesSoFar += nbytes
 	b.fixedSoFar += fixed
-	s := b.h.Sum(b.sum[:0])
+	s := b.sum[:]
 	// The digest stands for the chain until the next write: the content
 	// end after it (entry, content, done) is not summed again (a small
 	// request's head and its first content's entry were two of its
