@@ -722,22 +722,22 @@ func (s *ledgerState) encode() []byte {
 	}
 	binary.BigEndian.PutUint64(b[i:], s.tail.pre)
 	i = putUvarint(b, i+8, uint64(len(s.tail.ns)))
+	// putUvarint by hand: a length is below ledgerChunk, one or two
+	// bytes, and the call was most of the loop.
+	o := b[i:]
 	for k, n := range s.tail.ns {
-		// putUvarint by hand: a length is below ledgerChunk, one or two
-		// bytes, and the call was most of the loop.
-		if n < 1<<7 && n >= 0 {
-			b[i] = byte(n)
-			i++
-		} else if n < 1<<14 && n >= 0 {
-			b[i], b[i+1] = byte(n)|0x80, byte(n>>7)
-			i += 2
-		} else {
-			i = putUvarint(b, i, uint64(n))
+		switch v := uint64(n); {
+		case v < 1<<7:
+			o[0], o = byte(v), o[1:]
+		case v < 1<<14:
+			o[0], o[1], o = byte(v)|0x80, byte(v>>7), o[2:]
+		default:
+			o = o[binary.PutUvarint(o, v):]
 		}
-		binary.BigEndian.PutUint64(b[i:], s.tail.sums[k])
-		i += 8
+		binary.BigEndian.PutUint64(o, s.tail.sums[k])
+		o = o[8:]
 	}
-	return b[:i]
+	return b[:len(b)-len(o)]
 }
 
 // putUvarint writes v at b[i:] as binary.PutUvarint does and returns the
@@ -849,23 +849,28 @@ func (s *ledgerState) decode(b []byte, sums []uint64, ns []int) ([]uint64, []int
 	} else {
 		tsums = make([]uint64, count)
 	}
+	// uvarintAt by hand: a length is below ledgerChunk, one or two bytes,
+	// and the call was most of the loop.
+	r := b[i:]
 	for k := range tns {
-		// uvarintAt by hand: a length is below ledgerChunk, one or two
-		// bytes, and the call was most of the loop.
 		var n uint64
-		j := i
-		if j+1 < len(b) && b[j] < 0x80 {
-			n, j = uint64(b[j]), j+1
-		} else if j+1 < len(b) && b[j+1] < 0x80 {
-			n, j = uint64(b[j]&0x7f)|uint64(b[j+1])<<7, j+2
-		} else {
-			n, j = uvarintSlow(b, j)
+		switch {
+		case len(r) >= 9 && r[0] < 0x80:
+			n, r = uint64(r[0]), r[1:]
+		case len(r) >= 10 && r[1] < 0x80:
+			n, r = uint64(r[0]&0x7f)|uint64(r[1])<<7, r[2:]
+		default:
+			v, j := uvarintSlow(r, 0)
+			if j < 0 || len(r)-j < 8 {
+				return sums, ns, errLedgerState
+			}
+			n, r = v, r[j:]
 		}
-		if j < 0 || n == 0 || n >= ledgerChunk || len(b)-j < 8 {
+		if n == 0 || n >= ledgerChunk {
 			return sums, ns, errLedgerState
 		}
-		tns[k], tsums[k] = int(n), binary.BigEndian.Uint64(b[j:])
-		i = j + 8
+		tns[k], tsums[k] = int(n), binary.BigEndian.Uint64(r)
+		r = r[8:]
 	}
 	s.tail.ns, s.tail.sums = tns, tsums
 	return sums, ns, nil
