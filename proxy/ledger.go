@@ -703,51 +703,26 @@ const ledgerStateVersion = 4
 func (s *ledgerState) encode() []byte {
 	// Sized for the whole state, the tail's hashes included, so that it is
 	// one allocation (a short prompt's 32 tail hashes grew it three times).
-	// Written by index rather than appended: a short prompt's state is
-	// mostly its 32 tail entries, and append's capacity checks were most
-	// of their cost (issue 17).
-	b := make([]byte, s.encodedMax())
-	b[0] = ledgerStateVersion
-	binary.BigEndian.PutUint64(b[1:], uint64(s.at.UnixMilli()))
-	i := putUvarint(b, 9, uint64(s.turn))
-	b[i], b[i+1] = flagByte(s.holdout), flagByte(s.kept)
-	i = putUvarint(b, i+2, uint64(math.Round(s.sentTokens)))
-	i = putUvarint(b, i, uint64(math.Round(s.naiveTokens)))
-	for _, sums := range [2][]uint64{s.naive, s.sent} {
-		i = putUvarint(b, i, uint64(len(sums)))
+	b := make([]byte, 0, s.encodedMax())
+	b = append(b, ledgerStateVersion)
+	b = binary.BigEndian.AppendUint64(b, uint64(s.at.UnixMilli()))
+	b = binary.AppendUvarint(b, uint64(s.turn))
+	b = append(b, flagByte(s.holdout), flagByte(s.kept))
+	b = binary.AppendUvarint(b, uint64(math.Round(s.sentTokens)))
+	b = binary.AppendUvarint(b, uint64(math.Round(s.naiveTokens)))
+	for _, sums := range [][]uint64{s.naive, s.sent} {
+		b = binary.AppendUvarint(b, uint64(len(sums)))
 		for _, v := range sums {
-			binary.BigEndian.PutUint64(b[i:], v)
-			i += 8
+			b = binary.BigEndian.AppendUint64(b, v)
 		}
 	}
-	binary.BigEndian.PutUint64(b[i:], s.tail.pre)
-	i = putUvarint(b, i+8, uint64(len(s.tail.ns)))
-	// putUvarint by hand: a length is below ledgerChunk, one or two
-	// bytes, and the call was most of the loop.
-	o := b[i:]
+	b = binary.BigEndian.AppendUint64(b, s.tail.pre)
+	b = binary.AppendUvarint(b, uint64(len(s.tail.ns)))
 	for k, n := range s.tail.ns {
-		switch v := uint64(n); {
-		case v < 1<<7:
-			o[0], o = byte(v), o[1:]
-		case v < 1<<14:
-			o[0], o[1], o = byte(v)|0x80, byte(v>>7), o[2:]
-		default:
-			o = o[binary.PutUvarint(o, v):]
-		}
-		binary.BigEndian.PutUint64(o, s.tail.sums[k])
-		o = o[8:]
+		b = binary.AppendUvarint(b, uint64(n))
+		b = binary.BigEndian.AppendUint64(b, s.tail.sums[k])
 	}
-	return b[:len(b)-len(o)]
-}
-
-// putUvarint writes v at b[i:] as binary.PutUvarint does and returns the
-// index after it.
-func putUvarint(b []byte, i int, v uint64) int {
-	if v < 1<<7 {
-		b[i] = byte(v)
-		return i + 1
-	}
-	return i + binary.PutUvarint(b[i:], v)
+	return b
 }
 
 // encodedMax bounds the length of s.encode(): the fixed fields, every

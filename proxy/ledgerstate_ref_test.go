@@ -14,8 +14,9 @@ import (
 )
 
 // The reference codec of ledgerState: the encode and decode of version 4
-// as proxy/ledger.go had them before they were written by index (issue 17:
-// appends and a varint closure per tail entry). The format is unchanged:
+// as proxy/ledger.go had them before decode read by index (issue 17: a
+// varint closure and two appends per tail entry; encode is still this
+// one, which written by index came out dearer). The format is unchanged:
 // states written by either are read by both, so replicas running the two
 // during a rolling upgrade share conversation states. The oracle of
 // TestLedgerStateReference and FuzzLedgerStateDecode.
