@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -145,6 +146,40 @@ func TestRecordServedAgainSkipsCandidates(t *testing.T) {
 	for i, want := range []string{text + " and more", text} {
 		if !s.Verifier("t1").Served(want) {
 			t.Errorf("response %d not verified", i)
+		}
+	}
+}
+
+// TestLockIndexSpreads checks that lockIndex is a function of the key
+// alone, within s.locks, and spreads the keys the Store locks (a served
+// answer's prefix lists, blocks) over every mutex, none with more than
+// twice its share.
+func TestLockIndexSpreads(t *testing.T) {
+	s := &Store{}
+	counts := make([]int, len(s.locks))
+	const n = 64 * 200
+	for i := range n {
+		var d digest
+		for j := range d {
+			d[j] = byte(i*31 + j*7 + i>>8*j)
+		}
+		k := idKey(strings.Repeat("t", i%40), kindPrefix, d)
+		if i%2 == 1 {
+			// A block's key: a tenant and a hex SHA-256.
+			k = key("tenant", fmt.Sprintf("%064x", d))
+		}
+		x := s.lockIndex(k)
+		if x < 0 || x >= len(s.locks) {
+			t.Fatalf("lockIndex(%q) = %d, outside [0, %d)", k, x, len(s.locks))
+		}
+		if y := s.lockIndex(strings.Clone(k)); y != x {
+			t.Fatalf("lockIndex(%q) = %d, then %d", k, x, y)
+		}
+		counts[x]++
+	}
+	for i, c := range counts {
+		if c == 0 || c > 2*n/len(s.locks) {
+			t.Errorf("mutex %d holds %d of %d keys, want 1 to %d", i, c, n, 2*n/len(s.locks))
 		}
 	}
 }

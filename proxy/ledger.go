@@ -275,8 +275,9 @@ type layoutBuilder struct {
 	afterText bool
 	// mediaParts counts the media parts so far (layoutMemo).
 	mediaParts int
-	// exit is the chain's digest when exitOK: a content laid out from
-	// the memo leaves it (memoHash.exit), and nothing was written since.
+	// exit is the chain's digest when exitOK: a checkpoint (check) or a
+	// content laid out from the memo (memoHash.exit) left it, and nothing
+	// was written since.
 	exit   [sha256.Size]byte
 	exitOK bool
 }
@@ -356,13 +357,24 @@ func (b *layoutBuilder) writeCompact(raw []byte) {
 // check ends a unit: nbytes and fixed are its own, text and textLead its
 // text chunk and lead (nil elsewhere).
 func (b *layoutBuilder) check(nbytes int, fixed float64, text []byte, textLead []byte) {
+	b.h.Sum(b.sum[:0])
+	b.checked(nbytes, fixed, text, textLead)
+}
+
+// checked is check once b.sum holds the chain's digest.
+func (b *layoutBuilder) checked(nbytes int, fixed float64, text []byte, textLead []byte) {
 	p := b.p
 	p.leads = append(p.leads, textLead)
 	p.texts = append(p.texts, unsafe.String(unsafe.SliceData(text), len(text)))
 	b.afterText = false
 	b.bytesSoFar += nbytes
 	b.fixedSoFar += fixed
-	s := b.h.Sum(b.sum[:0])
+	s := b.sum[:]
+	// The digest stands for the chain until the next write: the content
+	// end after it (entry, content, done) is not summed again (a small
+	// request's head and its first content's entry were two of its
+	// three SHA-256 finalisations, issue 17).
+	b.exit, b.exitOK = b.sum, true
 	p.sums = append(p.sums, binary.BigEndian.Uint64(s))
 	p.bytes = append(p.bytes, b.bytesSoFar)
 	p.fixed = append(p.fixed, b.fixedSoFar)
@@ -393,7 +405,11 @@ func (b *layoutBuilder) content(role string) {
 	}
 	if len(b.p.sums) > 1 {
 		var e [ledgerEndBytes]byte
-		copy(e[:], b.h.Sum(b.sum[:0]))
+		if b.exitOK {
+			copy(e[:], b.exit[:])
+		} else {
+			copy(e[:], b.h.Sum(b.sum[:0]))
+		}
 		b.p.ends = append(b.p.ends, e)
 	}
 	b.contentBody(role)
@@ -740,72 +756,120 @@ func decodeLedgerState(b []byte) (*ledgerState, error) {
 // the tail's hashes share one array, sums' when it has room (else one
 // allocated from the bytes left, each hash being 8 of them), and the
 // tail's lengths go to ns's when it has room: no allocation with room,
-// two without. It returns the arrays it used.
+// two without. It returns the arrays it used. It reads b by index, with
+// the one-byte varints inline (uvarintAt): it accepts and rejects what
+// binary.Uvarint's loop did (TestLedgerStateReference).
 func (s *ledgerState) decode(b []byte, sums []uint64, ns []int) ([]uint64, []int, error) {
 	if len(b) < 9 || b[0] != ledgerStateVersion {
 		return sums, ns, errLedgerState
 	}
 	*s = ledgerState{at: time.UnixMilli(int64(binary.BigEndian.Uint64(b[1:9]))), bufs: s.bufs}
-	b = b[9:]
-	uv := func() (uint64, bool) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, false
-		}
-		b = b[n:]
-		return v, true
-	}
-	turn, ok1 := uv()
-	if !ok1 || turn > math.MaxInt32 || len(b) < 2 || b[0] > 1 || b[1] > 1 {
+	turn, i := uvarintAt(b, 9)
+	if i < 0 || turn > math.MaxInt32 || len(b)-i < 2 || b[i] > 1 || b[i+1] > 1 {
 		return sums, ns, errLedgerState
 	}
-	s.turn, s.holdout, s.kept, b = int(turn), b[0] == 1, b[1] == 1, b[2:]
-	tokens, ok2 := uv()
-	naiveTokens, ok3 := uv()
-	if !ok2 || !ok3 {
+	s.turn, s.holdout, s.kept = int(turn), b[i] == 1, b[i+1] == 1
+	tokens, i := uvarintAt(b, i+2)
+	if i < 0 {
+		return sums, ns, errLedgerState
+	}
+	naiveTokens, i := uvarintAt(b, i)
+	if i < 0 {
 		return sums, ns, errLedgerState
 	}
 	s.sentTokens, s.naiveTokens = float64(tokens), float64(naiveTokens)
-	if most := min(len(b)/8, 2*maxLedgerSums+maxTailSums); cap(sums) < most {
+	if most := min((len(b)-i)/8, 2*maxLedgerSums+maxTailSums); cap(sums) < most {
 		sums = make([]uint64, 0, most)
 	}
 	sums = sums[:0]
 	for _, dst := range [...]*[]uint64{&s.naive, &s.sent} {
-		n, ok := uv()
-		if !ok || n > maxLedgerSums || uint64(len(b)) < 8*n {
+		n, j := uvarintAt(b, i)
+		if j < 0 || n > maxLedgerSums || uint64(len(b)-j) < 8*n {
 			return sums, ns, errLedgerState
 		}
 		from := len(sums)
-		for i := range int(n) {
-			sums = append(sums, binary.BigEndian.Uint64(b[8*i:]))
+		// n ≤ (len(b)-j)/8, and the array has room for every hash of
+		// the bytes after the header: sums[from:from+n] is within it
+		// unless the caller's array was shorter and n exceeds its cap.
+		if cap(sums)-from < int(n) {
+			sums = slices.Grow(sums, int(n))
 		}
-		b = b[8*n:]
+		sums = sums[:from+int(n)]
+		for k := range sums[from:] {
+			sums[from+k] = binary.BigEndian.Uint64(b[j+8*k:])
+		}
+		i = j + 8*int(n)
 		*dst = sums[from:len(sums):len(sums)]
 	}
-	if len(b) < 8 {
+	if len(b)-i < 8 {
 		return sums, ns, errLedgerState
 	}
-	s.tail.pre, b = binary.BigEndian.Uint64(b), b[8:]
-	count, ok := uv()
-	if !ok || count > maxTailSums {
+	s.tail.pre = binary.BigEndian.Uint64(b[i:])
+	count, i := uvarintAt(b, i+8)
+	if i < 0 || count > maxTailSums {
 		return sums, ns, errLedgerState
 	}
-	if count > 0 {
-		if cap(ns) < int(count) {
-			ns = make([]int, 0, count)
+	if count == 0 {
+		return sums, ns, nil
+	}
+	if cap(ns) < int(count) {
+		ns = make([]int, 0, count)
+	}
+	tns := ns[:count]
+	// The tail's hashes follow the lists in sums' array when it has room
+	// (it has when it was sized from b), as append put them.
+	var tsums []uint64
+	if rest := sums[len(sums):]; cap(rest) >= int(count) {
+		tsums = rest[:count]
+	} else {
+		tsums = make([]uint64, count)
+	}
+	// uvarintAt by hand: a length is below ledgerChunk, one or two bytes,
+	// and the call was most of the loop.
+	r := b[i:]
+	for k := range tns {
+		var n uint64
+		switch {
+		case len(r) >= 9 && r[0] < 0x80:
+			n, r = uint64(r[0]), r[1:]
+		case len(r) >= 10 && r[1] < 0x80:
+			n, r = uint64(r[0]&0x7f)|uint64(r[1])<<7, r[2:]
+		default:
+			v, j := uvarintSlow(r, 0)
+			if j < 0 || len(r)-j < 8 {
+				return sums, ns, errLedgerState
+			}
+			n, r = v, r[j:]
 		}
-		s.tail.ns, s.tail.sums = ns[:0], sums[len(sums):]
-	}
-	for range count {
-		n, ok := uv()
-		if !ok || n == 0 || n >= ledgerChunk || len(b) < 8 {
+		if n == 0 || n >= ledgerChunk {
 			return sums, ns, errLedgerState
 		}
-		s.tail.ns = append(s.tail.ns, int(n))
-		s.tail.sums = append(s.tail.sums, binary.BigEndian.Uint64(b))
-		b = b[8:]
+		tns[k], tsums[k] = int(n), binary.BigEndian.Uint64(r)
+		r = r[8:]
 	}
+	s.tail.ns, s.tail.sums = tns, tsums
 	return sums, ns, nil
+}
+
+// uvarintAt reads the uvarint at b[i:] as binary.Uvarint does and
+// returns it with the index after it, or -1 for the index when b holds
+// none there (too short, or longer than 64 bits).
+func uvarintAt(b []byte, i int) (uint64, int) {
+	if i < len(b) && b[i] < 0x80 {
+		return uint64(b[i]), i + 1
+	}
+	return uvarintSlow(b, i)
+}
+
+func uvarintSlow(b []byte, i int) (uint64, int) {
+	if i > len(b) {
+		return 0, -1
+	}
+	v, n := binary.Uvarint(b[i:])
+	if n <= 0 {
+		return 0, -1
+	}
+	return v, i + n
 }
 
 // stateBufs are the arrays of a pooled ledgerState (statePool).

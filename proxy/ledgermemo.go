@@ -37,6 +37,13 @@ const (
 	// memoPerKey bounds the contents remembered under one name
 	// (contents that start alike after the same contents).
 	memoPerKey = 4
+	// memoHeads is the number of heads (model, systemInstruction, tools,
+	// toolConfig) a memo remembers, one per slot chosen by tenant and
+	// model; memoHeadBytes bounds the raw JSON of one, and a sixty-fourth
+	// of the memo's bytes does too, so that the heads keep at most a
+	// quarter of them besides the memo's own bound.
+	memoHeads     = 16
+	memoHeadBytes = 64 << 10
 )
 
 // splitMemoryBudget takes the ledger's memo out of the process-wide
@@ -66,6 +73,24 @@ type layoutMemo struct {
 	head, tail *memoNode
 	// replays counts the contents laid out from the memo.
 	replays atomic.Int64
+	// heads are the heads remembered (memoHead), by slot; headReplays
+	// counts the heads laid out from them.
+	heads       [memoHeads]atomic.Pointer[memoHead]
+	headReplays atomic.Int64
+}
+
+// memoHead is a head laid out for a tenant: what it was laid out from,
+// compared in full before it is used (tenant and model too), and the
+// chain's state and digest after it. A small request's head is one of
+// its two SHA-256 finalisations (issue 17); a long systemInstruction or
+// tools is hashed again on every request of every conversation that
+// sends it. Immutable once published.
+type memoHead struct {
+	tenant, model string
+	si, tools, tc []byte
+	state         []byte
+	sum           [sha256.Size]byte
+	written       int
 }
 
 // memoKey names a content: scope identifies the tenant and the contents
@@ -195,6 +220,34 @@ func (mm *layoutMemo) find(scope uint64, body []byte, pos int) (*memoNode, *memo
 		return n, hashes[i]
 	}
 	return nil, nil
+}
+
+// layHead lays out a request's head into b, which has written nothing yet,
+// from the head remembered for the same tenant, model and bytes, or as
+// b.head does, then remembering it. root is the tenant's scope (root).
+func (mm *layoutMemo) layHead(b *layoutBuilder, root uint64, tenant, model string, si, tools, tc []byte) {
+	slot := &mm.heads[(root^maphash.String(mm.seed, model))%memoHeads]
+	if h := slot.Load(); h != nil && h.tenant == tenant && h.model == model &&
+		bytes.Equal(h.si, si) && bytes.Equal(h.tools, tools) && bytes.Equal(h.tc, tc) {
+		if err := b.h.(encoding.BinaryUnmarshaler).UnmarshalBinary(h.state); err == nil {
+			b.written = h.written
+			b.sum = h.sum
+			b.checked(len(si)+len(tools)+len(tc), 0, nil, nil)
+			mm.headReplays.Add(1)
+			return
+		}
+		b.h.Reset()
+	}
+	b.head(model, si, tools, tc)
+	if len(si)+len(tools)+len(tc) > min(memoHeadBytes, mm.max/64) {
+		return
+	}
+	state, err := b.h.(encoding.BinaryAppender).AppendBinary(nil)
+	if err != nil {
+		return
+	}
+	slot.Store(&memoHead{tenant: tenant, model: model, si: bytes.Clone(si), tools: bytes.Clone(tools), tc: bytes.Clone(tc),
+		state: state, sum: b.exit, written: b.written})
 }
 
 // touch makes n the most recently used node. mu held.
@@ -412,7 +465,11 @@ func (b *layoutBuilder) record(entry [sha256.Size]byte, written int, keyed bool,
 		return nil
 	}
 	h.state = state
-	b.h.Sum(h.exit[:0])
+	if b.exitOK {
+		h.exit = b.exit
+	} else {
+		b.h.Sum(h.exit[:0])
+	}
 	if !keyed && b.keyed {
 		h.keyed, h.key = true, p.key
 	}

@@ -426,3 +426,66 @@ func TestLayoutMemoNearMiss(t *testing.T) {
 		})
 	}
 }
+
+// TestLayoutMemoHeads checks that a head is laid out from the memo only
+// for the tenant, model and bytes it was laid out from: after the base
+// body, bodies whose systemInstruction, tools or toolConfig differ at one
+// byte, or that another tenant or model sends, lay out as the reference
+// and are not replayed; the same head again is, also when its members
+// move.
+func TestLayoutMemoHeads(t *testing.T) {
+	turn := `"contents":[{"role":"user","parts":[{"text":"` + strings.Repeat("q", 300) + `"}]}]`
+	mk := func(si, tools, tc string) []byte {
+		return []byte(`{"systemInstruction":{"parts":[{"text":"` + si + `"}]},"tools":[{"functionDeclarations":[{"name":"` + tools + `"}]}],"toolConfig":{"mode":"` + tc + `"},` + turn + `}`)
+	}
+	si, tools, tc := strings.Repeat("be brief ", 200), "read_file", "AUTO"
+	base := mk(si, tools, tc)
+	check := func(l *ledger, name, tenant, model string, body []byte, replay bool) {
+		t.Helper()
+		before := l.memo.headReplays.Load()
+		p, err := l.layoutOf(tenant, body, model)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want, err := refLayoutOf(body, model)
+		if err != nil {
+			t.Fatalf("%s: reference: %v", name, err)
+		}
+		g := layoutView(p)
+		for i := range g.leads {
+			if len(g.leads[i]) == 0 && len(want.leads[i]) == 0 {
+				g.leads[i] = want.leads[i]
+			}
+		}
+		if got, want := fmt.Sprintf("%+v", g), fmt.Sprintf("%+v", want); got != want {
+			t.Errorf("%s: layout\n%s\nreference\n%s", name, got, want)
+		}
+		releaseLayout(p)
+		if got := l.memo.headReplays.Load() > before; got != replay {
+			t.Errorf("%s: head laid out from the memo %v, want %v", name, got, replay)
+		}
+	}
+	for _, tc := range []struct {
+		name, tenant, model string
+		body                []byte
+		replay              bool
+	}{
+		{"again", "a", "m", base, true},
+		{"moved", "a", "m", []byte(`{` + turn + `,"toolConfig":{"mode":"AUTO"},"tools":[{"functionDeclarations":[{"name":"read_file"}]}],"systemInstruction":{"parts":[{"text":"` + si + `"}]}}`), true},
+		{"system instruction", "a", "m", mk(si[:len(si)-1]+"!", tools, tc), false},
+		{"tools", "a", "m", mk(si, "read_filf", tc), false},
+		{"tool config", "a", "m", mk(si, tools, "AUTP"), false},
+		{"white space", "a", "m", []byte(strings.Replace(string(base), `{"mode"`, `{ "mode"`, 1)), false},
+		{"no head", "a", "m", []byte(`{` + turn + `}`), false},
+		{"another tenant", "b", "m", base, false},
+		{"another model", "a", "n", base, false},
+	} {
+		l := &ledger{memo: newLayoutMemo(ledgerMemoBytes)}
+		check(l, "base", "a", "m", base, false)
+		check(l, tc.name, tc.tenant, tc.model, tc.body, tc.replay)
+	}
+	// A memo too small for the head does not remember it.
+	l := &ledger{memo: newLayoutMemo(20 << 10)}
+	check(l, "base", "a", "m", base, false)
+	check(l, "small memo", "a", "m", base, false)
+}

@@ -128,7 +128,11 @@ func layoutScan(body []byte, model string, memo *layoutMemo, tenant string) (*la
 	// About one checkpoint per part, content and text chunk: the body's
 	// bytes over ledgerChunk bound the chunks.
 	b := newLayoutBuilder(cached[0] || cached[1], 2+len(contents)+len(parts)+memoParts+len(body)/ledgerChunk)
-	b.head(model, firstRaw(raws[0], raws[1]), raws[2], firstRaw(raws[3], raws[4]))
+	if si, tools, tc := firstRaw(raws[0], raws[1]), raws[2], firstRaw(raws[3], raws[4]); memo != nil {
+		memo.layHead(b, root, tenant, model, si, tools, tc)
+	} else {
+		b.head(model, si, tools, tc)
+	}
 	var entries []memoEntry
 	if memo != nil {
 		entries = make([]memoEntry, len(contents))
