@@ -690,7 +690,9 @@ func freeLabel(tp *textPart) bool {
 	l := &tp.lines
 	from := 0
 	for _, b := range tp.blocks {
-		for i := from; i < min(lineAt(l, b.start)+1, l.n()); i++ {
+		// Bounds found once per block: in the loop condition they were a
+		// binary search per line.
+		for i, end := from, min(lineAt(l, b.start)+1, l.n()); i < end; i++ {
 			if turnLabel(l.at(i)) {
 				return true
 			}
