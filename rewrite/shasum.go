@@ -35,6 +35,7 @@ type shaSums struct {
 	states   []byte
 	stateLen int
 	d        hash.Hash // reused for contents that take checkpoints
+	out      [sha256.Size]byte
 	// every is the distance between checkpoints, a multiple of 64; zero
 	// means shaEvery. Tests set it small.
 	every int
@@ -123,8 +124,12 @@ func (e *engine) sha(s string) string {
 		if from >= 0 {
 			f := c.cks[from]
 			if err := d.(encoding.BinaryUnmarshaler).UnmarshalBinary(c.states[f.state : int(f.state)+c.stateLen]); err != nil {
-				panic("rewrite: restoring a SHA-256 state: " + err.Error())
+				d.Reset() // never: the state is one AppendBinary wrote; hash it all
+				from = -1
 			}
+		}
+		if from >= 0 {
+			f := c.cks[from]
 			pos = int(f.pos)
 			c.resumed += pos
 			// Up to pos, s has the checkpoints of the prefix it shares.
@@ -135,17 +140,17 @@ func (e *engine) sha(s string) string {
 		for next := (pos/every + 1) * every; next <= len(s); next += every {
 			d.Write(b[pos:next])
 			pos = next
-			c.check(pos)
-			nck++
+			nck += c.check(pos)
 		}
 		if last := len(s) &^ 63; last > pos {
 			d.Write(b[pos:last])
 			pos = last
-			c.check(pos)
-			nck++
+			nck += c.check(pos)
 		}
 		d.Write(b[pos:])
-		d.Sum(sum[:0])
+		// Into a buffer of c: a local array passed to the interface's
+		// method would be allocated on each call.
+		sum = [sha256.Size]byte(d.Sum(c.out[:0]))
 	}
 	e.grow(2 * len(sum))
 	n := len(e.strs)
@@ -160,16 +165,18 @@ func (e *engine) sha(s string) string {
 }
 
 // check records the state of c.d after the first pos bytes of the content
-// being hashed.
-func (c *shaSums) check(pos int) {
+// being hashed, and returns the number of checkpoints it added (0 only if
+// the digest could not be saved, which crypto/sha256's never fails to).
+func (c *shaSums) check(pos int) int32 {
 	at := len(c.states)
-	var err error
-	c.states, err = c.d.(encoding.BinaryAppender).AppendBinary(c.states)
+	states, err := c.d.(encoding.BinaryAppender).AppendBinary(c.states)
 	if err != nil {
-		panic("rewrite: saving a SHA-256 state: " + err.Error())
+		return 0
 	}
+	c.states = states
 	c.stateLen = len(c.states) - at
 	c.cks = append(c.cks, shaCheck{int32(pos), int32(at)})
+	return 1
 }
 
 // reset empties c for the next request, keeping its buffers unless they
