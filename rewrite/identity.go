@@ -213,36 +213,41 @@ func (e *engine) census() *turnCensus {
 	// searched. Issue 17: every text of the 1 MB overhead request is one of
 	// them, and the search read all of its 970 KB for '['. The exhaustive
 	// path searches every text.
-	open := e.exhaustive || e.userWithoutCopy(c)
-	for k := range e.parts {
-		tp := &e.parts[k]
-		if !open && c.blocks[tp.turn] >= 2 {
-			continue
-		}
-		found := false
-		for s := range refLines(&tp.lines) {
-			found = true
-			c.blocks[tp.turn]++
-			c.copies[tp.turn] = true
-			if t := refTarget(s, tp.turn); t >= 0 && t < len(c.copies) {
-				c.copies[t] = true
+	without := e.usersWithoutCopy(c) // user turns whose copies is false
+	mark := func(t int) {
+		if !c.copies[t] {
+			c.copies[t] = true
+			if e.role(t) == "user" {
+				without--
 			}
 		}
-		if found && open && !e.exhaustive {
-			open = e.userWithoutCopy(c)
+	}
+	for k := range e.parts {
+		tp := &e.parts[k]
+		if without == 0 && !e.exhaustive && c.blocks[tp.turn] >= 2 {
+			continue
+		}
+		for s := range refLines(&tp.lines) {
+			c.blocks[tp.turn]++
+			mark(tp.turn)
+			if t := refTarget(s, tp.turn); t >= 0 && t < len(c.copies) {
+				mark(t)
+			}
 		}
 	}
 	return c
 }
 
-// userWithoutCopy reports whether a user turn of c holds no copy.
-func (e *engine) userWithoutCopy(c *turnCensus) bool {
+// usersWithoutCopy returns the number of user turns of c that hold no
+// copy.
+func (e *engine) usersWithoutCopy(c *turnCensus) int {
+	n := 0
 	for t, ok := range c.copies {
 		if !ok && e.role(t) == "user" {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // refLines yields the lines of l that are reference lines (isRefLine), in
