@@ -1,12 +1,18 @@
 package rewrite
 
 import (
+	"encoding/json"
+	"fmt"
 	"iter"
+	"maps"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"golang.org/x/tools/txtar"
 )
 
 // refLinesByLine is refLines as census had it: isRefLine on every line.
@@ -140,4 +146,116 @@ func TestRefLinesOld(t *testing.T) {
 	if found < 1000 {
 		t.Fatalf("only %d reference lines in the texts", found)
 	}
+}
+
+// censusAnswers is what the census answers the identity tests: alone for
+// every turn, copies for the user turns, and the ambiguous lead-ins.
+func censusAnswers(e *engine) string {
+	c := e.census()
+	var b strings.Builder
+	for t := range e.req.contents {
+		fmt.Fprintf(&b, "%d alone=%v", t, e.alone(t))
+		if e.role(t) == "user" {
+			fmt.Fprintf(&b, " copies=%v", c.copies[t])
+		}
+		b.WriteByte('\n')
+	}
+	leads := slices.Sorted(maps.Keys(c.ambiguous))
+	fmt.Fprintf(&b, "ambiguous %q\n", leads)
+	return b.String()
+}
+
+// TestCensusSkipSame checks that the census that skips the reference-line
+// search of texts that can change nothing gives the answers of the one
+// that searches every text (the exhaustive path's), on the golden
+// requests and their rewritten outputs (which hold reference lines), the
+// fuzz seeds, and every request with a user turn's copy removed.
+func TestCensusSkipSame(t *testing.T) {
+	var bodies [][]byte
+	files, _ := filepath.Glob("testdata/*.txtar")
+	for _, f := range files {
+		a, err := txtar.ParseFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"request.json", "want.json"} {
+			if b, ok := file(a, name); ok {
+				bodies = append(bodies, b)
+			}
+		}
+	}
+	if len(bodies) == 0 {
+		t.Fatal("no golden request")
+	}
+	bodies = append(bodies, censusBodies(rand.New(rand.NewPCG(17, 3)), 3000)...)
+	skipped := 0
+	for i, body := range bodies {
+		opts := DefaultOptions()
+		opts.MinBlockBytes = 64
+		st := new(state)
+		req, err := scanWith(body, st, 0, limitsOf(&opts))
+		if err != nil {
+			continue
+		}
+		e := newEngine(body, req, &opts, st)
+		if err := e.analyse(); err != nil {
+			continue
+		}
+		e.turns = turnCensus{}
+		got := censusAnswers(e)
+		if e.usersWithoutCopy(&e.turns) == 0 {
+			skipped++
+		}
+		e.turns, e.exhaustive = turnCensus{}, true
+		if want := censusAnswers(e); got != want {
+			t.Errorf("body %d: census\n%s\nwant (every text searched)\n%s\n%s", i, got, want, body)
+		}
+	}
+	if skipped == 0 {
+		t.Error("no request where the search is skipped")
+	}
+}
+
+// censusBodies returns n requests of up to seven turns whose user texts
+// mix fenced documents from a pool of four (so that some turns hold
+// copies and some do not), lead-in lines and reference lines naming
+// every kind of place, earlier and later turns among them.
+func censusBodies(r *rand.Rand, n int) [][]byte {
+	docs := make([]string, 4)
+	for i := range docs {
+		docs[i] = fmt.Sprintf("```%c.go\n%s\n```", 'a'+i, strings.Repeat(fmt.Sprintf("line %d of the file\n", i), 6))
+	}
+	refs := []string{" in this turn", " in your previous reply", " in turn 1", " in turn 2", " in turn 3", " in turn 5", " in turn 9"}
+	var out [][]byte
+	for range n {
+		var contents []any
+		for ti := range 1 + r.IntN(7) {
+			role := "user"
+			if ti%2 == 1 {
+				role = "model"
+			}
+			var b strings.Builder
+			for range r.IntN(5) {
+				switch r.IntN(4) {
+				case 0, 1:
+					if r.IntN(2) == 0 {
+						b.WriteString("Here is the file:\n")
+					}
+					b.WriteString(docs[r.IntN(len(docs))])
+				case 2:
+					fmt.Fprintf(&b, "[unchanged: %c.go sha256:0123456789ab, identical to the copy%s]", 'a'+r.IntN(4), refs[r.IntN(len(refs))])
+				default:
+					b.WriteString("Some words about it.")
+				}
+				b.WriteString("\n\n")
+			}
+			contents = append(contents, map[string]any{"role": role, "parts": []any{map[string]any{"text": b.String()}}})
+		}
+		body, err := json.Marshal(map[string]any{"contents": contents})
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, body)
+	}
+	return out
 }

@@ -2,8 +2,6 @@ package rewrite
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,22 +16,6 @@ const (
 	maxRunNameBytes = 40
 	maxRefBytes     = 200
 )
-
-// sha returns the hex SHA-256 of s, computing it once per distinct span.
-func (e *engine) sha(s string) string {
-	if h, ok := e.shaMemo[s]; ok {
-		return h
-	}
-	// Sum256 only reads its input: view the string's bytes instead of
-	// copying them.
-	sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(s), len(s)))
-	e.grow(2 * len(sum))
-	n := len(e.strs)
-	e.strs = hex.AppendEncode(e.strs, sum[:])
-	h := e.str(n)
-	e.shaMemo[s] = h
-	return h
-}
 
 // shaKey names the span of a block by its content's id and the bytes
 // around the content (the fence lines, a tag, a name line): two spans

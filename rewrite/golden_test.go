@@ -199,10 +199,11 @@ func TestStateReuse(t *testing.T) {
 				st.byName[fmt.Sprint(i)] = i
 			}
 		},
-		"shaMemo": func(st *state) {
-			st.shaMemo = map[string]string{}
+		"shas": func(st *state) {
+			st.shas.heads = map[string]int32{}
 			for i := range maxPooledKeys + 1 {
-				st.shaMemo[fmt.Sprint(i)] = ""
+				st.shas.sums = append(st.shas.sums, shaSum{s: fmt.Sprint(i), hex: "x"})
+				st.shas.heads[fmt.Sprint(i)] = int32(i + 1)
 			}
 		},
 		"docs": func(st *state) {

@@ -153,12 +153,15 @@ func (e *engine) alone(t int) bool { return e.census().blocks[t] == 1 }
 // turnCensus counts what each turn holds, for the identity tests.
 type turnCensus struct {
 	// blocks counts a turn's blocks, the inlineData parts among them, the
-	// runs found in it and the reference lines of its texts.
+	// runs found in it and the reference lines of its texts; past 1, the
+	// reference lines may not be counted once every user turn holds a copy
+	// (census).
 	blocks []int32
 	// copies marks the turns that hold a copy of something present
 	// elsewhere in the request, as the input and its rewritten output both
 	// show it (see census): there, once rewritten, a reference may stand for
-	// a copy of any document.
+	// a copy of any document. It is exact for user turns, the only ones
+	// read.
 	copies []bool
 	// ambiguous holds the lead-in lines that stand above two blocks or
 	// references of one user turn: they name neither.
@@ -175,15 +178,7 @@ func (e *engine) census() *turnCensus {
 	c.copies = make([]bool, len(e.req.contents))
 	for k := range e.parts {
 		tp := &e.parts[k]
-		n := len(tp.blocks)
-		for s := range refLines(&tp.lines) {
-			n++
-			c.copies[tp.turn] = true
-			if t := refTarget(s, tp.turn); t >= 0 && t < len(c.copies) {
-				c.copies[t] = true
-			}
-		}
-		c.blocks[tp.turn] += int32(n)
+		c.blocks[tp.turn] += int32(len(tp.blocks))
 	}
 	for _, r := range e.runs {
 		c.blocks[r.turn]++
@@ -210,7 +205,49 @@ func (e *engine) census() *turnCensus {
 			first[o.cid] = int32(i + 1)
 		}
 	}
+	// The reference lines, last: once every user turn holds a copy (copies
+	// is read only for user turns, and a reference line marks its own turn
+	// and the one it names), a text's reference lines can change no answer
+	// of the census unless its turn has fewer than two blocks (alone asks
+	// for one; counts and marks only grow), so the other texts are not
+	// searched. Issue 17: every text of the 1 MB overhead request is one of
+	// them, and the search read all of its 970 KB for '['. The exhaustive
+	// path searches every text.
+	without := e.usersWithoutCopy(c) // user turns whose copies is false
+	mark := func(t int) {
+		if !c.copies[t] {
+			c.copies[t] = true
+			if e.role(t) == "user" {
+				without--
+			}
+		}
+	}
+	for k := range e.parts {
+		tp := &e.parts[k]
+		if without == 0 && !e.exhaustive && c.blocks[tp.turn] >= 2 {
+			continue
+		}
+		for s := range refLines(&tp.lines) {
+			c.blocks[tp.turn]++
+			mark(tp.turn)
+			if t := refTarget(s, tp.turn); t >= 0 && t < len(c.copies) {
+				mark(t)
+			}
+		}
+	}
 	return c
+}
+
+// usersWithoutCopy returns the number of user turns of c that hold no
+// copy.
+func (e *engine) usersWithoutCopy(c *turnCensus) int {
+	n := 0
+	for t, ok := range c.copies {
+		if !ok && e.role(t) == "user" {
+			n++
+		}
+	}
+	return n
 }
 
 // refLines yields the lines of l that are reference lines (isRefLine), in
@@ -690,7 +727,9 @@ func freeLabel(tp *textPart) bool {
 	l := &tp.lines
 	from := 0
 	for _, b := range tp.blocks {
-		for i := from; i < min(lineAt(l, b.start)+1, l.n()); i++ {
+		// Bounds found once per block: in the loop condition they were a
+		// binary search per line.
+		for i, end := from, min(lineAt(l, b.start)+1, l.n()); i < end; i++ {
 			if turnLabel(l.at(i)) {
 				return true
 			}

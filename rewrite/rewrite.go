@@ -141,13 +141,13 @@ type state struct {
 	hashEnd []int
 	tbl     lineTable
 	// The engine's identity maps and documents, cleared after each
-	// request (engine.ids, versions, byText, byName, shaMemo, docs), and
+	// request (engine.ids, versions, byText, byName, shas, docs), and
 	// the raw offsets of blocks (rawBlock).
 	ids      map[string]int32
 	versions map[verKey]int
 	byText   []int32
 	byName   map[string]int
-	shaMemo  map[string]string
+	shas     shaSums           // engine.sha's memo
 	shaSpans map[shaKey]string // spanSHA's memo
 	rawMemo  map[*occ]rawMapped
 	docs     []doc
@@ -243,10 +243,7 @@ func (st *state) reset() {
 		st.byName = nil
 	}
 	clear(st.byName)
-	if len(st.shaMemo) > maxPooledKeys {
-		st.shaMemo = nil
-	}
-	clear(st.shaMemo)
+	st.shas.reset()
 	if len(st.shaSpans) > maxPooledKeys {
 		st.shaSpans = nil
 	}
@@ -383,8 +380,7 @@ type engine struct {
 	ids      map[string]int32
 	byText   []int32        // content id → document; -1 for none
 	versions map[verKey]int // a document's version → its first occurrence
-	shaMemo  map[string]string
-	strs     []byte // the Report's strings (see str)
+	strs     []byte         // the Report's strings (see str)
 	// chunkScan is what is left of the bytes that the retrieval-chunk
 	// test of a named block may still scan (see identify).
 	chunkScan int
@@ -410,10 +406,7 @@ func newEngine(body []byte, req *request, opts *Options, st *state) *engine {
 	if st.byName == nil {
 		st.byName = map[string]int{}
 	}
-	if st.shaMemo == nil {
-		st.shaMemo = map[string]string{}
-	}
-	return &engine{body: body, req: req, opts: opts, st: st, byName: st.byName, shaMemo: st.shaMemo, docs: st.docPtrs[:0], chunkScan: chunkScanFactor * len(body)}
+	return &engine{body: body, req: req, opts: opts, st: st, byName: st.byName, docs: st.docPtrs[:0], chunkScan: chunkScanFactor * len(body)}
 }
 
 // role returns the effective role of turn i.

@@ -1390,6 +1390,13 @@ func rawOffsets(raw []byte, offs []int, marks []mark) {
 			u += j
 			continue
 		}
+		if c := raw[i+1]; c != 'u' && c < utf8.RuneSelf {
+			// A one-byte escape, as decodeEscape decodes it, without the
+			// call: source code holds one every few bytes.
+			i += 2
+			u++
+			continue
+		}
 		r, n := decodeEscape(raw[i:])
 		i += n
 		if r < utf8.RuneSelf {

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -525,6 +528,91 @@ func TestTextRunStops(t *testing.T) {
 		if n > 1 {
 			if _, err := scanWith(body, &state{}, 0, limits{lines: n - 1}); !errors.Is(err, ErrTooComplex) {
 				t.Errorf("text %.40q…, MaxLines %d: err = %v, want ErrTooComplex", s, n-1, err)
+			}
+		}
+	}
+}
+
+// rawOffsetsOld is rawOffsets before one-byte escapes were stepped over
+// in its loop: every escape went through decodeEscape.
+func rawOffsetsOld(raw []byte, offs []int, marks []mark) {
+	out := offs
+	k := 0
+	u := 0
+	var buf [utf8.UTFMax]byte
+	m := 0
+	if len(offs) > 0 {
+		m = sort.Search(len(marks), func(j int) bool { return int(marks[j].u) > offs[0] })
+		if m > 0 {
+			m--
+		}
+	}
+	for i := 0; i <= len(raw) && k < len(offs); {
+		for m < len(marks) && int(marks[m].u) <= offs[k] {
+			if int(marks[m].u) > u {
+				u, i = int(marks[m].u), int(marks[m].r)
+			}
+			m++
+		}
+		for k < len(offs) && offs[k] <= u {
+			out[k] = i
+			k++
+		}
+		if i == len(raw) || k == len(offs) {
+			break
+		}
+		if raw[i] != '\\' {
+			j := bytes.IndexByte(raw[i:], '\\')
+			if j < 0 {
+				j = len(raw) - i
+			}
+			j = min(j, offs[k]-u)
+			i += j
+			u += j
+			continue
+		}
+		r, n := decodeEscape(raw[i:])
+		i += n
+		if r < utf8.RuneSelf {
+			u++
+		} else {
+			u += utf8.EncodeRune(buf[:], r)
+		}
+	}
+	for ; k < len(offs); k++ {
+		out[k] = len(raw)
+	}
+}
+
+// TestRawOffsetsOld compares rawOffsets with rawOffsetsOld on random
+// escape-dense strings (every one-byte escape, \u escapes of control
+// bytes, HTML bytes and surrogate pairs, runes of every length), at
+// sorted random decoded offsets, with and without marks.
+func TestRawOffsetsOld(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 5))
+	pieces := []string{"a", "\n", "\t", "\"", "\\", "/", "\r", "\b", "\f", "\x01", "<", "é", "€", "😀", "\u2028", "code(x) ", "\n\t\t"}
+	for n := range 4000 {
+		var b strings.Builder
+		for range r.IntN(200) + n%3*300 {
+			b.WriteString(pieces[r.IntN(len(pieces))])
+		}
+		raw, _ := json.Marshal(b.String())
+		raw = raw[1 : len(raw)-1]
+		d, err := decodeString(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		offs := make([]int, r.IntN(12))
+		for i := range offs {
+			offs[i] = r.IntN(len(d.text) + 1)
+		}
+		slices.Sort(offs)
+		for _, marks := range [][]mark{nil, d.marks} {
+			got, want := slices.Clone(offs), slices.Clone(offs)
+			rawOffsets(raw, got, marks)
+			rawOffsetsOld(raw, want, marks)
+			if !slices.Equal(got, want) {
+				t.Fatalf("rawOffsets(%q, %v) = %v, want %v", raw, offs, got, want)
 			}
 		}
 	}
