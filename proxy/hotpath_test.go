@@ -250,3 +250,27 @@ func TestBodyIdleRearm(t *testing.T) {
 		})
 	}
 }
+
+func TestHeaderKeysCanonical(t *testing.T) {
+	for _, k := range []string{hdrAPIClient, hdrAPIKey, hdrAuthorization, hdrContentEncoding, hdrContentLength, hdrContentType, hdrUploadURL, HeaderRewrite} {
+		if c := http.CanonicalHeaderKey(k); c != k {
+			t.Errorf("header key %q is not canonical (%q): headerValue would miss it", k, c)
+		}
+	}
+}
+
+func TestHeaderValueAsGet(t *testing.T) {
+	h := http.Header{}
+	h.Set("Content-Type", "text/plain")
+	h.Add("X-Goog-Api-Key", "a")
+	h.Add("X-Goog-Api-Key", "b")
+	h["Content-Encoding"] = []string{}
+	h["x-goog-upload-url"] = []string{"raw"} // not canonical: Get misses it too
+	for _, hd := range []http.Header{h, nil, {}} {
+		for _, k := range []string{hdrContentType, hdrAPIKey, hdrContentEncoding, hdrUploadURL, hdrAPIClient} {
+			if got, want := headerValue(hd, k), hd.Get(k); got != want {
+				t.Errorf("headerValue(%v, %q) = %q, want %q (Get)", hd, k, got, want)
+			}
+		}
+	}
+}
