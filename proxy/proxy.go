@@ -431,10 +431,16 @@ func hasDotSegment(p string) bool {
 	if strings.IndexByte(p, '.') < 0 && strings.IndexByte(p, '%') < 0 {
 		return false
 	}
+	backslash := strings.IndexByte(p, '\\') >= 0
 	for len(p) > 0 {
-		i := 0
-		for i < len(p) && p[i] != '/' && p[i] != '\\' {
-			i++
+		i := strings.IndexByte(p, '/')
+		if i < 0 {
+			i = len(p)
+		}
+		if backslash {
+			if j := strings.IndexByte(p[:i], '\\'); j >= 0 {
+				i = j
+			}
 		}
 		if seg := p[:i]; i <= len("%2e%2e") && isDotSegment(seg) {
 			return true
