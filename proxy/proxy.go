@@ -1017,18 +1017,19 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 	}
 	model := h.modelLabel(st.info.model)
 	h.hot.request(st.info.route, model, code, st.stream).Inc()
-	h.hot.requestDuration(st.info.route, st.stream).Observe(dur.Seconds())
+	rh := h.hot.forRoute(st.info.route)
+	rh.requestDuration(st.stream).Observe(dur.Seconds())
 	if !st.upstreamStart.IsZero() {
 		// The client's upload is not the proxy's time: reading the body is
 		// left out, as it is for bodies streamed through.
 		overhead := st.upstreamStart.Sub(st.start) - st.readDur
-		h.hot.proxyOverhead(st.info.route).Observe(max(overhead, 0).Seconds())
+		rh.proxyOverhead().Observe(max(overhead, 0).Seconds())
 		if st.upstreamDur > 0 {
-			h.hot.upstreamDuration(st.info.route).Observe(st.upstreamDur.Seconds())
+			rh.upstreamDuration().Observe(st.upstreamDur.Seconds())
 		}
 	}
 	if st.stream && !rw.firstByte.IsZero() {
-		h.hot.timeToFirstByte(st.info.route).Observe(rw.firstByte.Sub(st.start).Seconds())
+		rh.timeToFirstByte().Observe(rw.firstByte.Sub(st.start).Seconds())
 	}
 	var received, sent int64
 	if st.body != nil {
@@ -1038,9 +1039,9 @@ func (h *Handler) finish(st *reqState, rw *responseWriter, r *http.Request) {
 	if st.orig == nil {
 		sent = received // streamed through
 	}
-	h.hot.requestBytes(st.info.route, metrics.StageReceived).Add(float64(received))
-	h.hot.requestBytes(st.info.route, metrics.StageSent).Add(float64(sent))
-	h.hot.responseBytesOf(st.info.route).Add(float64(rw.bytes))
+	rh.requestBytes(metrics.StageReceived).Add(float64(received))
+	rh.requestBytes(metrics.StageSent).Add(float64(sent))
+	rh.responseBytesOf().Add(float64(rw.bytes))
 	h.hot.client(st.sdk).Inc()
 	if st.mode != "" && (st.outcome != "" || st.mode == metrics.ModeOff || st.mode == metrics.ModeDisabled) {
 		outcome := st.outcome
