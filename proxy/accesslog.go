@@ -245,8 +245,8 @@ func (e *logEnc) time(t time.Time) bool {
 // appendMillis appends t, of a year in 0-9999, as
 // t.AppendFormat(b, "2006-01-02T15:04:05.000Z07:00") does (RFC 3339 with
 // exactly three digits of milliseconds, truncated; the offset in whole
-// minutes toward zero, "Z" when it is zero) without parsing the layout,
-// about 2,000 instructions a line (issue 17 item 4).
+// minutes toward zero, "Z" when it is zero) without parsing the layout:
+// about 1,600 instructions a line less (issue 17 item 4).
 func appendMillis(b []byte, t time.Time) []byte {
 	_, offset := t.Zone()
 	if offset <= -100*3600 || offset >= 100*3600 {
