@@ -233,14 +233,64 @@ func (e *logEnc) time(t time.Time) bool {
 		return false
 	}
 	if !e.json {
-		// RFC 3339 with exactly three digits of milliseconds, truncated.
-		e.b = t.AppendFormat(e.b, "2006-01-02T15:04:05.000Z07:00")
+		e.b = appendMillis(e.b, t)
 		return true
 	}
 	e.b = append(e.b, '"')
 	e.b = t.AppendFormat(e.b, time.RFC3339Nano)
 	e.b = append(e.b, '"')
 	return true
+}
+
+// appendMillis appends t, of a year in 0-9999, as
+// t.AppendFormat(b, "2006-01-02T15:04:05.000Z07:00") does (RFC 3339 with
+// exactly three digits of milliseconds, truncated; the offset in whole
+// minutes toward zero, "Z" when it is zero) without parsing the layout:
+// about 1,600 instructions a line less (issue 17 item 4).
+func appendMillis(b []byte, t time.Time) []byte {
+	_, offset := t.Zone()
+	if offset <= -100*3600 || offset >= 100*3600 {
+		return t.AppendFormat(b, "2006-01-02T15:04:05.000Z07:00") // three digits of hours
+	}
+	year, month, day := t.Date()
+	hour, minute, sec := t.Clock()
+	b = appendDigits(b, year, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(month), 2)
+	b = append(b, '-')
+	b = appendDigits(b, day, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, hour, 2)
+	b = append(b, ':')
+	b = appendDigits(b, minute, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sec, 2)
+	b = append(b, '.')
+	b = appendDigits(b, t.Nanosecond()/1e6, 3)
+	if offset == 0 {
+		return append(b, 'Z')
+	}
+	zone := offset / 60
+	if zone < 0 {
+		b = append(b, '-')
+		zone = -zone
+	} else {
+		b = append(b, '+')
+	}
+	b = appendDigits(b, zone/60, 2)
+	b = append(b, ':')
+	return appendDigits(b, zone%60, 2)
+}
+
+// appendDigits appends n, at most 9999 and not negative, in exactly width
+// decimal digits (width at most 4).
+func appendDigits(b []byte, n, width int) []byte {
+	var d [4]byte
+	for i := width - 1; i >= 0; i-- {
+		d[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return append(b, d[:width]...)
 }
 
 // attr appends a as slog's handleState.appendAttr with no ReplaceAttr,

@@ -454,3 +454,23 @@ func TestAccessLogThroughProxy(t *testing.T) {
 		}
 	}
 }
+
+func TestAppendMillis(t *testing.T) {
+	const layout = "2006-01-02T15:04:05.000Z07:00"
+	zones := append([]*time.Location{time.FixedZone("m30", -30), time.FixedZone("p59", 59), time.FixedZone("m90", -90),
+		time.FixedZone("h99", 99*3600+59*60), time.FixedZone("h100", 100*3600), time.FixedZone("mh100", -100*3600-1)}, zones...)
+	r := rand.New(rand.NewPCG(4, 17))
+	for i := range 100000 {
+		tm := time.Unix(r.Int64N(253402300800+62135596800)-62135596800, r.Int64N(1e9)) // years 0-9999
+		if i%7 == 0 {
+			tm = tm.Truncate(time.Second)
+		}
+		tm = tm.In(zones[r.IntN(len(zones))])
+		if y := tm.Year(); y < 0 || y > 9999 {
+			continue
+		}
+		if got, want := string(appendMillis([]byte("x"), tm)), "x"+tm.Format(layout); got != want {
+			t.Fatalf("appendMillis(%v) = %q, want %q", tm, got, want)
+		}
+	}
+}

@@ -29,7 +29,7 @@ func (h *Handler) newTap(res *http.Response, st *reqState) *tap {
 	o := &h.opts
 	serve := st.upStatus == http.StatusOK && (o.OnServed != nil || o.ServedText != nil)
 	exchange := o.OnExchange != nil && !o.ExchangeWithoutText
-	t := newTap(res.Header.Get("Content-Encoding"), exchange || serve)
+	t := newTap(headerValue(res.Header, hdrContentEncoding), exchange || serve)
 	if t == nil {
 		return nil
 	}

@@ -73,11 +73,17 @@ func storeHandler(b *testing.B, up *url.URL, tr http.RoundTripper, on bool) http
 			store.RecordBlocks(ex.Tenant, ex.Report.ConversationID(), ex.Report.Blocks)
 		}
 	}
-	h, err := New(o, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New(prometheus.NewRegistry()))
+	h, err := New(o, benchLogger(), metrics.New(prometheus.NewRegistry()))
 	if err != nil {
 		b.Fatal(err)
 	}
 	return h
+}
+
+// benchLogger logs as serve does (cmd/gemini-proxy/server.go): text lines
+// through NewLogHandler, here to io.Discard.
+func benchLogger() *slog.Logger {
+	return slog.New(NewLogHandler(io.Discard, false, nil))
 }
 
 // sseAnswer returns a stream of n events of about 200 bytes each, the
@@ -132,7 +138,7 @@ func BenchmarkHandler(b *testing.B) {
 		}{{"plain", plain}}
 		for _, on := range []bool{false, true} {
 			h, err := New(Options{Upstream: up, Transport: tr, Rewrite: RewriteOptions{Enabled: on}, OnServed: func(string, string, bool) {}, BodyIdleTimeout: time.Minute},
-				slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New(prometheus.NewRegistry()))
+				benchLogger(), metrics.New(prometheus.NewRegistry()))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -63,10 +63,6 @@ type (
 		code   int
 		stream bool
 	}
-	routeStream struct {
-		route  Route
-		stream bool
-	}
 	routeCode struct {
 		route Route
 		code  int
@@ -79,12 +75,7 @@ type hotMetrics struct {
 	m *metrics.Metrics
 
 	requests          childCache[requestLabels, prometheus.Counter]
-	duration          childCache[routeStream, prometheus.Observer]
-	overhead          childCache[Route, prometheus.Observer]
-	upstream          childCache[Route, prometheus.Observer]
-	firstByte         childCache[Route, prometheus.Observer]
-	received, sent    childCache[Route, prometheus.Counter]
-	responseBytes     childCache[Route, prometheus.Counter]
+	routes            childCache[Route, *routeHot]
 	clients           childCache[SDK, prometheus.Counter]
 	rewrites          childCache[labelPair, prometheus.Counter]
 	upstreamResponses childCache[routeCode, prometheus.Counter]
@@ -102,34 +93,80 @@ func (h *hotMetrics) request(route Route, model string, code int, stream bool) p
 	})
 }
 
+// forRoute returns the children of route's per-route metrics: finish
+// looks them up once a request instead of once per metric (seven map
+// lookups of a string key, issue 17 item 4).
+func (h *hotMetrics) forRoute(route Route) *routeHot {
+	return h.routes.get(route, func() *routeHot { return &routeHot{route: route, m: h.m} })
+}
+
 func (h *hotMetrics) requestDuration(route Route, stream bool) prometheus.Observer {
-	return h.duration.get(routeStream{route, stream}, func() prometheus.Observer {
-		return h.m.RequestDuration.WithLabelValues(string(route), strconv.FormatBool(stream))
-	})
-}
-
-func (h *hotMetrics) proxyOverhead(route Route) prometheus.Observer {
-	return h.overhead.get(route, func() prometheus.Observer { return h.m.ProxyOverhead.WithLabelValues(string(route)) })
-}
-
-func (h *hotMetrics) upstreamDuration(route Route) prometheus.Observer {
-	return h.upstream.get(route, func() prometheus.Observer { return h.m.UpstreamDuration.WithLabelValues(string(route)) })
-}
-
-func (h *hotMetrics) timeToFirstByte(route Route) prometheus.Observer {
-	return h.firstByte.get(route, func() prometheus.Observer { return h.m.TimeToFirstByte.WithLabelValues(string(route)) })
+	return h.forRoute(route).requestDuration(stream)
 }
 
 func (h *hotMetrics) requestBytes(route Route, stage string) prometheus.Counter {
-	c := &h.received
-	if stage == metrics.StageSent {
-		c = &h.sent
-	}
-	return c.get(route, func() prometheus.Counter { return h.m.RequestBytes.WithLabelValues(string(route), stage) })
+	return h.forRoute(route).requestBytes(stage)
 }
 
-func (h *hotMetrics) responseBytesOf(route Route) prometheus.Counter {
-	return h.responseBytes.get(route, func() prometheus.Counter { return h.m.ResponseBytes.WithLabelValues(string(route)) })
+// routeHot holds the children of one route's per-route metrics. Each is
+// made by WithLabelValues on its first use, as with childCache, so no
+// series appears earlier than it used to; two routeHots of one route
+// (childCache.get racing) hold the same children, the vector's. Safe for
+// concurrent use.
+type routeHot struct {
+	route Route
+	m     *metrics.Metrics
+
+	duration                      [2]lazyChild[prometheus.Observer] // by stream
+	overhead, upstream, firstByte lazyChild[prometheus.Observer]
+	received, sent, responseBytes lazyChild[prometheus.Counter]
+}
+
+// lazyChild is one metric child, made on first use. The zero value is
+// ready to use.
+type lazyChild[M any] struct{ p atomic.Pointer[M] }
+
+func (l *lazyChild[M]) get(child func() M) M {
+	if p := l.p.Load(); p != nil {
+		return *p
+	}
+	v := child()
+	l.p.CompareAndSwap(nil, &v)
+	return *l.p.Load()
+}
+
+func (r *routeHot) requestDuration(stream bool) prometheus.Observer {
+	i := 0
+	if stream {
+		i = 1
+	}
+	return r.duration[i].get(func() prometheus.Observer {
+		return r.m.RequestDuration.WithLabelValues(string(r.route), strconv.FormatBool(stream))
+	})
+}
+
+func (r *routeHot) proxyOverhead() prometheus.Observer {
+	return r.overhead.get(func() prometheus.Observer { return r.m.ProxyOverhead.WithLabelValues(string(r.route)) })
+}
+
+func (r *routeHot) upstreamDuration() prometheus.Observer {
+	return r.upstream.get(func() prometheus.Observer { return r.m.UpstreamDuration.WithLabelValues(string(r.route)) })
+}
+
+func (r *routeHot) timeToFirstByte() prometheus.Observer {
+	return r.firstByte.get(func() prometheus.Observer { return r.m.TimeToFirstByte.WithLabelValues(string(r.route)) })
+}
+
+func (r *routeHot) requestBytes(stage string) prometheus.Counter {
+	c := &r.received
+	if stage == metrics.StageSent {
+		c = &r.sent
+	}
+	return c.get(func() prometheus.Counter { return r.m.RequestBytes.WithLabelValues(string(r.route), stage) })
+}
+
+func (r *routeHot) responseBytesOf() prometheus.Counter {
+	return r.responseBytes.get(func() prometheus.Counter { return r.m.ResponseBytes.WithLabelValues(string(r.route)) })
 }
 
 func (h *hotMetrics) client(sdk SDK) prometheus.Counter {

@@ -250,3 +250,76 @@ func TestBodyIdleRearm(t *testing.T) {
 		})
 	}
 }
+
+func TestHeaderKeysCanonical(t *testing.T) {
+	for _, k := range []string{hdrAPIClient, hdrAPIKey, hdrAuthorization, hdrContentEncoding, hdrContentLength, hdrContentType, hdrUploadURL, HeaderRewrite} {
+		if c := http.CanonicalHeaderKey(k); c != k {
+			t.Errorf("header key %q is not canonical (%q): headerValue would miss it", k, c)
+		}
+	}
+}
+
+func TestHeaderValueAsGet(t *testing.T) {
+	h := http.Header{}
+	h.Set("Content-Type", "text/plain")
+	h.Add("X-Goog-Api-Key", "a")
+	h.Add("X-Goog-Api-Key", "b")
+	h["Content-Encoding"] = []string{}
+	h["x-goog-upload-url"] = []string{"raw"} // not canonical: Get misses it too
+	for _, hd := range []http.Header{h, nil, {}} {
+		for _, k := range []string{hdrContentType, hdrAPIKey, hdrContentEncoding, hdrUploadURL, hdrAPIClient} {
+			if got, want := headerValue(hd, k), hd.Get(k); got != want {
+				t.Errorf("headerValue(%v, %q) = %q, want %q (Get)", hd, k, got, want)
+			}
+		}
+	}
+}
+
+// TestRouteHot: a route's children are the vectors' own, each made on its
+// first use only (no series earlier than WithLabelValues would make it),
+// and the same from concurrent first uses.
+func TestRouteHot(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	h := hotMetrics{m: m}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			rh := h.forRoute(RouteGenerate)
+			rh.proxyOverhead().Observe(0.1)
+			rh.requestBytes(metrics.StageSent).Add(1)
+			rh.requestDuration(false).Observe(0.2)
+		})
+	}
+	wg.Wait()
+	for _, c := range []struct {
+		name string
+		vec  prometheus.Collector
+		want int
+	}{
+		{"proxy overhead", m.ProxyOverhead, 1}, {"request bytes", m.RequestBytes, 1}, {"request duration", m.RequestDuration, 1},
+		{"upstream duration", m.UpstreamDuration, 0}, {"time to first byte", m.TimeToFirstByte, 0}, {"response bytes", m.ResponseBytes, 0},
+	} {
+		if n := testutil.CollectAndCount(c.vec); n != c.want {
+			t.Errorf("%s has %d series, want %d", c.name, n, c.want)
+		}
+	}
+	if got := testutil.ToFloat64(m.RequestBytes.WithLabelValues(string(RouteGenerate), metrics.StageSent)); got != 8 {
+		t.Errorf("sent bytes = %v, want 8", got)
+	}
+	rh := h.forRoute(RouteStreamGenerate)
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"duration", rh.requestDuration(true), m.RequestDuration.WithLabelValues(string(RouteStreamGenerate), "true")},
+		{"overhead", rh.proxyOverhead(), m.ProxyOverhead.WithLabelValues(string(RouteStreamGenerate))},
+		{"upstream", rh.upstreamDuration(), m.UpstreamDuration.WithLabelValues(string(RouteStreamGenerate))},
+		{"first byte", rh.timeToFirstByte(), m.TimeToFirstByte.WithLabelValues(string(RouteStreamGenerate))},
+		{"received", rh.requestBytes(metrics.StageReceived), m.RequestBytes.WithLabelValues(string(RouteStreamGenerate), metrics.StageReceived)},
+		{"response bytes", rh.responseBytesOf(), m.ResponseBytes.WithLabelValues(string(RouteStreamGenerate))},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: the route's child is not the vector's", c.name)
+		}
+	}
+}

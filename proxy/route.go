@@ -152,9 +152,14 @@ var collectionRoutes = map[string]Route{
 // "gemini-2.5-flash": resource prefixes are removed, the name is
 // lower-cased, and a gemini- model loses a trailing three-digit version
 // suffix (other families, such as text-embedding-004, keep it).
+//
+// A name without a slash has no prefix to remove: looking for "models/"
+// in it was a third of the function's cost on every request.
 func normalizeModel(m string) string {
-	if i := strings.LastIndex(m, "models/"); i >= 0 && !strings.HasPrefix(m, "tunedModels/") {
-		m = m[i+len("models/"):]
+	if strings.IndexByte(m, '/') >= 0 {
+		if i := strings.LastIndex(m, "models/"); i >= 0 && !strings.HasPrefix(m, "tunedModels/") {
+			m = m[i+len("models/"):]
+		}
 	}
 	m = strings.ToLower(m)
 	if n := len(m); n > 4 && strings.HasPrefix(m, "gemini-") && m[n-4] == '-' && isDigit(m[n-3]) && isDigit(m[n-2]) && isDigit(m[n-1]) {

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -204,4 +206,58 @@ func TestDotSegmentsRejected(t *testing.T) {
 	if n := len(be.requests()); n != 3 {
 		t.Errorf("upstream got %d requests, want the 3 without dot segments", n)
 	}
+}
+
+// hasDotSegmentRef is hasDotSegment as it was before it split at bytes:
+// the oracle of TestHasDotSegment.
+func hasDotSegmentRef(p string) bool {
+	if !strings.Contains(p, ".") && !strings.Contains(p, "%") {
+		return false
+	}
+	for seg := range strings.FieldsFuncSeq(p, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if seg == "." || seg == ".." {
+			return true
+		}
+		if strings.Contains(seg, "%") {
+			if un, err := url.PathUnescape(seg); err == nil && (un == "." || un == "..") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func TestHasDotSegment(t *testing.T) {
+	paths := []string{
+		"", ".", "..", "...", "/", "//", "/.", "/./", "\\..\\", "a/./b", "a/../b", "a/.../b",
+		"/v1beta/models/gemini-2.5-flash:generateContent", "/v1beta/files/a..b",
+		"%2e", "%2E%2e", "/%2e%2e/", "/.%2e/x", "/%2e%2e%2", "/%2e%2e%2e", "/%zz/..",
+		"/%252e%252e/x", "/..%2f..%2fadmin", "/a\\%2e\\b", "/\xff./..\xfe", "/é/../", "/\u00a0./",
+	}
+	for _, p := range paths {
+		if got, want := hasDotSegment(p), hasDotSegmentRef(p); got != want {
+			t.Errorf("hasDotSegment(%q) = %v, want %v", p, got, want)
+		}
+	}
+	alphabet := []string{".", "..", "/", "\\", "%", "%2e", "%2E", "%2", "e", "a", "%25", "\xff", "é", "%2f"}
+	rng := rand.New(rand.NewPCG(17, 4))
+	for range 200000 {
+		var b strings.Builder
+		for range rng.IntN(10) {
+			b.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		p := b.String()
+		if got, want := hasDotSegment(p), hasDotSegmentRef(p); got != want {
+			t.Fatalf("hasDotSegment(%q) = %v, want %v", p, got, want)
+		}
+	}
+}
+
+func FuzzHasDotSegment(f *testing.F) {
+	f.Add("/v1beta/models/.%2e/x")
+	f.Fuzz(func(t *testing.T, p string) {
+		if got, want := hasDotSegment(p), hasDotSegmentRef(p); got != want {
+			t.Errorf("hasDotSegment(%q) = %v, want %v", p, got, want)
+		}
+	})
 }

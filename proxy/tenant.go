@@ -29,13 +29,13 @@ func credential(header string, r *http.Request) tenantKey {
 			return tenantKey{"header:", v}
 		}
 	}
-	if v := r.Header.Get("X-Goog-Api-Key"); v != "" {
+	if v := headerValue(r.Header, hdrAPIKey); v != "" {
 		return tenantKey{"key:", v}
 	}
 	if v := queryKey(r.URL.RawQuery); v != "" {
 		return tenantKey{"key:", v}
 	}
-	if v := bearer(r.Header.Get("Authorization")); v != "" {
+	if v := bearer(headerValue(r.Header, hdrAuthorization)); v != "" {
 		return tenantKey{"bearer:", v}
 	}
 	if v := queryParam(r.URL.RawQuery, "access_token"); v != "" {
