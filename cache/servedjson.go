@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -144,32 +146,40 @@ func jsonEscape(r *ServedRecorder, p []byte) int {
 // jsonRun returns the end of the run that starts before j (p[j-1] is a
 // word byte): word bytes and single spaces between them, as normalizeTo's
 // run, and no quote or backslash. The run ends with a word byte.
+//
+// Every byte the word test marks ends the run (a byte >= 0x80 or < ' ',
+// a quote, a backslash, the second of two spaces), and the lowest mark of
+// the subtractions is exact (a borrow only marks bytes above a true one):
+// the run ends at the lowest mark, or at the space before it. Going on
+// byte by byte from the word's start instead tested the word again after
+// each of its bytes, up to eight times at every escape of the text.
 func jsonRun(p []byte, j int) int {
 	const (
 		lsb = 0x0101010101010101
 		msb = 0x8080808080808080
 	)
-	for {
-		// As normalizeTo: sp carries a space last in the word before.
-		sp := uint64(0)
-		for j+8 <= len(p) {
-			x := le64(p[j:])
-			m := spaceMask(x)
-			q, e := x^(lsb*'"'), x^(lsb*'\\')
-			// No byte >= 0x80 or < ' ', no two spaces in a row, no quote,
-			// no backslash.
-			if (x|(x-lsb*' ')&^x|m&(m<<8|sp)|(q-lsb)&^q|(e-lsb)&^e)&msb != 0 {
-				break
+	// As normalizeTo: sp carries a space last in the word before.
+	sp := uint64(0)
+	for j+8 <= len(p) {
+		x := binary.LittleEndian.Uint64(p[j:])
+		m := spaceMask(x)
+		q, e := x^(lsb*'"'), x^(lsb*'\\')
+		// No byte >= 0x80 or < ' ', no two spaces in a row, no quote,
+		// no backslash.
+		if stop := (x | (x-lsb*' ')&^x | m&(m<<8|sp) | (q-lsb)&^q | (e-lsb)&^e) & msb; stop != 0 {
+			j += bits.TrailingZeros64(stop) >> 3
+			if p[j-1] == ' ' {
+				j-- // a space before the stop is not between word bytes
 			}
-			sp = m >> 56
-			j += 8
-		}
-		if sp != 0 {
-			j-- // a space last: the byte by byte step decides it
-		}
-		if j >= len(p) {
 			return j
 		}
+		sp = m >> 56
+		j += 8
+	}
+	if sp != 0 {
+		j-- // a space last: the byte by byte step decides it
+	}
+	for j < len(p) {
 		switch d := p[j]; {
 		case jsonWord[d]:
 			j++
@@ -179,6 +189,7 @@ func jsonRun(p []byte, j int) int {
 			return j
 		}
 	}
+	return j
 }
 
 // jsonWord marks the bytes of a JSON string that stand for themselves and
