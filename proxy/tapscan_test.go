@@ -6,7 +6,8 @@ import (
 )
 
 // TestWordRuns compares plainRun and nameRun, which find their stop in a
-// word by stopMask, with a byte by byte scan of strStop and nameStop: every
+// word by stopMask, with a byte by byte scan of strStop and nameStop, and
+// plainRunOr's report of non-ASCII bytes before the stop with theirs: every
 // byte value at every offset of a word and of the tail, after and before
 // other stops, and random buffers.
 func TestWordRuns(t *testing.T) {
@@ -25,6 +26,14 @@ func TestWordRuns(t *testing.T) {
 		}
 		if got, want := nameRun(b, i), slow(&nameStop, b, i); got != want {
 			t.Fatalf("nameRun(%q, %d) = %d, want %d", b, i, got, want)
+		}
+		j, or := plainRunOr(b, i)
+		ascii := true
+		for _, c := range b[i:j] {
+			ascii = ascii && c < 0x80
+		}
+		if j != plainRun(b, i) || (or&msb == 0) != ascii {
+			t.Fatalf("plainRunOr(%q, %d) = %d, %#x; want %d and ASCII %v", b, i, j, or, plainRun(b, i), ascii)
 		}
 	}
 	for c := range 256 {
