@@ -263,36 +263,54 @@ var (
 // enter reads the opening bracket open of an object or array, next after
 // white space. empty reports that the closing one follows (read too).
 func (s *chunkScanner) enter(open byte) (empty, ok bool) {
-	if s.peek() != open {
+	b, i := s.b, skipWS(s.b, s.i)
+	if i >= len(b) || b[i] != open {
+		s.i = i
 		return false, false
 	}
-	s.i++
 	if s.depth++; s.depth > maxScanDepth {
 		return false, false
 	}
-	if s.peek() == open+2 { // '{'+2 == '}', '['+2 == ']'
-		s.i++
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == open+2 { // '{'+2 == '}', '['+2 == ']'
+		s.i = i + 1
 		s.depth--
 		return true, true
 	}
+	s.i = i
 	return false, true
 }
 
 // member reads a member name and its colon, leaving the scanner at the
 // value (after white space), as object does before calling member. It
-// works on locals, not on s.i through s: it runs for every member.
+// works on locals, not on s.i through s, and reads the name's first word
+// itself: it runs for every member, and most names end in their first
+// word or the next.
 func (s *chunkScanner) member() ([]byte, bool) {
 	b, i := s.b, skipWS(s.b, s.i)
 	if i >= len(b) || b[i] != '"' {
 		return nil, false
 	}
 	start := i + 1
-	j := nameRun(b, start)
+	j := start
+	if start+8 <= len(b) {
+		x := binary.LittleEndian.Uint64(b[start:])
+		if m := stopMask(x) | x&msb; m != 0 {
+			j += bits.TrailingZeros64(m) >> 3
+		} else {
+			j = nameRun(b, start+8)
+		}
+	} else {
+		j = nameRun(b, start)
+	}
 	if j >= len(b) || b[j] != '"' {
 		return nil, false
 	}
-	if i = skipWS(b, j+1); i >= len(b) || b[i] != ':' {
-		return nil, false
+	i = j + 1
+	if i >= len(b) || b[i] != ':' {
+		if i = skipWS(b, i); i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
 	}
 	s.i = skipWS(b, i+1)
 	return b[start:j], true
