@@ -154,27 +154,31 @@ func jsonEscape(r *ServedRecorder, p []byte) int {
 // byte by byte from the word's start instead tested the word again after
 // each of its bytes, up to eight times at every escape of the text.
 func jsonRun(p []byte, j int) int {
-	const (
-		lsb = 0x0101010101010101
-		msb = 0x8080808080808080
-	)
 	// As normalizeTo: sp carries a space last in the word before.
 	sp := uint64(0)
 	for j+8 <= len(p) {
-		x := binary.LittleEndian.Uint64(p[j:])
-		m := spaceMask(x)
-		q, e := x^(lsb*'"'), x^(lsb*'\\')
-		// No byte >= 0x80 or < ' ', no two spaces in a row, no quote,
-		// no backslash.
-		if stop := (x | (x-lsb*' ')&^x | m&(m<<8|sp) | (q-lsb)&^q | (e-lsb)&^e) & msb; stop != 0 {
-			j += bits.TrailingZeros64(stop) >> 3
-			if p[j-1] == ' ' {
-				j-- // a space before the stop is not between word bytes
-			}
-			return j
+		stop, m := jsonStop(binary.LittleEndian.Uint64(p[j:]), sp)
+		if stop != 0 {
+			return jsonRunEnd(p, j+bits.TrailingZeros64(stop)>>3)
 		}
 		sp = m >> 56
 		j += 8
+		// A run longer than a word: sixteen bytes a step, half the
+		// loop's tests and bounds checks. (Most runs of prose end in
+		// their first word, which this would only slow down.)
+		for j+16 <= len(p) {
+			w := p[j : j+16 : j+16]
+			sx, mx := jsonStop(binary.LittleEndian.Uint64(w), sp)
+			sy, my := jsonStop(binary.LittleEndian.Uint64(w[8:]), mx>>56)
+			if sx|sy != 0 {
+				if sx == 0 {
+					j, sx = j+8, sy
+				}
+				return jsonRunEnd(p, j+bits.TrailingZeros64(sx)>>3)
+			}
+			sp = my >> 56
+			j += 16
+		}
 	}
 	if sp != 0 {
 		j-- // a space last: the byte by byte step decides it
@@ -190,6 +194,29 @@ func jsonRun(p []byte, j int) int {
 		}
 	}
 	return j
+}
+
+// jsonStop returns the word test of jsonRun for x: 0x80 in the byte that
+// ends the run (a byte >= 0x80 or < ' ', a quote, a backslash, the second
+// of two spaces; sp has 0x80 in its low byte when the byte before x is a
+// space) and perhaps in bytes above it, none below; and x's spaceMask.
+func jsonStop(x, sp uint64) (stop, m uint64) {
+	const (
+		lsb = 0x0101010101010101
+		msb = 0x8080808080808080
+	)
+	m = spaceMask(x)
+	q, e := x^(lsb*'"'), x^(lsb*'\\')
+	return (x | (x-lsb*' ')&^x | m&(m<<8|sp) | (q-lsb)&^q | (e-lsb)&^e) & msb, m
+}
+
+// jsonRunEnd returns the end of the run whose stop is p[s]: s, or the
+// space before it, which is not between word bytes.
+func jsonRunEnd(p []byte, s int) int {
+	if p[s-1] == ' ' {
+		return s - 1
+	}
+	return s
 }
 
 // jsonWord marks the bytes of a JSON string that stand for themselves and
