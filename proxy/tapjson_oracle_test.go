@@ -16,8 +16,9 @@ import (
 // The tap's chunk scanner before it was written without closures (a func
 // value per member and per element, object and array calling them): kept
 // as the oracle of TestChunkScannerOracle and FuzzChunkScannerOracle, which
-// compare every result of the two. Its primitives are the old ones too
-// (skip, str, plainRun, nameRun), so that no new code is shared.
+// compare every result of the two. The primitives the rewrite changed are
+// kept old here too (skip, str, plainRun, nameRun, stopMask); ws, peek,
+// int, number, unquote and field are shared, unchanged.
 
 func (s *chunkScanner) scanPHOracle(b []byte, needText bool, ph int, phText bool) bool {
 	*s = chunkScanner{b: b, needText: needText, texts: s.texts[:0], scratch: s.scratch[:0], ph: ph, phText: phText, rawText: s.rawText}
