@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding"
 	"hash"
+	"math/bits"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -176,7 +177,18 @@ func normalizeTo[T string | []byte](r *ServedRecorder, p T, final bool) int {
 					x := le64(p[j:])
 					m := spaceMask(x)
 					// No byte >= 0x80 or < ' ', no two spaces in a row.
-					if (x|(x-0x2020202020202020)&^x|m&(m<<8|sp))&msb != 0 {
+					if stop := (x | (x-0x2020202020202020)&^x | m&(m<<8|sp)) & msb; stop != 0 {
+						// The bytes before the lowest mark (exact: a
+						// borrow marks only bytes above a true one) are
+						// in the run, but a space just before it: the
+						// byte by byte step goes on from there, not from
+						// the word's start (which tested the word again
+						// after each of its bytes).
+						j += bits.TrailingZeros64(stop) >> 3
+						sp = 0
+						if p[j-1] == ' ' {
+							j--
+						}
 						break
 					}
 					sp = m >> 56

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"encoding/binary"
 	"math/bits"
 	"slices"
@@ -254,104 +253,318 @@ var (
 	usageNames     = []string{"promptTokenCount", "cachedContentTokenCount", "candidatesTokenCount", "thoughtsTokenCount", "toolUsePromptTokenCount", "totalTokenCount"}
 )
 
+// The tap's reading of a response is written without closures: object
+// and array take a func value per member or element, and calling them
+// (and the closures' own frames) was a large part of the scanner's cost
+// per SSE event. Each struct is a loop over its members (enter, member,
+// next) whose names a switch matches; the old scanner is the oracle of
+// TestChunkScannerOracle.
+
+// enter reads the opening bracket open of an object or array, next after
+// white space. empty reports that the closing one follows (read too).
+func (s *chunkScanner) enter(open byte) (empty, ok bool) {
+	b, i := s.b, skipWS(s.b, s.i)
+	if i >= len(b) || b[i] != open {
+		s.i = i
+		return false, false
+	}
+	if s.depth++; s.depth > maxScanDepth {
+		return false, false
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == open+2 { // '{'+2 == '}', '['+2 == ']'
+		s.i = i + 1
+		s.depth--
+		return true, true
+	}
+	s.i = i
+	return false, true
+}
+
+// member reads a member name and its colon, leaving the scanner at the
+// value (after white space), as object does before calling member. It
+// works on locals, not on s.i through s, and reads the name's first word
+// itself: it runs for every member, and most names end in their first
+// word or the next.
+func (s *chunkScanner) member() ([]byte, bool) {
+	b, i := s.b, skipWS(s.b, s.i)
+	if i >= len(b) || b[i] != '"' {
+		return nil, false
+	}
+	start := i + 1
+	j := start
+	if start+8 <= len(b) {
+		x := binary.LittleEndian.Uint64(b[start:])
+		if m := stopMask(x) | x&msb; m != 0 {
+			j += bits.TrailingZeros64(m) >> 3
+		} else {
+			j = nameRun(b, start+8)
+		}
+	} else {
+		j = nameRun(b, start)
+	}
+	if j >= len(b) || b[j] != '"' {
+		return nil, false
+	}
+	i = j + 1
+	if i >= len(b) || b[i] != ':' {
+		if i = skipWS(b, i); i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
+	}
+	s.i = skipWS(b, i+1)
+	return b[start:j], true
+}
+
+// skipWS returns the index of the first byte from i in b that is not JSON
+// white space, or len(b): ws on locals.
+func skipWS(b []byte, i int) int {
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+// next reads what follows a member or an element: a comma (more) or the
+// closing bracket close.
+func (s *chunkScanner) next(close byte) (more, ok bool) {
+	i := skipWS(s.b, s.i)
+	if i < len(s.b) {
+		switch s.b[i] {
+		case ',':
+			s.i = i + 1
+			return true, true
+		case close:
+			s.i = i + 1
+			s.depth--
+			return false, true
+		}
+	}
+	s.i = i
+	return false, false
+}
+
+// folds reports whether name, matching none of names exactly, is one of
+// them but for ASCII case: encoding/json would take it (field's -2).
+func folds(name []byte, names []string) bool {
+	for _, n := range names {
+		if asciiEqualFold(name, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// once marks field k seen; it reports false for a name seen before
+// (encoding/json merges duplicates: give up).
+func once(seen *uint32, k int) bool {
+	if *seen&(1<<k) != 0 {
+		return false
+	}
+	*seen |= 1 << k
+	return true
+}
+
 func (s *chunkScanner) top() bool {
-	names := topUsageNames
-	if s.needText {
-		names = topNames
+	empty, ok := s.enter('{')
+	if !ok || empty {
+		return ok
 	}
 	var seen uint32
-	return s.object(func(name []byte) bool {
-		k := field(name, names, &seen)
-		if k >= 0 && !s.needText {
-			k++ // topUsageNames is topNames without candidates
+	for {
+		name, ok := s.member()
+		if !ok {
+			return false
+		}
+		k := -1
+		switch string(name) {
+		case "candidates":
+			if s.needText {
+				k = 0
+			}
+		case "usageMetadata":
+			k = 1
+		case "modelVersion":
+			k = 2
+		default:
+			if s.needText && folds(name, topNames) || !s.needText && folds(name, topUsageNames) {
+				return false
+			}
 		}
 		switch k {
-		case -2:
-			return false
 		case -1:
-			return s.skip()
+			ok = s.skip()
 		case 0:
-			return s.array(s.candidate)
+			ok = once(&seen, 0) && s.candidates()
 		case 1:
 			s.hasUsage = true
-			return s.usageObject()
+			ok = once(&seen, 1) && s.usageObject()
 		default:
-			v, ok := s.text()
+			var v []byte
+			v, ok = s.text()
 			s.modelVersion = v
-			return ok && v != nil
+			ok = once(&seen, 2) && ok && v != nil
 		}
-	})
+		if !ok {
+			return false
+		}
+		if more, ok := s.next('}'); !more {
+			return ok
+		}
+	}
+}
+
+// candidates reads the candidates array.
+func (s *chunkScanner) candidates() bool {
+	empty, ok := s.enter('[')
+	if !ok || empty {
+		return ok
+	}
+	for {
+		s.ws()
+		if !s.candidate() {
+			return false
+		}
+		if more, ok := s.next(']'); !more {
+			return ok
+		}
+	}
 }
 
 func (s *chunkScanner) candidate() bool {
+	empty, ok := s.enter('{')
+	if !ok || empty {
+		return ok
+	}
 	first := len(s.texts)
 	index := int64(0)
 	var seen uint32
-	ok := s.object(func(name []byte) bool {
-		switch field(name, candidateNames, &seen) {
-		case -2:
+	for {
+		name, ok := s.member()
+		if !ok {
 			return false
-		case -1:
-			return s.skip()
-		case 0:
-			n, ok := s.int(strconv.IntSize)
-			index = n
-			return ok
-		default:
-			var seen uint32
-			return s.object(func(name []byte) bool {
-				switch field(name, contentNames, &seen) {
-				case -2:
-					return false
-				case -1:
-					return s.skip()
-				default:
-					return s.array(s.part)
-				}
-			})
 		}
-	})
-	if index != 0 {
-		s.texts = s.texts[:first]
-		s.escaped &= 1<<first - 1
+		switch string(name) {
+		case "index":
+			var n int64
+			n, ok = s.int(strconv.IntSize)
+			index = n
+			ok = once(&seen, 0) && ok
+		case "content":
+			ok = once(&seen, 1) && s.content()
+		default:
+			ok = !folds(name, candidateNames) && s.skip()
+		}
+		if !ok {
+			return false
+		}
+		if more, ok := s.next('}'); !more {
+			if index != 0 {
+				s.texts = s.texts[:first]
+				s.escaped &= 1<<first - 1
+			}
+			return ok
+		}
 	}
-	return ok
+}
+
+// content reads a candidate's content object.
+func (s *chunkScanner) content() bool {
+	empty, ok := s.enter('{')
+	if !ok || empty {
+		return ok
+	}
+	var seen uint32
+	for {
+		name, ok := s.member()
+		if !ok {
+			return false
+		}
+		if string(name) == "parts" {
+			ok = once(&seen, 0) && s.parts()
+		} else {
+			ok = !folds(name, contentNames) && s.skip()
+		}
+		if !ok {
+			return false
+		}
+		if more, ok := s.next('}'); !more {
+			return ok
+		}
+	}
+}
+
+// parts reads a content's parts array.
+func (s *chunkScanner) parts() bool {
+	empty, ok := s.enter('[')
+	if !ok || empty {
+		return ok
+	}
+	for {
+		s.ws()
+		if !s.part() {
+			return false
+		}
+		if more, ok := s.next(']'); !more {
+			return ok
+		}
+	}
 }
 
 func (s *chunkScanner) part() bool {
+	empty, ok := s.enter('{')
+	if !ok {
+		return false
+	}
 	var text []byte
 	thought, ph, escaped := false, false, false
 	var seen uint32
-	ok := s.object(func(name []byte) bool {
-		switch field(name, partNames, &seen) {
-		case -2:
+	for !empty {
+		name, ok := s.member()
+		if !ok {
 			return false
-		case -1:
-			return s.skip()
-		case 0:
-			if s.i == s.ph {
-				_, ok := s.str()
-				ph = true
-				return ok
-			}
-			v, esc, ok := s.rawOrText(s.rawText)
-			text, escaped = v, esc
-			return ok && v != nil
-		default:
-			switch {
-			case bytes.HasPrefix(s.b[s.i:], []byte("true")):
-				thought = true
-				s.i += 4
-			case bytes.HasPrefix(s.b[s.i:], []byte("false")):
-				s.i += 5
-			default:
+		}
+		switch string(name) {
+		case "text":
+			if !once(&seen, 0) {
 				return false
 			}
-			return true
+			if s.i == s.ph {
+				_, ok = s.str()
+				ph = true
+			} else {
+				var v []byte
+				v, escaped, ok = s.rawOrText(s.rawText)
+				text = v
+				ok = ok && v != nil
+			}
+		case "thought":
+			if !once(&seen, 1) {
+				return false
+			}
+			switch b := s.b[s.i:]; {
+			case len(b) >= 4 && string(b[:4]) == "true":
+				thought = true
+				s.i += 4
+			case len(b) >= 5 && string(b[:5]) == "false":
+				s.i += 5
+			default:
+				ok = false
+			}
+		default:
+			ok = !folds(name, partNames) && s.skip()
 		}
-	})
+		if !ok {
+			return false
+		}
+		var more bool
+		if more, ok = s.next('}'); !ok {
+			return false
+		}
+		empty = !more
+	}
 	switch {
-	case !ok || thought:
+	case thought:
 	case ph:
 		if s.phText {
 			s.texts = append(s.texts, nil)
@@ -366,36 +579,51 @@ func (s *chunkScanner) part() bool {
 		}
 		s.texts = append(s.texts, text)
 	}
-	return ok
+	return true
 }
 
 func (s *chunkScanner) usageObject() bool {
-	var seen uint32
-	return s.object(func(name []byte) bool {
-		k := field(name, usageNames, &seen)
-		switch k {
-		case -2:
-			return false
-		case -1:
-			return s.skip()
-		}
-		n, ok := s.int(64)
-		switch k {
-		case 0:
-			s.usage.PromptTokens = n
-		case 1:
-			s.usage.CachedTokens = n
-		case 2:
-			s.usage.CandidatesTokens = n
-		case 3:
-			s.usage.ThoughtsTokens = n
-		case 4:
-			s.usage.ToolUsePromptTokens = n
-		default:
-			s.usage.TotalTokens = n
-		}
+	empty, ok := s.enter('{')
+	if !ok || empty {
 		return ok
-	})
+	}
+	var seen uint32
+	for {
+		name, ok := s.member()
+		if !ok {
+			return false
+		}
+		var p *int64
+		k := 0
+		switch string(name) {
+		case "promptTokenCount":
+			p, k = &s.usage.PromptTokens, 0
+		case "cachedContentTokenCount":
+			p, k = &s.usage.CachedTokens, 1
+		case "candidatesTokenCount":
+			p, k = &s.usage.CandidatesTokens, 2
+		case "thoughtsTokenCount":
+			p, k = &s.usage.ThoughtsTokens, 3
+		case "toolUsePromptTokenCount":
+			p, k = &s.usage.ToolUsePromptTokens, 4
+		case "totalTokenCount":
+			p, k = &s.usage.TotalTokens, 5
+		}
+		if p != nil {
+			var n int64
+			n, ok = s.int(64)
+			*p = n
+			ok = once(&seen, k) && ok
+		} else {
+			ok = !folds(name, usageNames) && s.skip()
+		}
+		if !ok {
+			return false
+		}
+		if more, ok := s.next('}'); !more {
+			return ok
+		}
+	}
 }
 
 // int reads a number that encoding/json would store in an integer of the
@@ -455,12 +683,12 @@ func (s *chunkScanner) rawOrText(raw bool) (v []byte, escaped, ok bool) {
 		return nil, false, false
 	}
 	start := s.i
-	esc, ok := s.str()
+	esc, ascii, ok := s.strASCII()
 	if !ok {
 		return nil, false, false
 	}
 	in := s.b[start+1 : s.i-1]
-	if !esc && utf8.Valid(in) {
+	if !esc && (ascii || utf8.Valid(in)) {
 		return in, false, true
 	}
 	if raw {
@@ -517,35 +745,44 @@ func putScratch(b []byte) {
 // str skips the string that starts at s.i, validating it; esc reports
 // whether it holds escapes.
 func (s *chunkScanner) str() (esc, ok bool) {
+	esc, _, ok = s.strASCII()
+	return esc, ok
+}
+
+// strASCII is str that also reports whether the string's bytes are all
+// ASCII, so that rawOrText need not test them for valid UTF-8 again.
+func (s *chunkScanner) strASCII() (esc, ascii, ok bool) {
 	i := s.i + 1
+	var or uint64
 	for {
-		j := plainRun(s.b, i)
+		j, o := plainRunOr(s.b, i)
+		or |= o
 		if j == len(s.b) || s.b[j] < ' ' {
-			return false, false
+			return false, false, false
 		}
 		if s.b[j] == '"' {
 			s.i = j + 1
-			return esc, true
+			return esc, or&msb == 0, true
 		}
 		esc = true
 		if j+1 >= len(s.b) {
-			return false, false
+			return false, false, false
 		}
 		switch s.b[j+1] {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			i = j + 2
 		case 'u':
 			if j+6 > len(s.b) {
-				return false, false
+				return false, false, false
 			}
 			for _, c := range s.b[j+2 : j+6] {
 				if !isHex(c) {
-					return false, false
+					return false, false, false
 				}
 			}
 			i = j + 6
 		default:
-			return false, false
+			return false, false, false
 		}
 	}
 }
@@ -568,17 +805,30 @@ func hasByte(x uint64, c byte) bool { return hasLess(x^(lsb*uint64(c)), 1) }
 // in b from i, or len(b); eight bytes at a time over the plain text, the
 // stop itself found in its word by stopMask, not byte by byte.
 func plainRun(b []byte, i int) int {
+	j, _ := plainRunOr(b, i)
+	return j
+}
+
+// plainRunOr is plainRun that also returns the bytes before the stop
+// ORed together (in their words' places): its 0x80 bits tell whether any
+// is not ASCII.
+func plainRunOr(b []byte, i int) (int, uint64) {
+	var or uint64
 	for ; i+8 <= len(b); i += 8 {
-		if m := stopMask(binary.LittleEndian.Uint64(b[i:])); m != 0 {
-			return i + bits.TrailingZeros64(m)>>3
+		x := binary.LittleEndian.Uint64(b[i:])
+		if m := stopMask(x); m != 0 {
+			k := bits.TrailingZeros64(m) // 8 × the stop's byte + 7
+			return i + k>>3, or | x&(1<<(k&^7)-1)
 		}
+		or |= x
 	}
 	for ; i < len(b); i++ {
 		if strStop[b[i]] {
-			return i
+			return i, or
 		}
+		or |= uint64(b[i])
 	}
-	return i
+	return i, or
 }
 
 // nameRun is plainRun for a member name: it also stops at a byte >= 0x80
@@ -598,20 +848,16 @@ func nameRun(b []byte, i int) int {
 	return i
 }
 
-// stopMask has 0x80 in each byte of x that is a quote, a backslash or a
-// control byte (strStop), and only there: unlike hasLess's subtraction,
-// whose borrow may mark a byte above the first, each byte is tested on
-// its own (nonZero), so the lowest mark is the first stop.
+// stopMask has 0x80 in the byte of x that is the first quote, backslash
+// or control byte (strStop), and perhaps in bytes above it, but in none
+// below: each subtraction's borrow can only mark a byte above one it
+// marks rightly (Hacker's Delight 6-1, "find the first zero byte"), so the
+// lowest mark is the first stop, which is all plainRun and nameRun use.
+// (Testing each byte on its own, as the old stopMask did, took twice
+// the operations: tapjson_oracle_test.go.)
 func stopMask(x uint64) uint64 {
-	return ^(nonZero(x^lsb*'"') & nonZero(x^lsb*'\\') & nonZero(x&(lsb*0xe0))) & msb
-}
-
-// nonZero has 0x80 in each byte of x that is not zero (and other bits
-// below it): the low seven bits' sum carries into the top bit without
-// crossing into the next byte (Hacker's Delight 6-1).
-func nonZero(x uint64) uint64 {
-	const lo7 = 0x7f7f7f7f7f7f7f7f
-	return (x&lo7 + lo7) | x
+	q, e := x^(lsb*'"'), x^(lsb*'\\')
+	return ((q-lsb)&^q | (e-lsb)&^e | (x-lsb*' ')&^x) & msb
 }
 
 // asciiRun returns the index of the first backslash or non-ASCII byte in
@@ -705,31 +951,96 @@ func (s *chunkScanner) number() (integer, ok bool) {
 	return integer, true
 }
 
-// skip validates and skips any value.
+// skip validates and skips any value, as object and array with skip for
+// every member and element would: a loop, with the kinds of the
+// containers it is inside as bits of a word (maxScanDepth bounds them),
+// instead of a closure per container.
 func (s *chunkScanner) skip() bool {
-	if s.i >= len(s.b) {
-		return false
-	}
-	switch c := s.b[s.i]; c {
-	case '{':
-		return s.object(func([]byte) bool { return s.skip() })
-	case '[':
-		return s.array(s.skip)
-	case '"':
-		_, ok := s.str()
-		return ok
-	case 't', 'f', 'n':
-		for _, lit := range [...]string{"true", "false", "null"} {
-			if bytes.HasPrefix(s.b[s.i:], []byte(lit)) {
-				s.i += len(lit)
-				return true
+	var objs uint64 // bit 0: the innermost open container is an object; bit 1 the one around it…
+	d := 0
+	for {
+		// A value at s.i.
+		if s.i >= len(s.b) {
+			return false
+		}
+		switch c := s.b[s.i]; c {
+		case '{', '[':
+			empty, ok := s.enter(c)
+			if !ok {
+				return false
+			}
+			if !empty {
+				d++
+				objs <<= 1
+				if c == '{' {
+					objs |= 1
+					if _, ok := s.member(); !ok {
+						return false
+					}
+				} else {
+					s.ws()
+				}
+				continue
+			}
+		case '"':
+			if _, ok := s.str(); !ok {
+				return false
+			}
+		case 't':
+			if !s.lit("true") {
+				return false
+			}
+		case 'f':
+			if !s.lit("false") {
+				return false
+			}
+		case 'n':
+			if !s.lit("null") {
+				return false
+			}
+		default:
+			if _, ok := s.number(); !ok {
+				return false
 			}
 		}
-		return false
-	default:
-		_, ok := s.number()
-		return ok
+		// After a value: close the containers it ends, or go on to the
+		// next member or element.
+		for {
+			if d == 0 {
+				return true
+			}
+			obj := objs&1 != 0
+			close := byte(']')
+			if obj {
+				close = '}'
+			}
+			more, ok := s.next(close)
+			if !ok {
+				return false
+			}
+			if more {
+				if obj {
+					if _, ok := s.member(); !ok {
+						return false
+					}
+				} else {
+					s.ws()
+				}
+				break
+			}
+			d--
+			objs >>= 1
+		}
 	}
+}
+
+// lit reads the literal l (true, false, null).
+func (s *chunkScanner) lit(l string) bool {
+	if len(s.b)-s.i >= len(l) && string(s.b[s.i:s.i+len(l)]) == l {
+		s.i += len(l)
+		return true
+	}
+	return false
 }
 
 // appendUnquoted appends the inside of a valid JSON string literal to b,

@@ -6,8 +6,10 @@ import (
 )
 
 // TestWordRuns compares plainRun and nameRun, which find their stop in a
-// word by stopMask, with a byte by byte scan of strStop and nameStop: every
-// byte value at every offset of a word and of the tail, after and before
+// word by stopMask, with a byte by byte scan of strStop and nameStop, and
+// plainRunOr's and plainRunASCII's report of non-ASCII bytes before the
+// stop with theirs: every byte value at every offset of two words and of
+// the tail, after and before
 // other stops, and random buffers.
 func TestWordRuns(t *testing.T) {
 	slow := func(table *[256]bool, b []byte, i int) int {
@@ -26,9 +28,20 @@ func TestWordRuns(t *testing.T) {
 		if got, want := nameRun(b, i), slow(&nameStop, b, i); got != want {
 			t.Fatalf("nameRun(%q, %d) = %d, want %d", b, i, got, want)
 		}
+		j, or := plainRunOr(b, i)
+		ascii := true
+		for _, c := range b[i:j] {
+			ascii = ascii && c < 0x80
+		}
+		if j != plainRun(b, i) || (or&msb == 0) != ascii {
+			t.Fatalf("plainRunOr(%q, %d) = %d, %#x; want %d and ASCII %v", b, i, j, or, plainRun(b, i), ascii)
+		}
+		if k, a := plainRunASCII(b, i); k != j || a != ascii {
+			t.Fatalf("plainRunASCII(%q, %d) = %d, %v; want %d, %v", b, i, k, a, j, ascii)
+		}
 	}
 	for c := range 256 {
-		for n := 1; n <= 20; n++ {
+		for n := 1; n <= 36; n++ {
 			for at := range n {
 				b := make([]byte, n)
 				for k := range b {
@@ -52,7 +65,7 @@ func TestWordRuns(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	alphabet := []byte("ab \"\\\x00\x1f\x20\x7f\x80\xc3\xa9\xff\xe0")
 	for range 20000 {
-		b := make([]byte, rng.IntN(40))
+		b := make([]byte, rng.IntN(72))
 		for k := range b {
 			if rng.IntN(6) == 0 {
 				b[k] = alphabet[rng.IntN(len(alphabet))]
