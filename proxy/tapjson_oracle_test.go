@@ -47,7 +47,7 @@ func (s *chunkScanner) topOracle() bool {
 		case -1:
 			return s.skipOracle()
 		case 0:
-			return s.arrayOracle(s.candidateOracle)
+			return s.array(s.candidateOracle)
 		case 1:
 			s.hasUsage = true
 			return s.usageObjectOracle()
@@ -82,7 +82,7 @@ func (s *chunkScanner) candidateOracle() bool {
 				case -1:
 					return s.skipOracle()
 				default:
-					return s.arrayOracle(s.partOracle)
+					return s.array(s.partOracle)
 				}
 			})
 		}
@@ -223,37 +223,6 @@ func (s *chunkScanner) objectOracle(member func(name []byte) bool) bool {
 	}
 }
 
-func (s *chunkScanner) arrayOracle(elem func() bool) bool {
-	if s.peek() != '[' {
-		return false
-	}
-	s.i++
-	if s.depth++; s.depth > maxScanDepth {
-		return false
-	}
-	if s.peek() == ']' {
-		s.i++
-		s.depth--
-		return true
-	}
-	for {
-		s.ws()
-		if !elem() {
-			return false
-		}
-		switch s.peek() {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			s.depth--
-			return true
-		default:
-			return false
-		}
-	}
-}
-
 func (s *chunkScanner) skipOracle() bool {
 	if s.i >= len(s.b) {
 		return false
@@ -262,7 +231,7 @@ func (s *chunkScanner) skipOracle() bool {
 	case '{':
 		return s.objectOracle(func([]byte) bool { return s.skipOracle() })
 	case '[':
-		return s.arrayOracle(s.skipOracle)
+		return s.array(s.skipOracle)
 	case '"':
 		_, ok := s.strOracle()
 		return ok
