@@ -450,8 +450,10 @@ func (s *scanner) shortText() (sp span, esc bool, size int, ok bool, err error) 
 	s.pos = open
 	if !esc && (s.st == nil || !s.st.noPlainHint) {
 		// Every byte before limit is ordinary: a '"' would have closed
-		// the string, a control byte failed it, a '\\' set esc.
-		s.plainTo = limit
+		// the string, a control byte failed it, a '\\' set esc. The
+		// run goes on to the first byte that is not (or to one of the
+		// body's last seven), which textStr copies rather than decodes.
+		s.plainTo = skipPlain(b, limit)
 	}
 	return span{}, false, 0, false, nil
 }
