@@ -725,6 +725,16 @@ done:
 // short texts and inlineData strings (megabytes of base64).
 func skipPlain(b []byte, i int) int {
 	bp := unsafe.Pointer(unsafe.SliceData(b))
+	// Two words a step while neither holds one (a text's run is mostly
+	// longer than 16 bytes): one test and one bound check for both.
+	for i+16 <= len(b) {
+		w0 := binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(bp, i))[:])
+		w1 := binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(bp, i+8))[:])
+		if special(w0)|special(w1) != 0 {
+			break
+		}
+		i += 16
+	}
 	for i+8 <= len(b) {
 		if m := special(binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(bp, i))[:])); m != 0 {
 			return i + bits.TrailingZeros64(m)>>3

@@ -1,8 +1,10 @@
 package rewrite
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 	"testing"
@@ -110,5 +112,49 @@ func FuzzPlainHint(f *testing.F) {
 		texts := []string{head + mid + tail, head, head + mid, mid + tail, head + mid + tail + head}
 		checkPlainHint(t, plainHintBody(texts...), small)
 		checkPlainHint(t, plainHintBody(texts[1:]...), small)
+	})
+}
+
+// skipPlainRef is skipPlain before it read two words a step: its oracle.
+func skipPlainRef(b []byte, i int) int {
+	for i+8 <= len(b) {
+		if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+		i += 8
+	}
+	return i
+}
+
+func TestSkipPlainOracle(t *testing.T) {
+	prose := []byte(strings.Repeat("Explain the difference between a slice and an array in Go. ", 3))
+	for _, sp := range []byte{'"', '\\', 0, 0x1f, '\n'} {
+		for at := range 40 {
+			b := slices.Clone(prose[:64])
+			b[at] = sp
+			for n := range len(b) + 1 {
+				for i := range min(n, 20) + 1 {
+					if got, want := skipPlain(b[:n], i), skipPlainRef(b[:n], i); got != want {
+						t.Fatalf("byte %#x at %d, %d bytes, from %d: %d, want %d", sp, at, n, i, got, want)
+					}
+				}
+			}
+		}
+	}
+	if got, want := skipPlain(prose, 0), skipPlainRef(prose, 0); got != want {
+		t.Fatalf("plain: %d, want %d", got, want)
+	}
+}
+
+func FuzzSkipPlain(f *testing.F) {
+	f.Add([]byte(`plain text then a "quote`), 0)
+	f.Add([]byte(strings.Repeat("abcdefgh", 9)+`\n`), 3)
+	f.Fuzz(func(t *testing.T, b []byte, i int) {
+		if i < 0 || i > len(b) {
+			i = 0
+		}
+		if got, want := skipPlain(b, i), skipPlainRef(b, i); got != want {
+			t.Fatalf("%q from %d: %d, want %d", b, i, got, want)
+		}
 	})
 }
