@@ -162,6 +162,9 @@ type state struct {
 	// steps counts the segmentation's work in the last request, as
 	// scanned does the identity tests' (segmenter.steps).
 	steps int
+	// noPlainHint turns off textStr's copy of the ordinary bytes that
+	// shortText found (scanner.plainTo): tests compare with it.
+	noPlainHint bool
 }
 
 // flags returns n false flags.

@@ -115,6 +115,11 @@ type scanner struct {
 	at *anchors
 	// lim bounds the parts and line ends the scan may record.
 	lim limits
+	// plainTo, when past the opening quote at pos, ends the run of
+	// ordinary bytes (no '"', '\\' or control byte) that shortText found
+	// at the start of the string at pos before giving up on it: textStr
+	// copies them instead of decoding them again.
+	plainTo int
 }
 
 // limits is Options.MaxParts and Options.MaxLines (0: no limit).
@@ -443,6 +448,13 @@ func (s *scanner) shortText() (sp span, esc bool, size int, ok bool, err error) 
 		}
 	}
 	s.pos = open
+	if !esc && (s.st == nil || !s.st.noPlainHint) {
+		// Every byte before limit is ordinary: a '"' would have closed
+		// the string, a control byte failed it, a '\\' set esc. The
+		// run goes on to the first byte that is not (or to one of the
+		// body's last seven), which textStr copies rather than decodes.
+		s.plainTo = skipPlain(b, limit)
+	}
 	return span{}, false, 0, false, nil
 }
 
@@ -488,6 +500,14 @@ func (s *scanner) textStr() (span, bool, decoded, error) {
 			next = n - d.off + markEvery
 		}
 	}
+	if i == start && s.plainTo > start {
+		// shortText read these bytes and found them ordinary: what the
+		// loop below would do with them is copy them (no line end, no
+		// mark, no anchor: those follow escapes).
+		n += copy(out[n:], b[start:s.plainTo])
+		i = s.plainTo
+	}
+	s.plainTo = 0
 	t := textRun{b: b, out: out, nls: nls, i: i, n: n, off: d.off, mark: d.off + next, maxNL: maxNL, anchored: s.at != nil}
 	for {
 		// The run of ordinary bytes and one-byte escapes, which is almost
@@ -705,6 +725,16 @@ done:
 // short texts and inlineData strings (megabytes of base64).
 func skipPlain(b []byte, i int) int {
 	bp := unsafe.Pointer(unsafe.SliceData(b))
+	// Two words a step while neither holds one (a text's run is mostly
+	// longer than 16 bytes): one test and one bound check for both.
+	for i+16 <= len(b) {
+		w0 := binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(bp, i))[:])
+		w1 := binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(bp, i+8))[:])
+		if special(w0)|special(w1) != 0 {
+			break
+		}
+		i += 16
+	}
 	for i+8 <= len(b) {
 		if m := special(binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(bp, i))[:])); m != 0 {
 			return i + bits.TrailingZeros64(m)>>3
