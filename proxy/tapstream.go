@@ -206,7 +206,7 @@ func (t *tap) streamable() bool {
 
 // rewindText takes back the streamed text; commitText keeps it.
 func (t *tap) rewindText() {
-	t.text.b = t.text.b[:min(len(t.text.b), t.tm.keep)] // what follows is overwritten
+	t.text.truncate(min(len(t.text.b), t.tm.keep)) // what follows is overwritten
 	t.text.n, t.textTruncated = t.tm.n, t.tm.truncated
 	if m, ok := t.text.w.(servedMarker); ok {
 		m.Rewind()
