@@ -21,8 +21,11 @@ import (
 type ServedRecorder struct {
 	s      *Store
 	tenant string
-	// buf is the normalised text, in a buffer from recorderBuffers.
+	// buf is the normalised text, in a buffer from recorderBuffers; bp is
+	// the pointer the pool gave it in, reused to return buf (whatever it
+	// has grown to) so that putBuf allocates no slice header.
 	buf   []byte
+	bp    *[]byte
 	space bool // white space since the last byte of text written
 	// carry holds the start of a rune cut between two writes.
 	carry  [utf8.UTFMax]byte
@@ -43,6 +46,7 @@ type ServedRecorder struct {
 	marked bool
 	spec   hashMark
 	head   [2 + maxTrail]byte // the record's header, while it is made
+	sum    digest             // the record's digest, while it is made (in the recorder: Sum's slice does not escape a new one)
 }
 
 // recorderMark is what Rewind restores.
@@ -81,7 +85,8 @@ const maxRecorderBuffer = 1 << 20
 
 // ServedRecorder returns a recorder of one response served to tenant.
 func (s *Store) ServedRecorder(tenant string) *ServedRecorder {
-	return &ServedRecorder{s: s, tenant: tenant, buf: (*recorderBuffers.Get().(*[]byte))[:0], h: sha256.New()}
+	bp := recorderBuffers.Get().(*[]byte)
+	return &ServedRecorder{s: s, tenant: tenant, buf: (*bp)[:0], bp: bp, h: sha256.New()}
 }
 
 // Grow makes room for n more bytes of text.
@@ -101,10 +106,14 @@ func (r *ServedRecorder) Grow(n int) {
 // putBuf returns the recorder's buffer to recorderBuffers.
 func (r *ServedRecorder) putBuf() {
 	if cap(r.buf) <= maxRecorderBuffer {
-		b := r.buf[:0]
-		recorderBuffers.Put(&b)
+		bp := r.bp
+		if bp == nil {
+			bp = new([]byte)
+		}
+		*bp = r.buf[:0]
+		recorderBuffers.Put(bp)
 	}
-	r.buf = nil
+	r.buf, r.bp = nil, nil
 }
 
 // Write adds p to the response's text. It never fails.
@@ -389,7 +398,7 @@ func (r *ServedRecorder) record(truncated bool) (id digest, rec []byte, prefixes
 		r.hashOn()
 	}
 	r.h.Write(n[r.done:])
-	r.h.Sum(id[:0])
+	id = digest(r.h.Sum(r.sum[:0]))
 
 	flag := byte(0)
 	switch {

@@ -48,6 +48,12 @@ const (
 // streamed JSON array, and gzip-compressed variants of each (decoded from a
 // bounded copy when the body ends). Not safe for concurrent use.
 type tap struct {
+	// objBox and outBox are the pointers objBuffers and streamBufs gave
+	// t.obj and t.st.out in (nil when none is held): putObj and putStream
+	// return the buffers in them, so returning one allocates no slice
+	// header.
+	objBox, outBox *[]byte
+
 	mode    byte // 0 undecided, 'o' JSON objects, 's' SSE, 'x' gave up
 	gzipped bool
 	gz      []byte
@@ -561,7 +567,7 @@ func (t *tap) appendObj(p []byte) {
 		return
 	}
 	if t.obj == nil {
-		t.obj = (*objBuffers.Get().(*[]byte))[:0]
+		t.obj = getPooled(&objBuffers, &t.objBox)
 	}
 	if (!t.needText && !t.ix || t.objTrimmed) && len(t.obj)+len(p) > 2*tailBytes {
 		// Only usageMetadata and modelVersion are wanted, and Gemini writes
@@ -613,10 +619,30 @@ const maxPooledObj = 1 << 20
 // large to keep.
 func (t *tap) putObj() {
 	if t.obj != nil && cap(t.obj) <= maxPooledObj {
-		b := t.obj[:0]
-		objBuffers.Put(&b)
+		putPooled(&objBuffers, &t.objBox, t.obj)
 	}
 	t.obj = nil
+}
+
+// getPooled takes a buffer from pool, of *[]byte, and keeps the pointer
+// it came in in *box.
+func getPooled(pool *sync.Pool, box **[]byte) []byte {
+	bp := pool.Get().(*[]byte)
+	*box = bp
+	return (*bp)[:0]
+}
+
+// putPooled returns b to pool in the pointer *box (a new one when there is
+// none) and clears *box. The pointer is the caller's own since the Get: it
+// holds whichever buffer b now is.
+func putPooled(pool *sync.Pool, box **[]byte, b []byte) {
+	bp := *box
+	if bp == nil {
+		bp = new([]byte)
+	}
+	*bp = b[:0]
+	pool.Put(bp)
+	*box = nil
 }
 
 // lastBytes returns the last n bytes of a followed by b in a buffer from

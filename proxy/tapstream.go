@@ -177,7 +177,7 @@ func (t *tap) startStream(b []byte) bool {
 	t.obj = append(t.obj, phRaw...)
 	out := t.st.out
 	if out == nil {
-		out = (*streamBufs.Get().(*[]byte))[:0]
+		out = getPooled(&streamBufs, &t.outBox)
 	}
 	t.st = strStream{on: true, hi: -1, out: out[:0]}
 	if !t.text.keep {
@@ -231,8 +231,7 @@ func (t *tap) endStream() {
 // putStream returns the stream's buffer.
 func (t *tap) putStream() {
 	if t.st.out != nil {
-		b := t.st.out[:0]
-		streamBufs.Put(&b)
+		putPooled(&streamBufs, &t.outBox, t.st.out)
 		t.st.out = nil
 	}
 }
