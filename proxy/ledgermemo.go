@@ -448,6 +448,14 @@ func (b *layoutBuilder) replay(h *memoHash, body []byte, pos int) bool {
 		e.off += pos
 		e.end += pos
 	}
+	b.replayed(h, body)
+	return true
+}
+
+// replayed ends a replay of h, the content lying in body: the layout's
+// body, media and key, and the builder's chain after the content.
+func (b *layoutBuilder) replayed(h *memoHash, body []byte) {
+	p := b.p
 	if len(h.esc) > 0 {
 		p.body = body
 	}
@@ -460,7 +468,6 @@ func (b *layoutBuilder) replay(h *memoHash, body []byte, pos int) bool {
 	b.written = h.writtenAfter
 	b.afterText = h.afterText
 	b.exit, b.exitOK = h.exit, true
-	return true
 }
 
 // record returns the memoHash of the content just built, whose entry

@@ -78,18 +78,7 @@ func (b *layoutBuilder) replayRef(h *memoHash, checks []refMemoCheck, body []byt
 		e.end += pos
 		p.esc = append(p.esc, e)
 	}
-	if len(h.esc) > 0 {
-		p.body = body
-	}
-	if h.media {
-		p.media = true
-	}
-	if h.keyed {
-		p.key, b.keyed = h.key, true
-	}
-	b.written = h.writtenAfter
-	b.afterText = h.afterText
-	b.exit, b.exitOK = h.exit, true
+	b.replayed(h, body)
 	return true
 }
 
@@ -212,13 +201,7 @@ func TestReplayReference(t *testing.T) {
 // FuzzReplayReference checks replay against replayRef on the hashes of
 // any two bodies, laid out through one memo.
 func FuzzReplayReference(f *testing.F) {
-	g := &convGen{rng: rand.New(rand.NewPCG(6, 17)), model: "m"}
-	g.contents = []string{g.content(0)}
-	for range 20 {
-		a := g.body()
-		g.next()
-		f.Add(a, g.body())
-	}
+	addConvSeeds(f, 6)
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		memo := newLayoutMemo(ledgerMemoBytes)
 		l := &ledger{memo: memo}
