@@ -97,7 +97,10 @@ func layoutScan(body []byte, model string, memo *layoutMemo, tenant string) (*la
 				c, ok := s.ledgerContent(&parts)
 				c.pos, c.end = pos, s.i
 				contents = append(contents, c)
-				if !lost {
+				// A content that failed to scan may leave s.i past the
+				// body's end (a truncated body): the scan fails then and
+				// the scope is not needed.
+				if ok && !lost {
 					if c.end-c.pos >= memoWindow {
 						lost = true
 					} else {
