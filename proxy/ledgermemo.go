@@ -328,7 +328,9 @@ func (mm *layoutMemo) remember(root uint64, body []byte, contents []scannedConte
 			}
 			n.parts = append(n.parts, mp)
 		}
-		n.size = len(n.raw) + 64*len(n.parts) + 64*len(e.hash.sums) + 48*len(e.hash.esc) + len(e.hash.state) + 256
+		// A checkpoint is 48 bytes in the columns (sum, bytes, fixed, a
+		// lead's slice header) and its text 24 more: counted as 64 and 24.
+		n.size = len(n.raw) + 64*len(n.parts) + 64*len(e.hash.sums) + 24*len(e.hash.texts) + 48*len(e.hash.esc) + len(e.hash.state) + 256
 		fresh = append(fresh, pending{i, n})
 	}
 	mm.mu.Lock()
