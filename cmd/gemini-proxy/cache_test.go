@@ -49,6 +49,8 @@ func startReplica(t *testing.T, c config.Config) replica {
 	case a := <-addrs:
 		return replica{url: "http://" + a[0], admin: "http://" + a[1]}
 	case err := <-done:
+		// Cleanup waits for serve's result: hand it back.
+		done <- err
 		t.Fatalf("serve did not start: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not start")
@@ -299,5 +301,55 @@ func TestCacheRedisReplicas(t *testing.T) {
 		if got := m[`gemini_proxy_cache_redis_mode{mode="single"}`]; got != 1 {
 			t.Errorf("replica %s: redis_mode{mode=single} = %v, want 1", r.admin, got)
 		}
+	}
+}
+
+// TestServedRecordedOnlyWhereRead: serve records a served answer only
+// where a record can be read (servedRecordsRead): with rewriting and
+// verified un-flattening on, or with a shared Redis index; with rewriting
+// off or un-flattening off on a local cache, nothing would ever read it,
+// and the answers pass unrecorded (and unchanged).
+func TestServedRecordedOnlyWhereRead(t *testing.T) {
+	clearEnv(t)
+	tests := []struct {
+		name   string
+		config func(*config.Config)
+		want   bool
+	}{
+		{"defaults", func(*config.Config) {}, true},
+		{"rewrite off, local", func(c *config.Config) { c.Rewrite.Enabled = false }, false},
+		{"unflatten off, local", func(c *config.Config) { c.Rewrite.Unflatten = "off" }, false},
+		{"rewrite off, redis", func(c *config.Config) {
+			rs := cachetest.StartRedis(t)
+			c.Rewrite.Enabled = false
+			c.Cache.Backend, c.Cache.RedisURL = "redis", rs.URL()
+			c.Cache.RedisTimeout, c.Cache.RedisBudget = 5*time.Second, 20*time.Second
+			c.Cache.TenantSecret = "shared-tenant-secret-for-replicas"
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, emuURL := startEmulator(t)
+			c := config.Default()
+			c.Upstream.URL = emuURL
+			tt.config(&c)
+			p := startReplica(t, c)
+			n := newNaiveClient(t, p.url, "key-dora")
+			n.turn("What does a lighthouse keeper do all day?", false)
+			n.turn("And at night?", true)
+			for i := 1; i < len(n.history); i += 2 {
+				if n.history[i] == "" {
+					t.Fatalf("answer %d is empty", i/2+1)
+				}
+			}
+			const series = "gemini_proxy_cache_served_responses_total"
+			if tt.want {
+				waitMetric(t, p.admin, series, 2)
+				return
+			}
+			if got := scrape(t, p.admin)[series]; got != 0 {
+				t.Errorf("%s = %v with nothing to read the records, want 0", series, got)
+			}
+		})
 	}
 }

@@ -65,6 +65,18 @@ func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, star
 	return serveWithPage(ctx, c, logger, nil, started, wrap...)
 }
 
+// servedRecordsRead reports whether a served answer's record can ever be
+// read: by this process's un-flattening, which verifies model turns
+// against them (rewrite.enabled with rewrite.unflatten "verified"), or by
+// other replicas through a shared Redis index, whose configuration may
+// differ from this one's during a rolling change. Otherwise nothing reads
+// the records, and recording them would cost a pass and a SHA-256 over
+// every answer (issue 17: with rewriting off the proxy costs what
+// forwarding costs).
+func servedRecordsRead(c config.Config) bool {
+	return c.Cache.Backend == "redis" || c.Rewrite.Enabled && rewrite.UnflattenMode(c.Rewrite.Unflatten) == rewrite.UnflattenVerified
+}
+
 // serveWithPage is serveConfig with conv, when not nil, receiving the
 // savings page once it exists (demo --serve draws its conversation there).
 func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, conv func(*savingspage.Page), started func(proxyAddr, adminAddr string), wrap ...func(http.Handler) http.Handler) error {
@@ -118,8 +130,11 @@ func serveWithPage(ctx context.Context, c config.Config, logger *slog.Logger, co
 	// turn at once finds it verified (issue 13, defect 4).
 	// The answer's text is normalised and hashed as the tap reads it
 	// (cache.ServedRecorder), event by event, and no copy of it is kept:
-	// OnExchange below reads no Exchange.Text.
-	opts.ServedText = func(tenant string) proxy.ServedWriter { return store.ServedRecorder(tenant) }
+	// OnExchange below reads no Exchange.Text. It is recorded only where a
+	// record can be read (servedRecordsRead).
+	if servedRecordsRead(c) {
+		opts.ServedText = func(tenant string) proxy.ServedWriter { return store.ServedRecorder(tenant) }
+	}
 	opts.ExchangeWithoutText = true
 	opts.OnExchange = func(ex proxy.Exchange) {
 		if hook != nil {
