@@ -59,9 +59,10 @@ type chunkScanner struct {
 // pathMemo is the prefix of the last event that pathPrefix took
 // (chunkScanner.scanMemo): its first n bytes, the text's quote included.
 type pathMemo struct {
-	n    int
-	b    [64]byte
-	tail *tailMemo // allocated at the second event of a stream
+	n     int
+	b     [64]byte
+	armed bool      // an object was scanned before
+	tail  *tailMemo // allocated at the third event of a stream
 }
 
 // tailMemo is the template of an event's tail that replay matches the
@@ -108,7 +109,7 @@ func (m *tailMemo) build(s *chunkScanner) {
 		if j < m.nh {
 			end = m.holeAt[j][0]
 		}
-		if n+end-at > len(m.buf) {
+		if end < at || n+end-at > len(m.buf) {
 			return
 		}
 		n += copy(m.buf[n:], s.b[at:end])
@@ -245,15 +246,17 @@ func (s *chunkScanner) scanPH(b []byte, needText bool, ph int, phText bool) bool
 // candidate 0's first text (pathPrefix): it resumes at the text's
 // opening quote in the state that prefix leaves, which is always the
 // same. The memo holds the previous such prefix, so that an event that
-// begins with the same bytes is recognised by one comparison.
+// begins with the same bytes is recognised by one comparison; and the
+// template of the last such event's tail (tailMemo), which replay reads
+// the next one against.
 func (s *chunkScanner) scanMemo(b []byte, needText bool, ph int, phText bool, m *pathMemo) bool {
 	*s = chunkScanner{b: b, needText: needText, texts: s.texts[:0], scratch: s.scratch[:0], ph: ph, phText: phText, rawText: s.rawText}
 	if needText && m != nil {
 		if n := m.n; n > 0 && len(b) >= n && string(b[:n]) == string(m.b[:n]) {
 			s.i, s.depth, s.resume = n-1, pathDepth, true
 			if ph < 0 {
-				// The second event of a stream on: its tail may be the
-				// last one's but for the text and the usage counts.
+				// From the third event of a stream on: its tail may be
+				// the last one's but for the text and the usage counts.
 				if m.tail != nil && m.tail.ok && s.replay(m.tail) {
 					return true
 				}
@@ -263,6 +266,10 @@ func (s *chunkScanner) scanMemo(b []byte, needText bool, ph int, phText bool, m 
 				s.tm = m.tail
 				s.tm.textEnd, s.tm.nh, s.tm.ok = 0, 0, false
 			}
+		} else if !m.armed {
+			// A response of one object (most unary answers) would pay
+			// pathPrefix for nothing: a stream takes it from its second.
+			m.armed = true
 		} else if n := pathPrefix(b); n > 0 {
 			m.n = 0
 			if n <= len(m.b) {
