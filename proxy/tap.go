@@ -137,6 +137,11 @@ func (t *tap) release() {
 	t.putStream()
 	t.line, t.data, t.gz = nil, nil, nil
 	t.putObj()
+	if t.memo.tail != nil {
+		t.memo.tail.ok = false
+		tailMemos.Put(t.memo.tail)
+		t.memo.tail = nil
+	}
 	t.budget.give(t.held)
 	t.held = 0
 }

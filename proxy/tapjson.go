@@ -62,7 +62,7 @@ type pathMemo struct {
 	n     int
 	b     [64]byte
 	armed bool      // an object was scanned before
-	tail  *tailMemo // allocated at the third event of a stream
+	tail  *tailMemo // from tailMemos at the third event of a stream
 }
 
 // tailMemo is the template of an event's tail that replay matches the
@@ -95,6 +95,10 @@ type tailMemo struct {
 	mv       [64]byte
 	buf      [768]byte
 }
+
+// tailMemos recycles the templates of streams that are over (tap.release):
+// one per stream, of about 1 KB.
+var tailMemos = sync.Pool{New: func() any { return new(tailMemo) }}
 
 // build makes the template of the event s scanned, when its results are
 // what replay reproduces: the path's text is the only text kept.
@@ -261,7 +265,7 @@ func (s *chunkScanner) scanMemo(b []byte, needText bool, ph int, phText bool, m 
 					return true
 				}
 				if m.tail == nil {
-					m.tail = new(tailMemo)
+					m.tail = tailMemos.Get().(*tailMemo)
 				}
 				s.tm = m.tail
 				s.tm.textEnd, s.tm.nh, s.tm.ok = 0, 0, false
