@@ -87,6 +87,11 @@ type tap struct {
 	textTruncated bool
 	events        int
 	sc            chunkScanner
+	// memo is the scanner's memo of the events' common prefix
+	// (chunkScanner.scanMemo); noMemo, for the tests, scans every event
+	// whole, as before the memo (the oracle of tapmemo_test.go).
+	memo   pathMemo
+	noMemo bool
 
 	// The first text of a large object, streamed (tapstream.go): pre
 	// decides, st reads it, ph is the offset of its placeholder in obj
@@ -132,6 +137,11 @@ func (t *tap) release() {
 	t.putStream()
 	t.line, t.data, t.gz = nil, nil, nil
 	t.putObj()
+	if t.memo.tail != nil {
+		t.memo.tail.ok = false
+		tailMemos.Put(t.memo.tail)
+		t.memo.tail = nil
+	}
 	t.budget.give(t.held)
 	t.held = 0
 }
@@ -695,7 +705,7 @@ func (t *tap) decode(b []byte, tail bool) {
 		return
 	}
 	t.sc.rawText = t.jsonText()
-	if t.sc.scan(b, t.needText) {
+	if t.sc.scanMemo(b, t.needText, -1, false, t.pathMemo()) {
 		t.events++
 		t.apply(&t.sc)
 		return
@@ -728,6 +738,14 @@ func (t *tap) decode(b []byte, tail bool) {
 			}
 		}
 	}
+}
+
+// pathMemo returns the memo the tap's scans take, nil with noMemo.
+func (t *tap) pathMemo() *pathMemo {
+	if t.noMemo {
+		return nil
+	}
+	return &t.memo
 }
 
 // apply records what chunkScanner read, as decode does for encoding/json.

@@ -45,7 +45,190 @@ type chunkScanner struct {
 	// reports that the text it stands for is not empty.
 	ph     int
 	phText bool
+
+	// resume starts the scan at the opening quote of candidate 0's first
+	// text value, in the state the path's prefix leaves (pathPrefix): the
+	// functions on the path skip their opening bracket and take their
+	// path member's name without reading it; part clears it.
+	resume bool
+	// tm, when not nil, records where the path's text ends and where the
+	// usage counts are (tailMemo), for a template of the event's tail.
+	tm *tailMemo
 }
+
+// pathMemo is the prefix of the last event that pathPrefix took
+// (chunkScanner.scanMemo): its first n bytes, the text's quote included.
+type pathMemo struct {
+	n     int
+	b     [64]byte
+	armed bool      // an object was scanned before
+	tail  *tailMemo // from tailMemos at the third event of a stream
+}
+
+// tailMemo is the template of an event's tail that replay matches the
+// next event against: the bytes from the end of candidate 0's first text
+// (the path's, pathPrefix) to the end of the event but for the values of
+// the usage counts (its holes), and what the scan of the event read but
+// the text and those counts. chunkScanner is a function of the bytes, and
+// it reads a text and an integer with the same code whatever their value
+// (part keeps a text that is not empty, usageObject stores a count): an
+// event that is the template's prefix, a valid text that is not empty,
+// the template's bytes with a valid count in each hole (read by int, as
+// usageObject reads it) and nothing more, scans to the template's results
+// with its own text and counts.
+type tailMemo struct {
+	ok bool // the template holds an event
+	// Recorded by the scan (chunkScanner.tm): where the path's text ends,
+	// when part kept it, and the counts' places in the event.
+	textEnd int
+	nh      int
+	holeAt  [6][2]int // start, end
+	holeK   [6]uint8  // usageField's k
+	// The template: the bytes between the holes, segment j ending at
+	// segEnd[j] in buf (segment j comes before hole j, segment nh is the
+	// last), and what the scan read.
+	segEnd   [7]int
+	usage    Usage
+	hasUsage bool
+	mvNil    bool
+	mvLen    int
+	mv       [64]byte
+	buf      [768]byte
+}
+
+// tailMemos recycles the templates of streams that are over (tap.release):
+// one per stream, of about 1 KB.
+var tailMemos = sync.Pool{New: func() any { return new(tailMemo) }}
+
+// build makes the template of the event s scanned, when its results are
+// what replay reproduces: the path's text is the only text kept.
+func (m *tailMemo) build(s *chunkScanner) {
+	m.ok = false
+	if m.textEnd == 0 || len(s.texts) != 1 || s.ph >= 0 || s.depth != 0 {
+		return
+	}
+	n, at := 0, m.textEnd
+	for j := 0; j <= m.nh; j++ {
+		end := len(s.b)
+		if j < m.nh {
+			end = m.holeAt[j][0]
+		}
+		if end < at || n+end-at > len(m.buf) {
+			return
+		}
+		n += copy(m.buf[n:], s.b[at:end])
+		m.segEnd[j] = n
+		if j < m.nh {
+			at = m.holeAt[j][1]
+		}
+	}
+	m.mvNil, m.mvLen = s.modelVersion == nil, len(s.modelVersion)
+	if m.mvLen > len(m.mv) {
+		return
+	}
+	copy(m.mv[:], s.modelVersion)
+	m.usage, m.hasUsage = s.usage, s.hasUsage
+	m.ok = true
+}
+
+// replay reads the event from the path's text (s.i, resume) on against
+// the template m. It reports false, s as it found it, when the event
+// does not match; then the event must be scanned.
+func (s *chunkScanner) replay(m *tailMemo) bool {
+	i0, scratch := s.i, len(s.scratch)
+	v, esc, ok := s.rawOrText(s.rawText)
+	if ok && len(v) > 0 {
+		u := m.usage
+		b, i, prev := s.b, s.i, 0
+		for j := 0; ; j++ {
+			seg := m.buf[prev:m.segEnd[j]]
+			prev = m.segEnd[j]
+			if len(b)-i < len(seg) || string(b[i:i+len(seg)]) != string(seg) {
+				break
+			}
+			i += len(seg)
+			if j == m.nh {
+				if i != len(b) {
+					break
+				}
+				s.i, s.depth, s.resume = i, 0, false
+				s.texts = append(s.texts, v)
+				if esc {
+					s.escaped = 1
+				}
+				s.usage, s.hasUsage = u, m.hasUsage
+				if !m.mvNil {
+					s.modelVersion = m.mv[:m.mvLen:m.mvLen]
+				}
+				return true
+			}
+			s.i = i
+			c, ok := s.int(64)
+			if !ok {
+				break
+			}
+			*usageField(&u, m.holeK[j]) = c
+			i = s.i
+		}
+	}
+	s.i, s.scratch = i0, s.scratch[:scratch]
+	return false
+}
+
+// usageField returns the count of u that usageObject stores as its k.
+func usageField(u *Usage, k uint8) *int64 {
+	switch k {
+	case 0:
+		return &u.PromptTokens
+	case 1:
+		return &u.CachedTokens
+	case 2:
+		return &u.CandidatesTokens
+	case 3:
+		return &u.ThoughtsTokens
+	case 4:
+		return &u.ToolUsePromptTokens
+	}
+	return &u.TotalTokens
+}
+
+// pathTokens are the tokens of the path from an event's start to
+// candidate 0's first text value, white space around each aside.
+var pathTokens = [...]string{"{", `"candidates"`, ":", "[", "{", `"content"`, ":", "{", `"parts"`, ":", "[", "{", `"text"`, ":", `"`}
+
+// pathDepth is the scanner's depth at the text of pathTokens: the top
+// object, candidates, the candidate, its content, parts and the part.
+const pathDepth = 6
+
+// pathPrefix returns the length of the prefix of b, up to and with the
+// opening quote of candidate 0's first text value, when it holds nothing
+// but pathTokens and white space; 0 when it does not. The scanner reads
+// such a prefix always alike: it enters each container (none is empty,
+// as each token is followed by the next), takes candidates, content,
+// parts and text as the first member of their objects (none seen
+// before, none folded) and is at the text's quote at pathDepth, with
+// nothing read yet: no text, no usage, index 0, the first element of
+// candidates and of parts. So the scan of b may begin there instead
+// (resume), whatever follows.
+func pathPrefix(b []byte) int {
+	i := 0
+	for _, tok := range pathTokens {
+		i = skipWS(b, i)
+		if len(b)-i < len(tok) || string(b[i:i+len(tok)]) != tok {
+			return 0
+		}
+		i += len(tok)
+	}
+	return i
+}
+
+// The names of the members on the path, as resume takes them.
+var (
+	pathCandidates = []byte("candidates")
+	pathContent    = []byte("content")
+	pathParts      = []byte("parts")
+	pathText       = []byte("text")
+)
 
 // maxScanDepth bounds the nesting the scanner follows; deeper input goes to
 // encoding/json (which allows 10000).
@@ -59,13 +242,59 @@ func (s *chunkScanner) scan(b []byte, needText bool) bool {
 
 // scanPH is scan of a skeleton whose placeholder is at ph (chunkScanner.ph).
 func (s *chunkScanner) scanPH(b []byte, needText bool, ph int, phText bool) bool {
+	return s.scanMemo(b, needText, ph, phText, nil)
+}
+
+// scanMemo is scanPH that, with a memo and needText, does not scan the
+// prefix of b that every event of a Gemini stream begins with, up to
+// candidate 0's first text (pathPrefix): it resumes at the text's
+// opening quote in the state that prefix leaves, which is always the
+// same. The memo holds the previous such prefix, so that an event that
+// begins with the same bytes is recognised by one comparison; and the
+// template of the last such event's tail (tailMemo), which replay reads
+// the next one against.
+func (s *chunkScanner) scanMemo(b []byte, needText bool, ph int, phText bool, m *pathMemo) bool {
 	*s = chunkScanner{b: b, needText: needText, texts: s.texts[:0], scratch: s.scratch[:0], ph: ph, phText: phText, rawText: s.rawText}
-	s.ws()
-	if !s.top() {
-		return false
+	if needText && m != nil {
+		if n := m.n; n > 0 && len(b) >= n && string(b[:n]) == string(m.b[:n]) {
+			s.i, s.depth, s.resume = n-1, pathDepth, true
+			if ph < 0 {
+				// From the third event of a stream on: its tail may be
+				// the last one's but for the text and the usage counts.
+				if m.tail != nil && m.tail.ok && s.replay(m.tail) {
+					return true
+				}
+				if m.tail == nil {
+					m.tail = tailMemos.Get().(*tailMemo)
+				}
+				s.tm = m.tail
+				s.tm.textEnd, s.tm.nh, s.tm.ok = 0, 0, false
+			}
+		} else if !m.armed {
+			// A response of one object (most unary answers) would pay
+			// pathPrefix for nothing: a stream takes it from its second.
+			m.armed = true
+		} else if n := pathPrefix(b); n > 0 {
+			m.n = 0
+			if n <= len(m.b) {
+				m.n = copy(m.b[:], b[:n])
+			}
+			s.i, s.depth, s.resume = n-1, pathDepth, true
+		}
 	}
 	s.ws()
-	return s.i == len(s.b)
+	ok := s.top()
+	if ok {
+		s.ws()
+		ok = s.i == len(s.b)
+	}
+	if s.tm != nil {
+		if ok {
+			s.tm.build(s)
+		}
+		s.tm = nil
+	}
+	return ok
 }
 
 func (s *chunkScanner) ws() {
@@ -366,13 +595,18 @@ func once(seen *uint32, k int) bool {
 }
 
 func (s *chunkScanner) top() bool {
-	empty, ok := s.enter('{')
-	if !ok || empty {
-		return ok
+	if !s.resume {
+		empty, ok := s.enter('{')
+		if !ok || empty {
+			return ok
+		}
 	}
 	var seen uint32
 	for {
-		name, ok := s.member()
+		name, ok := pathCandidates, true
+		if !s.resume {
+			name, ok = s.member()
+		}
 		if !ok {
 			return false
 		}
@@ -416,9 +650,11 @@ func (s *chunkScanner) top() bool {
 
 // candidates reads the candidates array.
 func (s *chunkScanner) candidates() bool {
-	empty, ok := s.enter('[')
-	if !ok || empty {
-		return ok
+	if !s.resume {
+		empty, ok := s.enter('[')
+		if !ok || empty {
+			return ok
+		}
 	}
 	for {
 		s.ws()
@@ -432,15 +668,20 @@ func (s *chunkScanner) candidates() bool {
 }
 
 func (s *chunkScanner) candidate() bool {
-	empty, ok := s.enter('{')
-	if !ok || empty {
-		return ok
+	if !s.resume {
+		empty, ok := s.enter('{')
+		if !ok || empty {
+			return ok
+		}
 	}
 	first := len(s.texts)
 	index := int64(0)
 	var seen uint32
 	for {
-		name, ok := s.member()
+		name, ok := pathContent, true
+		if !s.resume {
+			name, ok = s.member()
+		}
 		if !ok {
 			return false
 		}
@@ -462,6 +703,9 @@ func (s *chunkScanner) candidate() bool {
 			if index != 0 {
 				s.texts = s.texts[:first]
 				s.escaped &= 1<<first - 1
+				if s.tm != nil {
+					s.tm.textEnd = 0 // the path's text may be gone
+				}
 			}
 			return ok
 		}
@@ -470,13 +714,18 @@ func (s *chunkScanner) candidate() bool {
 
 // content reads a candidate's content object.
 func (s *chunkScanner) content() bool {
-	empty, ok := s.enter('{')
-	if !ok || empty {
-		return ok
+	if !s.resume {
+		empty, ok := s.enter('{')
+		if !ok || empty {
+			return ok
+		}
 	}
 	var seen uint32
 	for {
-		name, ok := s.member()
+		name, ok := pathParts, true
+		if !s.resume {
+			name, ok = s.member()
+		}
 		if !ok {
 			return false
 		}
@@ -496,9 +745,11 @@ func (s *chunkScanner) content() bool {
 
 // parts reads a content's parts array.
 func (s *chunkScanner) parts() bool {
-	empty, ok := s.enter('[')
-	if !ok || empty {
-		return ok
+	if !s.resume {
+		empty, ok := s.enter('[')
+		if !ok || empty {
+			return ok
+		}
 	}
 	for {
 		s.ws()
@@ -512,15 +763,25 @@ func (s *chunkScanner) parts() bool {
 }
 
 func (s *chunkScanner) part() bool {
-	empty, ok := s.enter('{')
+	empty, ok := false, true
+	if !s.resume {
+		empty, ok = s.enter('{')
+	}
 	if !ok {
 		return false
 	}
 	var text []byte
 	thought, ph, escaped := false, false, false
 	var seen uint32
+	textEnd := 0 // the path's text's end, for the template (tm)
 	for !empty {
-		name, ok := s.member()
+		name, ok := pathText, true
+		if s.resume {
+			s.resume = false // the rest is read as ever
+			textEnd = -1
+		} else {
+			name, ok = s.member()
+		}
 		if !ok {
 			return false
 		}
@@ -537,6 +798,9 @@ func (s *chunkScanner) part() bool {
 				v, escaped, ok = s.rawOrText(s.rawText)
 				text = v
 				ok = ok && v != nil
+				if textEnd < 0 {
+					textEnd = s.i
+				}
 			}
 		case "thought":
 			if !once(&seen, 1) {
@@ -577,6 +841,9 @@ func (s *chunkScanner) part() bool {
 				text = s.unquote(text)
 			}
 		}
+		if textEnd > 0 && s.tm != nil {
+			s.tm.textEnd = textEnd
+		}
 		s.texts = append(s.texts, text)
 	}
 	return true
@@ -611,9 +878,15 @@ func (s *chunkScanner) usageObject() bool {
 		}
 		if p != nil {
 			var n int64
+			at := s.i
 			n, ok = s.int(64)
 			*p = n
 			ok = once(&seen, k) && ok
+			if s.tm != nil && s.tm.nh < len(s.tm.holeAt) {
+				s.tm.holeAt[s.tm.nh] = [2]int{at, s.i}
+				s.tm.holeK[s.tm.nh] = uint8(k)
+				s.tm.nh++
+			}
 		} else {
 			ok = !folds(name, usageNames) && s.skip()
 		}

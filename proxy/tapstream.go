@@ -536,7 +536,7 @@ func (t *tap) decodeStreamed() {
 	}
 	b := t.obj
 	t.sc.rawText = t.jsonText()
-	if t.sc.scanPH(b, t.needText, ph, t.st.got > 0) {
+	if t.sc.scanMemo(b, t.needText, ph, t.st.got > 0, t.pathMemo()) {
 		at := -1
 		for k, x := range t.sc.texts {
 			if x == nil {
