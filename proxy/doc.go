@@ -67,7 +67,12 @@
 // Options.ExchangeWithoutText the tap keeps no copy of the text at all
 // (TestServedTextAsOnServed). A validating scanner
 // reads each response object, and hands what it is not sure of to
-// encoding/json. A unary answer's text is read as its bytes pass, written
+// encoding/json. From a stream's second event on, an event that begins
+// with the path to candidate 0's first text is read from that text on,
+// in the state the path always leaves; from the third, an event whose
+// tail is the previous event's but for the text and the usage counts is
+// matched against that tail's template instead of scanned (tapjson.go,
+// scanMemo; the tap without the memo is the oracle of tapmemo_test.go). A unary answer's text is read as its bytes pass, written
 // to a ServedText writer that can take it back (cache.ServedRecorder)
 // before the object says whether it keeps it, so the tap holds the object
 // without its text (tapstream.go, TestTapStreamChunks). Each request produces one access log line with no
