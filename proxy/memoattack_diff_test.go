@@ -160,6 +160,9 @@ type memoObs struct {
 	Served         string
 	ServedCalled   bool
 	ServedTruncate bool
+	// TailHeld: the tap still holds a template after its release (given
+	// back to the pool, another tap's to write).
+	TailHeld bool
 }
 
 func memoGzip(b []byte) []byte {
@@ -190,8 +193,11 @@ func memoFeed(body []byte, cuts []int, cfg memoCfg, noMemo bool) memoObs {
 	if tp.text.Len() > 0 && tp.text.w != nil {
 		tp.text.w.Served(tp.textTruncated)
 	}
+	// A response cut short is released after its finish may have run:
+	// releasing twice must not give the template back twice.
+	tp.release()
 	o := memoObs{Usage: tp.usage, ModelVersion: tp.modelVersion, Text: tp.text.String(), Len: tp.text.Len(),
-		TextTruncated: tp.textTruncated, Events: tp.events}
+		TextTruncated: tp.textTruncated, Events: tp.events, TailHeld: tp.memo.tail != nil}
 	if log != nil {
 		o.Ops, o.Served, o.ServedCalled, o.ServedTruncate = log.ops, string(log.text), log.served, log.truncated
 	}
@@ -277,6 +283,19 @@ var memoCounts = []string{"0", "7", "123", "9999999", "-1", "-0", "00", "012", "
 // memoVary changes an event's first text (the path's, when it has one)
 // and its counts: the event a template replays.
 func memoVary(r *rand.Rand, e []byte, odd bool) []byte {
+	out := memoVaryText(r, e, odd)
+	return memoCountRE.ReplaceAllFunc(out, func(m []byte) []byte {
+		sub := memoCountRE.FindSubmatch(m)
+		v := strconv.Itoa(r.IntN(100000))
+		if odd && r.IntN(6) == 0 {
+			v = memoCounts[r.IntN(len(memoCounts))]
+		}
+		return append(append([]byte{}, sub[1]...), v...)
+	})
+}
+
+// memoVaryText changes an event's first text only.
+func memoVaryText(r *rand.Rand, e []byte, odd bool) []byte {
 	out := e
 	if n := pathPrefix(e); n > 0 {
 		if end := plainEnd(e, n); end > 0 {
@@ -287,14 +306,7 @@ func memoVary(r *rand.Rand, e []byte, odd bool) []byte {
 			out = append(append(append([]byte{}, e[:n]...), text...), e[end:]...)
 		}
 	}
-	return memoCountRE.ReplaceAllFunc(out, func(m []byte) []byte {
-		sub := memoCountRE.FindSubmatch(m)
-		v := strconv.Itoa(r.IntN(100000))
-		if odd && r.IntN(6) == 0 {
-			v = memoCounts[r.IntN(len(memoCounts))]
-		}
-		return append(append([]byte{}, sub[1]...), v...)
-	})
+	return out
 }
 
 // plainEnd returns the offset of the closing quote of the string whose
@@ -340,7 +352,13 @@ var memoEdits = []struct {
 	{`"candidates"`, `"candidates": [], "c"`},
 	{`{"candidates"`, `{"usageMetadata": {"totalTokenCount": 2}, "candidates"`},
 	{`"responseId": "`, `"responseId": "` + strings.Repeat("r", 800)},
+	{`"usageMetadata"`, `"usageMetadataX"`}, // no usage from here
+	{`"modelVersion"`, `"modelVersionX"`},   // no modelVersion
+	{`"index": 0}`, `"index": 1}, {"content": {"parts": [{"text": "cand 0 after"}]}, "index": 0}`},
 }
+
+// memoTrailers end an event with what is not its object's.
+var memoTrailers = []string{" ", "\t", "x", "}", "{}", ",", "]", "\"", "0"}
 
 // memoEdit applies a random edit (or a byte's change) to e.
 func memoEdit(r *rand.Rand, e []byte) []byte {
@@ -350,6 +368,9 @@ func memoEdit(r *rand.Rand, e []byte) []byte {
 		const bs = "0123456789 \"\\{}[],:x-\n"
 		out[i] = bs[r.IntN(len(bs))]
 		return out
+	}
+	if r.IntN(8) == 0 {
+		return append(append([]byte{}, e...), memoTrailers[r.IntN(len(memoTrailers))]...)
 	}
 	ed := memoEdits[r.IntN(len(memoEdits))]
 	s := string(e)
@@ -451,7 +472,7 @@ func TestMemoAttackShapes(t *testing.T) {
 	r := rand.New(rand.NewPCG(47, 53))
 	recs := memoRecordings(t)
 	n := 300
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		n = 60
 	}
 	replayed := 0
@@ -474,6 +495,19 @@ func TestMemoAttackShapes(t *testing.T) {
 			evs := [][]byte{base, memoVary(r, base, false), memoVary(r, base, false), v, memoVary(r, base, false), v, memoVary(r, v, false), memoVary(r, v, false), memoVary(r, v, true)}
 			checkMemoSeq(t, evs)
 			memoCheck(t, r, "edit "+ed.new, memoFrame(r, evs), true)
+			// The edited event replayed to the end, counts and all
+			// (what its tail holds of usage, modelVersion, candidates).
+			evs = [][]byte{base, memoVaryText(r, base, false), memoVaryText(r, base, false), v, memoVaryText(r, v, false), memoVaryText(r, v, true), memoVaryText(r, v, false)}
+			if checkMemoSeq(t, evs) == 0 && bytes.HasPrefix(v, base[:pathPrefix(base)]) && strings.Contains(ed.new, "X") {
+				t.Errorf("edit %s: never replayed", ed.new)
+			}
+			memoCheck(t, r, "edit replayed "+ed.new, memoFrame(r, evs), true)
+		}
+		for _, tr := range memoTrailers {
+			v := append(append([]byte{}, base...), tr...)
+			evs := [][]byte{base, memoVary(r, base, false), memoVary(r, base, false), v, memoVary(r, base, false), v}
+			checkMemoSeq(t, evs)
+			memoCheck(t, r, "trailer "+tr, memoFrame(r, evs), true)
 		}
 	}
 }
