@@ -209,7 +209,12 @@ func memoFeed(body []byte, cuts []int, cfg memoCfg, noMemo bool) memoObs {
 // short and every).
 func memoCheck(t *testing.T, r *rand.Rand, what string, body []byte, every bool) {
 	t.Helper()
-	for _, cfg := range memoCfgs {
+	memoCheckCfgs(t, r, what, body, every, memoCfgs)
+}
+
+func memoCheckCfgs(t *testing.T, r *rand.Rand, what string, body []byte, every bool, cfgs []memoCfg) {
+	t.Helper()
+	for _, cfg := range cfgs {
 		want := memoFeed(body, nil, cfg, true)
 		cutsList := [][]int{nil, randomCutsOf(r, len(body), 1+r.IntN(24))}
 		if every && len(body) < 2500 && !cfg.gzip {
@@ -579,7 +584,7 @@ func FuzzMemoAttack(f *testing.F) {
 	f.Add([]byte(strings.Replace(geminiEvent("z", 1, 2), `"index": 0`, `"index": 0, "finishReason": "STOP"`, 1)), uint64(2))
 	f.Add([]byte(strings.Replace(geminiEvent(`a\"b`, 1, 2), `}]`, `, "thoughtSignature": "x"}]`, 1)), uint64(3))
 	f.Fuzz(func(t *testing.T, in []byte, seed uint64) {
-		if len(in) > 4<<10 {
+		if len(in) > 2<<10 {
 			return
 		}
 		r := rand.New(rand.NewPCG(seed, 5))
@@ -588,7 +593,9 @@ func FuzzMemoAttack(f *testing.F) {
 			evs = append(evs, e, memoVary(r, e, seed%2 == 0))
 		}
 		checkMemoSeq(t, evs)
-		memoCheck(t, r, "fuzz", memoFrame(r, evs), false)
+		// The kept text, the store's recorder (rawText), a streaming
+		// writer of a gzip body.
+		memoCheckCfgs(t, r, "fuzz", memoFrame(r, evs), false, []memoCfg{memoCfgs[0], memoCfgs[4], memoCfgs[9]})
 	})
 }
 
