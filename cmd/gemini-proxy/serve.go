@@ -70,9 +70,8 @@ func serveConfig(ctx context.Context, c config.Config, logger *slog.Logger, star
 // against them (rewrite.enabled with rewrite.unflatten "verified"), or by
 // other replicas through a shared Redis index, whose configuration may
 // differ from this one's during a rolling change. Otherwise nothing reads
-// the records, and recording them would cost a pass and a SHA-256 over
-// every answer (issue 17: with rewriting off the proxy costs what
-// forwarding costs).
+// the records, and recording them would cost a pass, a SHA-256 and a
+// cache entry for every answer (issue 17).
 func servedRecordsRead(c config.Config) bool {
 	return c.Cache.Backend == "redis" || c.Rewrite.Enabled && rewrite.UnflattenMode(c.Rewrite.Unflatten) == rewrite.UnflattenVerified
 }
