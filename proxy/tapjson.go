@@ -222,6 +222,24 @@ func pathPrefix(b []byte) int {
 	return i
 }
 
+// enterPath is enter(c), or, on the path resume skips, the container
+// entered already.
+func (s *chunkScanner) enterPath(c byte) (empty, ok bool) {
+	if s.resume {
+		return false, true
+	}
+	return s.enter(c)
+}
+
+// memberPath is member, or, on the path resume skips, the path's member
+// name (name) read already.
+func (s *chunkScanner) memberPath(name []byte) ([]byte, bool) {
+	if s.resume {
+		return name, true
+	}
+	return s.member()
+}
+
 // The names of the members on the path, as resume takes them.
 var (
 	pathCandidates = []byte("candidates")
@@ -595,18 +613,13 @@ func once(seen *uint32, k int) bool {
 }
 
 func (s *chunkScanner) top() bool {
-	if !s.resume {
-		empty, ok := s.enter('{')
-		if !ok || empty {
-			return ok
-		}
+	empty, ok := s.enterPath('{')
+	if !ok || empty {
+		return ok
 	}
 	var seen uint32
 	for {
-		name, ok := pathCandidates, true
-		if !s.resume {
-			name, ok = s.member()
-		}
+		name, ok := s.memberPath(pathCandidates)
 		if !ok {
 			return false
 		}
@@ -650,11 +663,9 @@ func (s *chunkScanner) top() bool {
 
 // candidates reads the candidates array.
 func (s *chunkScanner) candidates() bool {
-	if !s.resume {
-		empty, ok := s.enter('[')
-		if !ok || empty {
-			return ok
-		}
+	empty, ok := s.enterPath('[')
+	if !ok || empty {
+		return ok
 	}
 	for {
 		s.ws()
@@ -668,20 +679,15 @@ func (s *chunkScanner) candidates() bool {
 }
 
 func (s *chunkScanner) candidate() bool {
-	if !s.resume {
-		empty, ok := s.enter('{')
-		if !ok || empty {
-			return ok
-		}
+	empty, ok := s.enterPath('{')
+	if !ok || empty {
+		return ok
 	}
 	first := len(s.texts)
 	index := int64(0)
 	var seen uint32
 	for {
-		name, ok := pathContent, true
-		if !s.resume {
-			name, ok = s.member()
-		}
+		name, ok := s.memberPath(pathContent)
 		if !ok {
 			return false
 		}
@@ -714,18 +720,13 @@ func (s *chunkScanner) candidate() bool {
 
 // content reads a candidate's content object.
 func (s *chunkScanner) content() bool {
-	if !s.resume {
-		empty, ok := s.enter('{')
-		if !ok || empty {
-			return ok
-		}
+	empty, ok := s.enterPath('{')
+	if !ok || empty {
+		return ok
 	}
 	var seen uint32
 	for {
-		name, ok := pathParts, true
-		if !s.resume {
-			name, ok = s.member()
-		}
+		name, ok := s.memberPath(pathParts)
 		if !ok {
 			return false
 		}
@@ -745,11 +746,9 @@ func (s *chunkScanner) content() bool {
 
 // parts reads a content's parts array.
 func (s *chunkScanner) parts() bool {
-	if !s.resume {
-		empty, ok := s.enter('[')
-		if !ok || empty {
-			return ok
-		}
+	empty, ok := s.enterPath('[')
+	if !ok || empty {
+		return ok
 	}
 	for {
 		s.ws()
@@ -763,10 +762,7 @@ func (s *chunkScanner) parts() bool {
 }
 
 func (s *chunkScanner) part() bool {
-	empty, ok := false, true
-	if !s.resume {
-		empty, ok = s.enter('{')
-	}
+	empty, ok := s.enterPath('{')
 	if !ok {
 		return false
 	}
